@@ -1,0 +1,148 @@
+"""The ``hista`` command line (SPEC §11). Thin: parse options, call the library, print where
+outputs went. Bad input exits with code 2 and a message naming the file, line and field."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+from typing import Optional, Sequence
+
+from .errors import InputError
+
+
+def _add_sampling_options(p: argparse.ArgumentParser) -> None:
+    from .rollout import SamplingConfig
+
+    d = SamplingConfig()
+    p.add_argument("--model", default="smollm2-135m-instruct",
+                   help="alias (smollm2-135m-instruct, tiny), local path or Hugging Face id (default: %(default)s)")
+    p.add_argument("--device", default=None, help="cpu or cuda (default: cuda if available)")
+    p.add_argument("--temperature", type=float, default=d.temperature, help="sampling temperature, 0 = greedy (default: %(default)s)")
+    p.add_argument("--top-p", type=float, default=d.top_p, help="nucleus sampling threshold (default: %(default)s)")
+    p.add_argument("--max-new-tokens", type=int, default=d.max_new_tokens, help="completion length cap (default: %(default)s)")
+    p.add_argument("--batch-size", type=int, default=d.batch_size, help="sequences per generate call (default: %(default)s)")
+    p.add_argument("--seed", type=int, default=0, help="random seed: same seed, same samples (default: %(default)s)")
+
+
+def cmd_sample(args: argparse.Namespace) -> int:
+    from . import tasks
+    from .jsonio import write_jsonl_atomic
+    from .models import load
+    from .rollout import GenerateEngine, SamplingConfig
+    from .rollout.sample import sample_groups
+
+    problems = [p for spec in args.tasks for p in tasks.load(spec, n=args.problems, seed=args.seed, split=args.split)]
+    start = time.time()
+    lm = load(args.model, device=args.device)
+    print(f"model {lm.name} ({lm.revision}) loaded in {time.time() - start:.1f}s on {lm.device}")
+    config = SamplingConfig(temperature=args.temperature, top_p=args.top_p,
+                            max_new_tokens=args.max_new_tokens, batch_size=args.batch_size)
+    start = time.time()
+    groups = sample_groups(GenerateEngine(lm, config), problems, args.rollouts, seed=args.seed)
+    elapsed = time.time() - start
+    n_tokens = sum(len(r.completion_ids) for g in groups for r in g.rollouts)
+
+    print(f"\n{'problem':32s} {'field':10s} {'answer':>8s}  accuracy")
+    for g in groups:
+        acc = float(g.rewards.mean())
+        print(f"{g.prompt_id:32s} {g.problem['field']:10s} {g.problem['answer']:>8s}  {acc:.2f}  "
+              + "".join("x" if r.reward > 0 else "." for r in g.rollouts))
+    rewards = [r.reward for g in groups for r in g.rollouts]
+    mean = sum(rewards) / max(len(rewards), 1)
+    print(f"\nmean accuracy {mean:.3f} over {len(groups)} problems x {args.rollouts} rollouts "
+          f"({n_tokens} tokens in {elapsed:.0f}s, {n_tokens / max(elapsed, 1e-9):.1f} tok/s)")
+    example = next((r for g in groups for r in g.rollouts if r.reward > 0), groups[0].rollouts[0] if groups else None)
+    if example is not None:
+        print(f"\nexample completion (reward {example.reward:.0f}):\n{example.completion_text}\n")
+
+    meta = {"model": lm.name, "revision": lm.revision, "seed": args.seed, "sampling": config.to_dict()}
+    records = (
+        {"problem_id": g.prompt_id, "field": g.problem["field"], "answer": g.problem["answer"],
+         "verifier": g.problem["verifier"], "rollout_index": i, **r.to_dict(), **meta}
+        for g in groups for i, r in enumerate(g.rollouts)
+    )
+    path = write_jsonl_atomic(args.out, records)
+    print(f"wrote {len(rewards)} rollouts to {path}")
+    return 0
+
+
+def cmd_models(args: argparse.Namespace) -> int:
+    from .models import ALIASES, EMBEDDED, cache_dir, prepare_embedded
+
+    if args.action == "prepare":
+        print(f"embedded model ready at {prepare_embedded()}")
+        return 0
+    for name, description in ALIASES.items():
+        print(f"{name:24s} {description}")
+    print(f"\nany Hugging Face id (owner/name) or local folder also works. Cache: {cache_dir()} "
+          f"(set HISTA_CACHE to move it); `hista models prepare` converts {EMBEDDED} once.")
+    return 0
+
+
+def cmd_tasks(args: argparse.Namespace) -> int:
+    from . import tasks
+
+    if args.action == "list":
+        for name, description in tasks.list_builtin().items():
+            print(f"builtin:{name:10s} {description}")
+        print("\nother sources: jsonl:PATH, hf:NAME[:CONFIG][@SPLIT]")
+        return 0
+    for p in tasks.load(args.spec, n=args.n, seed=args.seed, split=args.split):
+        print(f"[{p['id']}] field={p['field']} verifier={p['verifier']} answer={p['answer']}\n{p['problem']}\n")
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The argument parser of every ``hista`` command."""
+    from . import __version__
+
+    parser = argparse.ArgumentParser(prog="hista", description=(
+        "Credit assignment for RL of LLMs: token-level advantages, the SVEB benchmark, training."))
+    parser.add_argument("--version", action="version", version=f"hista {__version__}")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    p = sub.add_parser("sample", help="sample rollouts, verify them, print accuracies",
+                       description="Sample G rollouts for each of N problems, verify them, print per-problem "
+                                   "accuracy, the mean and one example, and write the rollouts as JSONL.")
+    p.add_argument("--tasks", action="append", required=True, metavar="SPEC",
+                   help="task source, repeatable: builtin:arith[?steps=2&max_value=20], builtin:choice, jsonl:PATH, hf:NAME")
+    p.add_argument("--problems", type=int, default=8, help="problems per task source (default: %(default)s)")
+    p.add_argument("--rollouts", type=int, default=4, help="rollouts per problem, G (default: %(default)s)")
+    p.add_argument("--split", default="test", choices=["train", "test"], help="built-in task split (default: %(default)s)")
+    p.add_argument("--out", default="runs/sample.jsonl", help="rollouts JSONL (default: %(default)s)")
+    _add_sampling_options(p)
+    p.set_defaults(func=cmd_sample)
+
+    p = sub.add_parser("models", help="list model aliases or prepare the embedded model",
+                       description="List model aliases, or convert the embedded GGUF model to the cache once.")
+    p.add_argument("action", nargs="?", default="list", choices=["list", "prepare"], help="(default: list)")
+    p.set_defaults(func=cmd_models)
+
+    p = sub.add_parser("tasks", help="list or preview task sources",
+                       description="List the built-in task generators, or print problems from a task source.")
+    p.add_argument("action", nargs="?", default="list", choices=["list", "preview"], help="(default: list)")
+    p.add_argument("spec", nargs="?", default="builtin:arith", help="task source for preview (default: %(default)s)")
+    p.add_argument("-n", type=int, default=3, help="problems to preview (default: %(default)s)")
+    p.add_argument("--seed", type=int, default=0, help="generator seed (default: %(default)s)")
+    p.add_argument("--split", default="test", choices=["train", "test"], help="(default: %(default)s)")
+    p.set_defaults(func=cmd_tasks)
+    return parser
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    """Entry point of the ``hista`` command."""
+    args = build_parser().parse_args(argv)
+    try:
+        return args.func(args)
+    except InputError as exc:
+        print(f"hista: error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("hista: interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

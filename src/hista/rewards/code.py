@@ -1,0 +1,172 @@
+"""Code verifier: run the completion's program on stdin/stdout test cases (SPEC §6).
+
+The gold ``answer`` is a JSON string (or the already-decoded value): a list of
+``{"input": str, "output": str}`` cases; the ``{"inputs": [...], "outputs": [...]}`` layout
+of APPS/TACO-style datasets is accepted too.  The program is the completion's last
+```` ```python ```` (also ``py``/``python3``) fenced block, else its last fenced block of any
+language; an unclosed final fence is ignored.  Each case runs once in the sandbox of
+``hista.rewards.sandbox`` (never in this process); the reward is 1.0 only if every case
+exits with status 0 and prints the expected output, compared line by line with trailing
+whitespace stripped and trailing blank lines ignored.  Evaluation stops at the first
+failing case.  A malformed ``answer`` is the dataset's fault but still gives 0.0 with a
+reason, so a training run never crashes on it.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import textwrap
+from typing import Any, Optional
+
+from .sandbox import SandboxUnavailable, run_sandboxed
+
+__all__ = ["extract_code", "parse_cases", "outputs_match", "verify_code"]
+
+logger = logging.getLogger(__name__)
+
+_PYTHON_TAGS = {"python", "py", "python3", "py3"}
+MAX_CASES = 100
+
+
+def _fenced_blocks(text: str) -> list[tuple[str, str]]:
+    """Closed fenced blocks as (language tag, body), in order: one linear pass over lines.
+
+    A fence opens at a line containing three backticks (the language tag follows them) and
+    closes at the next line containing three backticks (text before them is code, so
+    ``print(x)```" closes too); a one-line ```` ```x``` ```` is not a block.  Bodies are
+    dedented (blocks indented inside markdown lists).
+    """
+    blocks: list[tuple[str, str]] = []
+    lang: Optional[str] = None
+    body: list[str] = []
+    for line in text.split("\n"):
+        k = line.find("```")
+        if lang is None:
+            if k < 0:
+                continue
+            rest = line[k + 3 :]
+            if "```" in rest:
+                continue
+            words = rest.strip().split()
+            lang, body = (words[0].lower() if words else ""), []
+        elif k >= 0:
+            if line[:k].strip():
+                body.append(line[:k])
+            blocks.append((lang, textwrap.dedent("\n".join(body) + "\n")))
+            lang = None
+        else:
+            body.append(line)
+    return blocks
+
+
+def extract_code(completion: str) -> Optional[str]:
+    """The completion's last ```` ```python ```` fenced block, else its last fenced block,
+    else None (SPEC §6)."""
+    if not isinstance(completion, str) or "```" not in completion:
+        return None
+    blocks = [(lang, body) for lang, body in _fenced_blocks(completion) if body.strip()]
+    if not blocks:
+        return None
+    python = [body for lang, body in blocks if lang in _PYTHON_TAGS]
+    return python[-1] if python else blocks[-1][1]
+
+
+def parse_cases(answer: Any) -> list[tuple[str, str]]:
+    """Test cases ``[(stdin, expected_stdout), ...]`` from the gold ``answer`` (SPEC §6).
+
+    Raises ``ValueError`` with a short message when the answer is malformed.
+    """
+    data = answer
+    if isinstance(answer, (str, bytes)):
+        try:
+            data = json.loads(answer)
+        except (ValueError, RecursionError) as exc:
+            raise ValueError(f"answer is not valid JSON ({type(exc).__name__})") from None
+    if isinstance(data, dict) and "inputs" in data and "outputs" in data:
+        ins, outs = data["inputs"], data["outputs"]
+        if not isinstance(ins, list) or not isinstance(outs, list) or len(ins) != len(outs):
+            raise ValueError("'inputs' and 'outputs' must be lists of the same length")
+        data = [{"input": i, "output": o} for i, o in zip(ins, outs)]
+    if not isinstance(data, list):
+        raise ValueError(f"answer must be a list of test cases, not {type(data).__name__}")
+    if not data:
+        raise ValueError("answer has no test cases")
+    if len(data) > MAX_CASES:
+        raise ValueError(f"answer has {len(data)} test cases (at most {MAX_CASES})")
+    cases = []
+    for k, case in enumerate(data):
+        if not isinstance(case, dict) or "input" not in case or "output" not in case:
+            raise ValueError(f"test case {k} is not an object with 'input' and 'output'")
+        stdin, expected = case["input"], case["output"]
+        if not isinstance(stdin, str) or not isinstance(expected, str):
+            raise ValueError(f"test case {k}: 'input' and 'output' must be strings")
+        cases.append((stdin, expected))
+    return cases
+
+
+def _lines(text: str) -> list[str]:
+    lines = [ln.rstrip() for ln in text.replace("\r\n", "\n").split("\n")]
+    while lines and not lines[-1]:
+        lines.pop()
+    return lines
+
+
+def outputs_match(got: str, expected: str) -> bool:
+    """Whether program output ``got`` equals ``expected`` up to trailing whitespace on each
+    line and trailing blank lines (SPEC §6)."""
+    return _lines(got) == _lines(expected)
+
+
+def _last_line(text: str) -> str:
+    lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
+    return lines[-1][:120] if lines else ""
+
+
+def verify_code(
+    completion: Any,
+    answer: Any,
+    *,
+    timeout_s: float = 5.0,
+    memory_mb: int = 512,
+    max_processes: int = 64,
+    max_output_bytes: int = 65536,
+) -> tuple[float, str]:
+    """Score a code completion: 1.0 if its program passes every stdin/stdout test case of
+    ``answer`` in the sandbox, else 0.0; with a reason (SPEC §6).  Sandbox limits apply per
+    case.  Never raises on malformed input."""
+    try:
+        if not isinstance(completion, str):
+            return 0.0, "completion is not a string"
+        try:
+            cases = parse_cases(answer)
+        except ValueError as exc:
+            return 0.0, f"malformed test cases: {exc}"
+        code = extract_code(completion)
+        if code is None:
+            return 0.0, "no code block found"
+        for k, (stdin, expected) in enumerate(cases):
+            res = run_sandboxed(
+                code,
+                stdin,
+                timeout_s=timeout_s,
+                memory_mb=memory_mb,
+                max_processes=max_processes,
+                max_output_bytes=max_output_bytes,
+            )
+            where = f"case {k + 1}/{len(cases)}"
+            if res.timed_out:
+                return 0.0, f"timeout on {where}"
+            if res.truncated:
+                return 0.0, f"output limit exceeded on {where}"
+            if res.returncode != 0:
+                detail = _last_line(res.stderr)
+                return 0.0, f"runtime error on {where}" + (f": {detail}" if detail else "")
+            if not outputs_match(res.stdout, expected):
+                return 0.0, f"wrong output on {where}: got {_last_line(res.stdout)!r}"
+        return 1.0, "correct"
+    except SandboxUnavailable as exc:
+        return 0.0, f"sandbox error: {exc}"
+    except Exception as exc:  # never let model output crash training
+        logger.debug("code verifier error", exc_info=True)
+        return 0.0, f"verifier error: {type(exc).__name__}: {exc}"[:200]

@@ -1,0 +1,402 @@
+"""Math verifier: final answer extraction and equivalence checking (SPEC §6).
+
+Extraction, in order:
+
+1. the **last complete** ``\\boxed{...}`` / ``\\fbox{...}`` (or ``\\boxed 42``): braces are
+   matched by a linear scan (``\\{`` and ``\\}`` are literal braces, not groups), so
+   ``\\boxed{\\frac{1}{2}}`` gives ``\\frac{1}{2}``.  With several boxes the last one counts
+   (by opening position, so ``\\boxed{\\boxed{3}}`` gives ``3``); an unclosed or empty box is
+   ignored and the previous complete box is used;
+2. without a usable box, the content of the last ``<answer>...</answer>`` tag, if any, is the
+   text searched in step 3;
+3. otherwise math-verify's own extraction (``math_verify.parse`` with
+   ``LatexExtractionConfig(boxed_match_priority=-1)`` and ``ExprExtractionConfig()``) on the
+   last ~2,000 characters.  Its patterns are tried by priority: "final answer is X" (0, 50),
+   "answer: ... X" / "answer ... X" with up to 100 characters in between and the value after
+   the last ``=`` (100, 200), then any LaTeX environment (``$...$``, ``\\(...\\)``, ...) or
+   plain number/expression (300).  Within one priority the **rightmost** match wins, so
+   "The result is 12. Then ... 7" gives 7 and a completion ending in "= 42" gives 42.  Note
+   "The answer is 42. Check: 3 + 5 = 8" gives 8 (the "answer ... = X" pattern takes the value
+   after the last ``=`` within 100 characters).
+
+Equivalence: ``math_verify.verify(gold, pred)`` on both parsed answers, then a numeric
+fallback: both strings read as exact fractions after removing currency signs, percent
+signs, thousands separators, ``\\text{...}`` units, a leading ``x =`` and a trailing period
+(``0.5`` = ``1/2`` = ``\\frac{1}{2}`` = ``\\dfrac12``, ``1,000`` = ``1000``,
+``$5`` = ``5 dollars`` = ``5.``), equal within a relative tolerance of 1e-6.
+
+Time guards: math-verify uses ``signal.alarm`` timeouts, which raise outside the main
+thread.  The timeout (``SIGNAL_TIMEOUT_S``) is therefore passed only when called from the
+main thread (note that it cancels any ``alarm`` the caller had pending), and ``None``
+elsewhere.  In all threads the verifier's own guards apply: inputs are capped in length
+and expressions that are known to make sympy run for minutes (power towers such as
+``10^{10^{10}}``, exponents above 10^6, factorials/binomials of 5+ digit numbers) are not
+handed to sympy at all (numeric fallback only).
+
+A verifier never raises on model output: every failure is a 0.0 with a reason.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import re
+import threading
+from fractions import Fraction
+from typing import Any, Optional
+
+__all__ = [
+    "SIGNAL_TIMEOUT_S",
+    "boxed_contents",
+    "last_boxed",
+    "extract_math_answer",
+    "math_equal",
+    "to_number",
+    "verify_math",
+]
+
+logger = logging.getLogger(__name__)
+
+#: math-verify's per-call timeout (seconds) when called from the main thread; None disables.
+SIGNAL_TIMEOUT_S: Optional[int] = 5
+#: characters of the completion searched by the no-box fallback (the tail).
+FALLBACK_TAIL_CHARS = 2000
+#: longest answer string handed to sympy.
+MAX_EXPR_CHARS = 1000
+
+_BOX_RE = re.compile(r"\\(?:boxed|fbox)(?![A-Za-z])")
+_BRACE_RE = re.compile(r"\\[\\{}]|[{}]")
+
+
+# --------------------------------------------------------------------------- extraction
+
+
+def boxed_contents(text: str) -> list[tuple[int, str]]:
+    """All complete ``\\boxed{...}`` / ``\\fbox{...}`` / ``\\boxed X`` answers of ``text`` as
+    ``(start, content)`` sorted by start position (SPEC §6).
+
+    Braces are matched with one linear scan (escaped ``\\{``/``\\}`` do not count); unclosed
+    boxes are left out; contents are stripped of surrounding whitespace and ``$``.
+    """
+    if not isinstance(text, str) or "\\" not in text:
+        return []
+    starts = list(_BOX_RE.finditer(text))
+    if not starts:
+        return []
+    openers: dict[int, int] = {}  # position of the box's "{" -> start of "\boxed"
+    found: list[tuple[int, str]] = []
+    for m in starts:
+        j = m.end()
+        while j < len(text) and text[j] in " \t":
+            j += 1
+        if j < len(text) and text[j] == "{":
+            openers[j] = m.start()
+        elif j > m.end():  # "\boxed 42": the next token up to whitespace or "$"
+            tok = re.match(r"[^\s$]+", text[j : j + 200])
+            if tok:
+                found.append((m.start(), tok.group(0)))
+    if openers:
+        stack: list[int] = []
+        first = min(openers)
+        for b in _BRACE_RE.finditer(text, first):
+            tok = b.group(0)
+            if tok == "{":
+                stack.append(b.start())
+            elif tok == "}" and stack:
+                o = stack.pop()
+                if o in openers:
+                    found.append((openers[o], text[o + 1 : b.start()]))
+    out = []
+    for start, content in sorted(found):
+        content = content.strip().strip("$").strip()
+        if content:
+            out.append((start, content))
+    return out
+
+
+def last_boxed(text: str) -> Optional[str]:
+    """Content of the last complete, non-empty box in ``text``, or None (SPEC §6)."""
+    boxes = boxed_contents(text)
+    return boxes[-1][1] if boxes else None
+
+
+def _tail(text: str, n: int) -> str:
+    if len(text) <= n:
+        return text
+    cut = len(text) - n
+    m = re.compile(r"\s").search(text, cut)  # start the tail at a word boundary
+    return text[m.end() :] if m and m.end() < len(text) else text[cut:]
+
+
+def _timeout() -> Optional[int]:
+    if SIGNAL_TIMEOUT_S and threading.current_thread() is threading.main_thread():
+        return int(SIGNAL_TIMEOUT_S)
+    return None
+
+
+def _mv():
+    import math_verify  # imported lazily: sympy/latex2sympy take ~1 s to import
+
+    return math_verify
+
+
+def _fallback_extract(text: str) -> tuple[list[Any], Optional[str]]:
+    """math-verify's extraction on text without a box: (parsed list, extracted string)."""
+    mv = _mv()
+    parsed = mv.parse(
+        text,
+        extraction_config=[
+            mv.LatexExtractionConfig(boxed_match_priority=-1),
+            mv.ExprExtractionConfig(),
+        ],
+        fallback_mode="first_match",
+        parsing_timeout=_timeout(),
+    )
+    strings = [p for p in parsed if isinstance(p, str)]
+    return parsed, (strings[-1] if strings else None)
+
+
+def _last_answer_tag(text: str) -> Optional[str]:
+    """Stripped content of the last closed ``<answer>...</answer>``, or None."""
+    low = text.lower()
+    close = low.rfind("</answer>")
+    if close < 0:
+        return None
+    open_ = low.rfind("<answer>", 0, close)
+    if open_ < 0:
+        return None
+    content = text[open_ + len("<answer>") : close].strip()
+    return content or None
+
+
+def _extract(completion: str) -> tuple[Optional[str], str, Optional[list[Any]]]:
+    """(answer string, source, math-verify parse of it when already available)."""
+    if not isinstance(completion, str) or not completion.strip():
+        return None, "none", None
+    boxed = last_boxed(completion)
+    if boxed is not None:
+        return boxed, "boxed", None
+    source, text = "fallback", completion
+    tag = _last_answer_tag(completion)
+    if tag:
+        source, text = "answer tag", tag
+    parsed, found = _fallback_extract(_tail(text, FALLBACK_TAIL_CHARS))
+    if found is None and tag:
+        return tag[:MAX_EXPR_CHARS], source, None
+    if not found:
+        return None, "none", None
+    return found, source, parsed
+
+
+def extract_math_answer(completion: str) -> tuple[Optional[str], str]:
+    """The final answer string of ``completion`` and where it came from: ``"boxed"``,
+    ``"answer tag"``, ``"fallback"`` or ``"none"`` (SPEC §6; order in the module docstring).
+    """
+    found, source, _ = _extract(completion)
+    return found, source
+
+
+# --------------------------------------------------------------------------- guards
+
+
+def _group_after(s: str, i: int) -> str:
+    """The exponent that starts at s[i]: a braced group, a parenthesised group or a token."""
+    while i < len(s) and s[i] == " ":
+        i += 1
+    if i >= len(s):
+        return ""
+    if s[i] in "{(":
+        close = "}" if s[i] == "{" else ")"
+        depth = 0
+        for j in range(i, min(len(s), i + 400)):
+            if s[j] == s[i]:
+                depth += 1
+            elif s[j] == close:
+                depth -= 1
+                if depth == 0:
+                    return s[i + 1 : j]
+        return s[i + 1 : i + 400]
+    m = re.match(r"[-+]?[0-9A-Za-z.]+", s[i:])
+    return m.group(0) if m else ""
+
+
+def _too_expensive(s: str) -> bool:
+    """True for strings sympy may take minutes (or unbounded memory) to evaluate."""
+    if len(s) > MAX_EXPR_CHARS:
+        return True
+    for m in re.finditer(r"\^|\*\*", s):
+        exp = _group_after(s, m.end())
+        if "^" in exp or "**" in exp or "!" in exp:  # power towers, 2^{100!}
+            return True
+        rest = s[m.end() :].lstrip()
+        if rest.startswith(exp) and rest[len(exp) :].lstrip().startswith(("^", "**")):
+            return True  # unbraced chain a^b^c
+        if any(len(d.lstrip("0")) > 6 for d in re.findall(r"\d+", exp)):
+            return True  # exponent >= 10^6
+    if re.search(r"\d{5,}\s*(?:!|\\!)", s) or re.search(r"\)\s*!", s):
+        return True  # 123456!, (10^9)!
+    if re.search(r"binom|choose", s) and re.search(r"\d{5,}", s):
+        return True
+    return False
+
+
+# --------------------------------------------------------------------------- numbers
+
+_TEXT_CMD_RE = re.compile(
+    r"\\(?:text|textbf|textit|mathrm|mathbf|mbox|operatorname)\s*\{([^{}]*)\}"
+)
+_FRAC_RE = re.compile(r"^([+-]?)\\frac\s*\{\s*([^{}]+?)\s*\}\s*\{\s*([^{}]+?)\s*\}$")
+_FRAC_SHORT_RE = re.compile(r"^([+-]?)\\frac\s*(\d)\s*(\d)$")
+_SLASH_RE = re.compile(r"^([+-]?\d+(?:\.\d+)?)\s*/\s*([+-]?\d+(?:\.\d+)?)$")
+_DECIMAL_RE = re.compile(r"^[+-]?(?:\d+\.?\d*|\.\d+)(?:[eE][+-]?\d+)?$")
+_THOUSANDS_RE = re.compile(r"^[+-]?\d{1,3}(?:,\d{3})+(?:\.\d+)?$")
+_CURRENCY = "$€£¥₹"
+
+
+def _plain_number(s: str) -> Optional[Fraction]:
+    s = s.strip()
+    if _THOUSANDS_RE.match(s):
+        s = s.replace(",", "")
+    if _DECIMAL_RE.match(s):
+        return Fraction(s)
+    m = _SLASH_RE.match(s)
+    if m:
+        den = Fraction(m.group(2))
+        return Fraction(m.group(1)) / den if den else None
+    return None
+
+
+def to_number(s: Any) -> Optional[Fraction]:
+    """Read an answer string as an exact number, or None (SPEC §6 numeric fallback).
+
+    Accepts integers, decimals, ``a/b``, ``\\frac{a}{b}`` (also ``\\dfrac``, ``\\tfrac``,
+    ``\\frac12``), thousands separators (``1,000``, ``1{,}000``), currency signs, ``%``,
+    degree signs, ``\\text{...}`` units or a trailing unit word (``5 dollars``), a leading
+    ``x =`` and a trailing period.
+    """
+    if not isinstance(s, str) or len(s) > 200:
+        return None
+    t = s.strip()
+    for _ in range(3):
+        t = _TEXT_CMD_RE.sub(lambda m: " " + m.group(1) + " ", t)
+    t = re.sub(r"\\(?:left|right|displaystyle)\b", "", t)
+    t = re.sub(r"\\[,;:!]|\\ |~", " ", t)
+    t = t.replace("{,}", ",").replace("\\$", "$").replace("\\%", "%")
+    t = re.sub(r"\\[dt]frac", r"\\frac", t)
+    t = re.sub(r"\^\s*\{?\s*\\circ\s*\}?|°", "", t)
+    t = t.strip().strip("$").strip()
+    t = re.sub(r"^[A-Za-z][A-Za-z0-9_]*\s*=\s*", "", t)  # "x = 5"
+    t = t.replace("%", " ")
+    for ch in _CURRENCY:
+        t = t.replace(ch, " ")
+    t = t.strip()
+    t = re.sub(r"(?:\s+[A-Za-z]{2,}\.?)+$", "", t)  # trailing unit words: "5 dollars"
+    t = re.sub(r"\.$", "", t.strip()).strip()
+    while t.startswith("{") and t.endswith("}"):
+        t = t[1:-1].strip()
+    if not t:
+        return None
+    try:
+        v = _plain_number(t)
+        if v is not None:
+            return v
+        m = _FRAC_RE.match(t) or _FRAC_SHORT_RE.match(t)
+        if m:
+            num, den = _plain_number(m.group(2)), _plain_number(m.group(3))
+            if num is None or not den:
+                return None
+            v = num / den
+            return -v if m.group(1) == "-" else v
+    except (ValueError, ZeroDivisionError, ArithmeticError):
+        return None
+    return None
+
+
+def _numbers_equal(a: Optional[Fraction], b: Optional[Fraction]) -> bool:
+    if a is None or b is None:
+        return False
+    if a == b:
+        return True
+    try:
+        return math.isclose(float(a), float(b), rel_tol=1e-6, abs_tol=1e-12)
+    except (OverflowError, ValueError):
+        return False
+
+
+# --------------------------------------------------------------------------- equivalence
+
+
+def _parse_answer(s: str) -> list[Any]:
+    """math-verify parse of one answer string (a box content or a gold answer)."""
+    mv = _mv()
+    return mv.parse(
+        "\\boxed{" + s + "}",
+        extraction_config=[mv.LatexExtractionConfig()],
+        fallback_mode="first_match",
+        parsing_timeout=_timeout(),
+    )
+
+
+def _clean(s: str) -> str:
+    s = s.strip()
+    if "\\boxed" in s or "\\fbox" in s:
+        s = last_boxed(s) or s
+    s = s.strip()
+    if len(s) >= 2 and s[0] == "$" and s[-1] == "$":
+        s = s.strip("$").strip()
+    return s
+
+
+def math_equal(gold: str, pred: str, *, pred_parsed: Optional[list[Any]] = None) -> bool:
+    """Whether answer string ``pred`` equals ``gold``: the numeric reading of ``to_number``
+    within 1e-6 relative tolerance, else math-verify symbolic equivalence (SPEC §6).
+
+    ``pred_parsed`` is math-verify's parse of ``pred`` when the caller already has it.
+    """
+    gold, pred = _clean(gold), _clean(pred)
+    if not gold or not pred:
+        return False
+    if _numbers_equal(to_number(gold), to_number(pred)):
+        return True
+    if _too_expensive(gold) or _too_expensive(pred):
+        return False
+    mv = _mv()
+    g = _parse_answer(gold)
+    p = pred_parsed if pred_parsed else _parse_answer(pred)
+    if not g or not p:
+        return False
+    return bool(mv.verify(g, p, timeout_seconds=_timeout()))
+
+
+def _show(s: str, n: int = 60) -> str:
+    s = " ".join(s.split())
+    return s if len(s) <= n else s[: n - 3] + "..."
+
+
+def verify_math(completion: Any, answer: Any) -> tuple[float, str]:
+    """Score a math completion against the gold ``answer``: 1.0 if the extracted final answer
+    (last box, else math-verify's fallback extraction) is equivalent, else 0.0; with a reason
+    (SPEC §6).  Never raises on malformed input.
+    """
+    try:
+        if not isinstance(completion, str):
+            return 0.0, "completion is not a string"
+        if isinstance(answer, (int, float, Fraction)) and not isinstance(answer, bool):
+            answer = str(answer)
+        if not isinstance(answer, str) or not _clean(answer):
+            return 0.0, "invalid gold answer"
+        pred, source, parsed = _extract(completion)
+        if pred is None:
+            return 0.0, "no answer found"
+        if math_equal(answer, pred, pred_parsed=parsed):
+            return 1.0, "correct"
+        if _too_expensive(_clean(pred)):
+            return 0.0, f"answer too complex to check: got {_show(pred)}"
+        return 0.0, f"wrong answer: got {_show(pred)}"
+    except Exception as exc:  # never let model output crash training
+        logger.debug("math verifier error", exc_info=True)
+        return 0.0, f"verifier error: {type(exc).__name__}"
+    except BaseException as exc:
+        if type(exc).__name__ == "TimeoutException":  # math-verify's (a BaseException)
+            return 0.0, "timeout"
+        raise

@@ -1,0 +1,512 @@
+"""Process sandbox for generated code (SPEC §6, §12 "Security").
+
+Generated programs never run inside the trainer's process.  ``run_sandboxed`` writes the
+program to a fresh ``tempfile.mkdtemp()`` working directory and runs it in a child process:
+
+* **bubblewrap** (``bwrap``, backend ``"bwrap"``): read-only view of ``/``, a private size-capped
+  tmpfs on ``/tmp``, a fresh ``/dev`` and ``/proc``, new user, PID, network, IPC, UTS and cgroup
+  namespaces (no network: only a down loopback device), ``--die-with-parent``,
+  ``--new-session`` (no terminal injection), no capabilities, no nested user namespaces.  Only
+  the working directory is writable.
+* **rlimits**, applied *inside* the sandbox by a tiny Python wrapper that then ``exec``s the
+  program: ``RLIMIT_CPU`` (CPU seconds), ``RLIMIT_AS`` (memory), ``RLIMIT_NPROC``
+  (processes and threads), ``RLIMIT_FSIZE`` (largest file) and ``RLIMIT_CORE = 0``.
+* **Wall-clock timeout**: the child starts in its own session / process group; on timeout,
+  on output flooding and after every run the whole group gets ``SIGKILL``.  With bwrap the
+  program is PID 1's child in its own PID namespace, so killing bwrap tears down the whole
+  namespace: background children (``sleep 1000 &``) die with it.
+* **Bounded output**: stdout and stderr are read incrementally; once either exceeds
+  ``max_output_bytes`` the output is truncated there and the process group is killed, so
+  memory use of the caller stays bounded.
+
+How the process limit (fork storms) is enforced
+-----------------------------------------------
+``RLIMIT_NPROC`` is not enforced for the root user (real uid 0 in the initial user
+namespace, even when mapped to another uid inside a user namespace), and it normally counts
+*all* processes of the user on the machine.  Therefore:
+
+1. when the caller is root, the sandbox is started as ``nobody`` (uid/gid 65534, via
+   ``subprocess.Popen(user=..., group=..., extra_groups=[])`` -- no ``preexec_fn``, which is
+   unsafe in threaded programs), so the kernel enforces the limit;
+2. ``RLIMIT_NPROC`` is set by the wrapper *inside* the fresh user namespace that bwrap
+   creates.  Since Linux 5.14 the process count is kept per user namespace, so the limit
+   counts only the sandbox's own processes -- concurrent sandboxes and the trainer's threads
+   do not eat each other's budget.
+
+Running as ``nobody`` has a second benefit: files readable only by root (``/root``, keys)
+stay unreadable although ``/`` is bound read-only.  A consequence is that the interpreter
+must be accessible to ``nobody``: ``sandbox_python()`` probes ``$HISTA_SANDBOX_PYTHON``,
+``sys.executable``, ``python3`` on ``PATH``, ``/usr/bin/python3`` and
+``/usr/local/bin/python3`` in that order and keeps the first that starts inside the sandbox.
+
+Fallback
+--------
+Where ``bwrap`` is missing or cannot start (e.g. user namespaces disabled), the backend is
+``"subprocess"``: the same wrapper, rlimits, fresh working directory, process-group kill and
+(when root) the drop to ``nobody``, but **no** filesystem, network or PID isolation.  A
+``RuntimeWarning`` says so once per process.  ``HISTA_SANDBOX_BACKEND=bwrap|subprocess``
+forces a backend (``bwrap`` then fails loudly if it cannot start).
+
+Known limits: memory is limited per process (``RLIMIT_AS``), so a program may use up to
+``max_processes * memory_mb`` in total; the working directory is on the host filesystem
+(each file is capped by ``RLIMIT_FSIZE`` but not the number of files within the time limit).
+"""
+
+from __future__ import annotations
+
+import errno
+import math
+import os
+import selectors
+import shutil
+import signal
+import stat
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import warnings
+from dataclasses import dataclass
+from typing import Optional, Sequence
+
+__all__ = [
+    "SandboxResult",
+    "run_sandboxed",
+    "sandbox_backend",
+    "sandbox_python",
+    "SandboxUnavailable",
+]
+
+#: uid/gid the sandbox runs as when the caller is root (``nobody`` on Linux).
+NOBODY_ID = 65534
+#: size of the private ``/tmp`` tmpfs inside bwrap.
+TMPFS_BYTES = 64 * 1024 * 1024
+_PROGRAM = "main.py"
+_READ_CHUNK = 65536
+
+# Runs inside the sandbox (``python3 -I -S -c _WRAPPER cpu mem nproc fsize argv...``):
+# lower the rlimits (soft = hard, so the program cannot raise them again) and exec.
+_WRAPPER = r"""
+import os, resource, sys
+def lim(name, soft, hard=None):
+    r = getattr(resource, name, None)
+    if r is None:
+        return
+    hard = soft if hard is None else hard
+    old_soft, old_hard = resource.getrlimit(r)
+    if old_hard != resource.RLIM_INFINITY:
+        hard = min(hard, old_hard)
+        soft = min(soft, hard)
+    resource.setrlimit(r, (soft, hard))
+cpu, mem, nproc, fsize = (int(x) for x in sys.argv[1:5])
+lim("RLIMIT_CPU", cpu, cpu + 1)
+if mem > 0:
+    lim("RLIMIT_AS", mem)
+lim("RLIMIT_NPROC", nproc)
+lim("RLIMIT_FSIZE", fsize)
+lim("RLIMIT_CORE", 0)
+os.execv(sys.argv[5], sys.argv[5:])
+"""
+
+
+class SandboxUnavailable(RuntimeError):
+    """Raised when no sandbox backend can run programs here, or the backend forced by
+    ``HISTA_SANDBOX_BACKEND`` cannot (SPEC §6)."""
+
+
+@dataclass(frozen=True)
+class SandboxResult:
+    """Outcome of one sandboxed run (SPEC §6).
+
+    ``returncode`` is the program's exit status (negative: killed by that signal; bwrap
+    reports a signal death as ``128 + signal``); ``timed_out`` means the wall-clock limit
+    killed it; ``truncated`` means stdout or stderr exceeded ``max_output_bytes`` and the
+    process group was killed.  ``stdout``/``stderr`` are decoded as UTF-8 with replacement.
+    """
+
+    returncode: Optional[int]
+    stdout: str
+    stderr: str
+    timed_out: bool
+    truncated: bool
+    elapsed_s: float
+    backend: str
+
+    @property
+    def ok(self) -> bool:
+        """True when the program exited with status 0 within its limits (SPEC §6)."""
+        return self.returncode == 0 and not self.timed_out and not self.truncated
+
+
+# --------------------------------------------------------------------------- backend
+
+
+_lock = threading.Lock()
+_backend: Optional[str] = None
+_python: Optional[str] = None
+_bwrap_extra: tuple[str, ...] = ()
+_warned = False
+
+
+def _is_root() -> bool:
+    return hasattr(os, "geteuid") and os.geteuid() == 0
+
+
+def _python_candidates() -> list[str]:
+    seen: list[str] = []
+    for cand in (
+        os.environ.get("HISTA_SANDBOX_PYTHON"),
+        sys.executable,
+        shutil.which("python3"),
+        "/usr/bin/python3",
+        "/usr/local/bin/python3",
+    ):
+        if cand and os.path.isabs(cand) and os.path.exists(cand) and cand not in seen:
+            seen.append(cand)
+    return seen
+
+
+def _probe(backend: str, python: str, extra: Sequence[str]) -> bool:
+    workdir = _make_workdir()
+    try:
+        res = _run_in(
+            backend,
+            python,
+            extra,
+            workdir,
+            "print('hista-sandbox-ok')\n",
+            "",
+            timeout_s=15.0,
+            memory_mb=512,
+            max_processes=16,
+            max_output_bytes=4096,
+            cpu_s=10,
+            file_size_mb=1,
+        )
+    except OSError:
+        return False
+    finally:
+        _remove_tree(workdir)
+    return res.returncode == 0 and res.stdout.strip() == "hista-sandbox-ok"
+
+
+def _select_backend() -> tuple[str, str, tuple[str, ...]]:
+    forced = os.environ.get("HISTA_SANDBOX_BACKEND", "auto").strip().lower() or "auto"
+    if forced not in ("auto", "bwrap", "subprocess"):
+        raise ValueError(
+            f"HISTA_SANDBOX_BACKEND={forced!r}; valid values: auto, bwrap, subprocess"
+        )
+    candidates = _python_candidates()
+    if forced in ("auto", "bwrap") and shutil.which("bwrap"):
+        # Newer flags first; older bubblewrap releases lack --disable-userns / --size.
+        for extra in (("--disable-userns",), ()):
+            for py in candidates:
+                if _probe("bwrap", py, extra):
+                    return "bwrap", py, extra
+    if forced == "bwrap":
+        raise SandboxUnavailable(
+            "HISTA_SANDBOX_BACKEND=bwrap but bubblewrap is missing or cannot start here "
+            "(install the 'bubblewrap' package and allow user namespaces)"
+        )
+    for py in candidates:
+        if _probe("subprocess", py, ()):
+            return "subprocess", py, ()
+    raise SandboxUnavailable(
+        f"no Python interpreter can run in the sandbox (tried {', '.join(candidates) or 'none'})"
+    )
+
+
+def _ensure_backend() -> tuple[str, str, tuple[str, ...]]:
+    global _backend, _python, _bwrap_extra, _warned
+    with _lock:
+        if _backend is None:
+            _backend, _python, _bwrap_extra = _select_backend()
+        if _backend != "bwrap" and not _warned:
+            _warned = True
+            warnings.warn(
+                "hista sandbox: bubblewrap (bwrap) is unavailable or disabled "
+                "(HISTA_SANDBOX_BACKEND=subprocess); generated code runs as a plain "
+                "subprocess with rlimits and a fresh working directory only -- no filesystem, "
+                "network or PID isolation (install 'bubblewrap' for the full sandbox, SPEC §6)",
+                RuntimeWarning,
+                stacklevel=3,
+            )
+        return _backend, _python, _bwrap_extra  # type: ignore[return-value]
+
+
+def _reset_backend() -> None:
+    """Forget the probed backend (tests, or after installing bubblewrap)."""
+    global _backend, _python, _bwrap_extra, _warned
+    with _lock:
+        _backend, _python, _bwrap_extra, _warned = None, None, (), False
+
+
+def sandbox_backend() -> str:
+    """Name of the sandbox backend in use, ``"bwrap"`` or ``"subprocess"`` (SPEC §6).
+
+    Probed once per process (a trivial program is run); the weaker ``"subprocess"`` fallback
+    emits a ``RuntimeWarning`` once.
+    """
+    return _ensure_backend()[0]
+
+
+def sandbox_python() -> str:
+    """Interpreter that runs sandboxed programs: the first candidate that starts inside the
+    sandbox (see the module docstring; SPEC §6)."""
+    return _ensure_backend()[1]
+
+
+# --------------------------------------------------------------------------- running
+
+
+def _make_workdir() -> str:
+    workdir = tempfile.mkdtemp(prefix="hista-sbx-")
+    if _is_root():
+        os.chown(workdir, NOBODY_ID, NOBODY_ID)
+    return workdir
+
+
+def _remove_tree(path: str) -> None:
+    def retry(func, p, _exc):  # make read-only / mode-000 entries removable, retry once
+        try:
+            os.chmod(os.path.dirname(p), stat.S_IRWXU)
+            if os.path.isdir(p) and not os.path.islink(p):
+                os.chmod(p, stat.S_IRWXU)
+            func(p)
+        except OSError:
+            pass
+
+    if sys.version_info >= (3, 12):
+        shutil.rmtree(path, onexc=retry)
+    else:
+        shutil.rmtree(path, onerror=retry)
+
+
+def _env(workdir: str) -> dict[str, str]:
+    return {
+        "PATH": "/usr/local/bin:/usr/bin:/bin",
+        "HOME": workdir,
+        "TMPDIR": "/tmp",
+        "LANG": "C.UTF-8",
+        "LC_ALL": "C.UTF-8",
+        "PYTHONIOENCODING": "utf-8",
+        "PYTHONDONTWRITEBYTECODE": "1",
+        "PYTHONHASHSEED": "0",
+    }
+
+
+def _bwrap_prefix(workdir: str, extra: Sequence[str]) -> list[str]:
+    tmpfs = ["--size", str(TMPFS_BYTES), "--tmpfs", "/tmp"] if _bwrap_has_size() else [
+        "--tmpfs", "/tmp"
+    ]
+    return [
+        "bwrap",
+        "--ro-bind", "/", "/",
+        "--dev", "/dev",
+        "--proc", "/proc",
+        *tmpfs,
+        "--bind", workdir, workdir,
+        "--chdir", workdir,
+        "--unshare-user",
+        "--unshare-pid",
+        "--unshare-net",
+        "--unshare-ipc",
+        "--unshare-uts",
+        "--unshare-cgroup-try",
+        "--hostname", "sandbox",
+        "--die-with-parent",
+        "--new-session",
+        "--cap-drop", "ALL",
+        *extra,
+        "--",
+    ]
+
+
+_has_size: Optional[bool] = None
+
+
+def _bwrap_has_size() -> bool:
+    """Whether this bwrap understands ``--size`` (needed to cap the private /tmp)."""
+    global _has_size
+    if _has_size is None:
+        try:
+            out = subprocess.run(["bwrap", "--help"], capture_output=True, text=True, timeout=10)
+            _has_size = "--size" in (out.stdout + out.stderr)
+        except (OSError, subprocess.SubprocessError):
+            _has_size = False
+    return _has_size
+
+
+def _kill_group(proc: subprocess.Popen) -> None:
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
+    except OSError as exc:  # pragma: no cover - defensive
+        if exc.errno != errno.ESRCH:
+            raise
+    try:
+        proc.kill()
+    except OSError:
+        pass
+
+
+def _run_in(
+    backend: str,
+    python: str,
+    extra: Sequence[str],
+    workdir: str,
+    code: str,
+    stdin: str,
+    *,
+    timeout_s: float,
+    memory_mb: int,
+    max_processes: int,
+    max_output_bytes: int,
+    cpu_s: int,
+    file_size_mb: int,
+) -> SandboxResult:
+    prog = os.path.join(workdir, _PROGRAM)
+    with open(prog, "w", encoding="utf-8", errors="surrogatepass") as fh:
+        fh.write(code)
+    os.chmod(prog, 0o644)
+
+    limits = [
+        str(max(1, int(cpu_s))),
+        str(int(memory_mb) * 1024 * 1024 if memory_mb else 0),
+        str(max(1, int(max_processes))),
+        str(max(1, int(file_size_mb)) * 1024 * 1024),
+    ]
+    inner = [python, "-I", "-S", "-c", _WRAPPER, *limits, python, "-s", _PROGRAM]
+    cmd = _bwrap_prefix(workdir, extra) + inner if backend == "bwrap" else inner
+
+    drop: dict = {}
+    if _is_root():
+        drop = {"user": NOBODY_ID, "group": NOBODY_ID, "extra_groups": []}
+
+    # stdin comes from an unlinked temporary file: no pipe to feed, no deadlock.
+    stdin_file = tempfile.TemporaryFile()
+    try:
+        stdin_file.write(stdin.encode("utf-8", errors="replace"))
+        stdin_file.seek(0)
+        start = time.monotonic()
+        proc = subprocess.Popen(
+            cmd,
+            stdin=stdin_file,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            cwd=workdir,
+            env=_env(workdir),
+            start_new_session=True,
+            close_fds=True,
+            **drop,
+        )
+    finally:
+        stdin_file.close()
+
+    deadline = start + float(timeout_s)
+    out_fd, err_fd = proc.stdout.fileno(), proc.stderr.fileno()
+    bufs = {out_fd: bytearray(), err_fd: bytearray()}
+    timed_out = truncated = False
+    sel = selectors.DefaultSelector()
+    try:
+        for fd in (out_fd, err_fd):
+            sel.register(fd, selectors.EVENT_READ)
+        while sel.get_map():
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                timed_out = True
+                break
+            for key, _ in sel.select(timeout=min(remaining, 0.25)):
+                try:
+                    chunk = os.read(key.fd, _READ_CHUNK)
+                except OSError:
+                    chunk = b""
+                if not chunk:
+                    sel.unregister(key.fd)
+                    continue
+                buf = bufs[key.fd]
+                room = max_output_bytes - len(buf)
+                if len(chunk) > room:
+                    buf += chunk[: max(room, 0)]
+                    truncated = True
+                    break
+                buf += chunk
+            if truncated:
+                break
+        if not timed_out and not truncated:
+            try:
+                proc.wait(timeout=max(deadline - time.monotonic(), 0.0))
+            except subprocess.TimeoutExpired:
+                timed_out = True
+    finally:
+        sel.close()
+        # Always kill the whole group: background children must not outlive the run.
+        _kill_group(proc)
+        proc.wait()
+        proc.stdout.close()
+        proc.stderr.close()
+    elapsed = time.monotonic() - start
+    return SandboxResult(
+        returncode=proc.returncode,
+        stdout=bytes(bufs[out_fd]).decode("utf-8", errors="replace"),
+        stderr=bytes(bufs[err_fd]).decode("utf-8", errors="replace"),
+        timed_out=timed_out,
+        truncated=truncated,
+        elapsed_s=elapsed,
+        backend=backend,
+    )
+
+
+def run_sandboxed(
+    code: str,
+    stdin: str = "",
+    *,
+    timeout_s: float = 5.0,
+    memory_mb: int = 512,
+    max_processes: int = 64,
+    max_output_bytes: int = 65536,
+    cpu_s: Optional[float] = None,
+    file_size_mb: int = 16,
+) -> SandboxResult:
+    """Run the Python program ``code`` with ``stdin`` in the sandbox and return its outcome
+    (SPEC §6).
+
+    Limits: ``timeout_s`` wall-clock seconds (the whole process tree is killed), ``cpu_s``
+    CPU seconds per process (default: ``ceil(timeout_s) + 1``), ``memory_mb`` address space
+    per process (0: unlimited), ``max_processes`` processes/threads in the sandbox,
+    ``max_output_bytes`` per stream (beyond it the output is truncated and the run killed),
+    ``file_size_mb`` per written file.  The working directory is a fresh
+    ``tempfile.mkdtemp()`` folder, removed afterwards.  See the module docstring for the
+    isolation each backend provides.  Raises only for caller errors (bad arguments) or when
+    no backend can run programs at all (``SandboxUnavailable``).
+    """
+    if not isinstance(code, str):
+        raise TypeError(f"code must be a str, not {type(code).__name__}")
+    if not isinstance(stdin, str):
+        raise TypeError(f"stdin must be a str, not {type(stdin).__name__}")
+    if not timeout_s > 0:
+        raise ValueError(f"timeout_s must be > 0, got {timeout_s!r}")
+    if max_output_bytes < 0:
+        raise ValueError(f"max_output_bytes must be >= 0, got {max_output_bytes!r}")
+    backend, python, extra = _ensure_backend()
+    cpu = int(math.ceil(cpu_s if cpu_s is not None else timeout_s + 1))
+    workdir = _make_workdir()
+    try:
+        return _run_in(
+            backend,
+            python,
+            extra,
+            workdir,
+            code,
+            stdin,
+            timeout_s=timeout_s,
+            memory_mb=memory_mb,
+            max_processes=max_processes,
+            max_output_bytes=max_output_bytes,
+            cpu_s=cpu,
+            file_size_mb=file_size_mb,
+        )
+    finally:
+        _remove_tree(workdir)

@@ -1,0 +1,210 @@
+"""Built-in task ``builtin:arith``: multi-step arithmetic rich in intermediate numbers (SPEC §7).
+
+Each problem starts from a number and applies ``steps`` operations drawn from ``ops``; every
+intermediate result (and the answer) is a positive integer, so word problems always count
+real objects.  Knobs, given as ``builtin:arith?steps=3&max_value=20&ops=+-*&style=plain``:
+
+* ``steps``: number of operations (1..20, default 2);
+* ``max_value``: largest operand of ``+``/``-`` and largest start value (2..1000000, default 10;
+  a start followed directly by L subtractions may reach max_value + L so they fit);
+  multipliers are single digits, 2..min(max_value, 9), so products stay readable;
+* ``ops``: the operations used, a subset of ``+-*`` (default ``+-``);
+* ``style``: ``word`` (a short story with a named person and objects), ``plain``
+  ("Start with 7. Add 5. Then multiply by 2. What number do you get?") or ``expr``
+  ("What is (7 + 5) * 2?", evaluated left to right), default ``plain``.
+
+The defaults (2 steps, max_value 10, plain) are calibrated on the embedded SmolLM2-135M model
+(about 0.1 accuracy at temperature 0.7; see ``bench/arith_difficulty.py``).
+
+Records have ``verifier="math"``, ``field="number"`` and ``meta`` with ``steps``, ``start``,
+``ops``, ``operands``, ``intermediates`` (the result after each operation; the last one is the
+answer) and a worked ``solution``.
+"""
+
+from __future__ import annotations
+
+import random
+from typing import Optional
+
+from hista.tasks._common import Knob, check_count, check_seed, canonical_split, generate
+from hista.tasks._common import int_in, one_of, parse_options
+
+NAME = "arith"
+DESCRIPTION = (
+    "multi-step arithmetic (word stories or plain steps) with non-negative integer "
+    "intermediates; options steps, max_value, ops, style"
+)
+FIELD = "number"
+DEFAULT_N = 1000
+MUL_MAX = 9
+_OP_CODE = {"+": "a", "-": "s", "*": "m"}
+
+
+def _parse_ops(raw: str) -> str:
+    if not raw:
+        raise ValueError("must name at least one of + - *")
+    bad = sorted(set(raw) - set(_OP_CODE))
+    if bad:
+        raise ValueError(f"unknown operation(s) {''.join(bad)!r}; use a subset of '+-*'")
+    return "".join(op for op in "+-*" if op in raw)
+
+
+KNOBS = {
+    "steps": Knob(int_in(1, 20), 2, "number of operations, integer 1..20"),
+    "max_value": Knob(int_in(2, 1_000_000), 10, "largest operand, integer 2..1000000"),
+    "ops": Knob(_parse_ops, "+-", "subset of '+-*'"),
+    "style": Knob(one_of("word", "plain", "expr"), "plain", "'word', 'plain' or 'expr'"),
+}
+
+# (name, subject pronoun, object pronoun)
+_PEOPLE = [
+    ("Mia", "she", "her"), ("Ana", "she", "her"), ("Lily", "she", "her"),
+    ("Emma", "she", "her"), ("Sara", "she", "her"), ("Zoe", "she", "her"),
+    ("Nina", "she", "her"), ("Rosa", "she", "her"), ("Amy", "she", "her"),
+    ("Kate", "she", "her"), ("Tom", "he", "him"), ("Ben", "he", "him"),
+    ("Sam", "he", "him"), ("Leo", "he", "him"), ("Max", "he", "him"),
+    ("Jack", "he", "him"), ("Omar", "he", "him"), ("Luis", "he", "him"),
+    ("Ravi", "he", "him"), ("Dan", "he", "him"),
+]
+# (singular, plural, edible)
+_OBJECTS = [
+    ("apple", "apples", True), ("cookie", "cookies", True), ("egg", "eggs", True),
+    ("candy", "candies", True), ("orange", "oranges", True), ("pencil", "pencils", False),
+    ("marble", "marbles", False), ("book", "books", False), ("stamp", "stamps", False),
+    ("shell", "shells", False), ("sticker", "stickers", False), ("coin", "coins", False),
+    ("card", "cards", False), ("toy car", "toy cars", False), ("ball", "balls", False),
+    ("flower", "flowers", False),
+]
+_ADD = [
+    "{s} buys {b} more {noun}.",
+    "{s} finds {b} more {noun}.",
+    "{f} gives {o} {b} more {noun}.",
+    "{s} gets {b} more {noun}.",
+]
+_SUB = [
+    "{s} gives {b} {noun} to {f}.",
+    "{s} loses {b} {noun}.",
+    "{s} sells {b} {noun}.",
+]
+_SUB_EDIBLE = _SUB + ["{s} eats {b} {noun}."]
+_MUL = ["{s} has {b} times as many {plural} as before."]
+
+
+def _cap(text: str) -> str:
+    return text[:1].upper() + text[1:]
+
+
+def _draw_numbers(rng: random.Random, steps: int, max_value: int, ops: str):
+    """Draw (start, ops, operands, intermediates) with every result >= 1, or None."""
+    seq = [rng.choice(ops) for _ in range(steps)]
+    # run_after[k]: how many subtractions follow step k directly; the result of step k must
+    # leave room for them (each takes at least 1 and must leave at least 1).
+    run_after = [0] * steps
+    for k in range(steps - 2, -1, -1):
+        run_after[k] = run_after[k + 1] + 1 if seq[k + 1] == "-" else 0
+    lead = (1 + run_after[0]) if seq[0] == "-" else 0
+    start = rng.randint(1 + lead, max_value + lead)
+    cur, operands, inter = start, [], []
+    for k, op in enumerate(seq):
+        need = 1 + run_after[k]
+        if op == "+":
+            lo, hi = max(1, need - cur), max_value
+        elif op == "-":
+            lo, hi = 1, min(max_value, cur - need)
+        else:
+            lo, hi = max(2, -(-need // cur)), min(max_value, MUL_MAX)
+        if lo > hi:
+            return None
+        b = rng.randint(lo, hi)
+        cur = cur + b if op == "+" else cur - b if op == "-" else cur * b
+        operands.append(b)
+        inter.append(cur)
+    return start, seq, operands, inter
+
+
+def _plain_text(start: int, seq: list[str], operands: list[int]) -> str:
+    parts = [f"Start with {start}."]
+    for k, (op, b) in enumerate(zip(seq, operands)):
+        verb = {"+": f"add {b}", "-": f"subtract {b}", "*": f"multiply by {b}"}[op]
+        parts.append(_cap(verb) + "." if k == 0 else f"Then {verb}.")
+    parts.append("What number do you get?")
+    return " ".join(parts)
+
+
+def _expr_text(start: int, seq: list[str], operands: list[int]) -> str:
+    expr = str(start)
+    for op, b in zip(seq, operands):
+        if op == "*" and ("+" in expr or "-" in expr):
+            expr = f"({expr})"
+        expr = f"{expr} {op} {b}"
+    return f"What is {expr}?"
+
+
+def _word_text(rng: random.Random, start: int, seq: list[str], operands: list[int]) -> str:
+    name, s, o = rng.choice(_PEOPLE)
+    friend = rng.choice([p for p in _PEOPLE if p[0] != name])[0]
+    sing, plural, edible = rng.choice(_OBJECTS)
+
+    def noun(k: int) -> str:
+        return sing if k == 1 else plural
+
+    parts = [f"{name} has {start} {noun(start)}."]
+    for k, (op, b) in enumerate(zip(seq, operands)):
+        pool = _ADD if op == "+" else (_SUB_EDIBLE if edible else _SUB) if op == "-" else _MUL
+        body = rng.choice(pool).format(s=s, o=o, f=friend, b=b, noun=noun(b), plural=plural)
+        if k > 0:
+            body = "Then " + body
+        elif op == "*":
+            body = "Now " + body
+        parts.append(_cap(body))
+    parts.append(f"How many {plural} does {name} have now?")
+    return " ".join(parts)
+
+
+def _solution(start: int, seq: list[str], operands: list[int], inter: list[int]) -> str:
+    cur, lines = start, []
+    for op, b, r in zip(seq, operands, inter):
+        lines.append(f"{cur} {op} {b} = {r}.")
+        cur = r
+    return " ".join(lines)
+
+
+def load(spec: str, query: str, n: Optional[int] = None, seed: int = 0,
+         split: str = "test") -> list[dict]:
+    """Generate ``n`` arithmetic problems (default 1000) for ``split`` (SPEC §7).
+
+    Deterministic in (options, seed, split, index); ids look like
+    ``arith-s2-m20-as-word-seed0-test-00017`` (s=steps, m=max_value, ops as a=+ s=- m=*).
+    """
+    opts = parse_options(spec, query, KNOBS)
+    n = check_count(n, DEFAULT_N)
+    seed = check_seed(seed)
+    split = canonical_split(split)
+    steps, max_value, ops, style = opts["steps"], opts["max_value"], opts["ops"], opts["style"]
+    code = "".join(_OP_CODE[o] for o in ops)
+    prefix = f"arith-s{steps}-m{max_value}-{code}-{style}-seed{seed}"
+
+    def make(rng: random.Random):
+        drawn = _draw_numbers(rng, steps, max_value, ops)
+        if drawn is None:
+            return None
+        start, seq, operands, inter = drawn
+        if style == "plain":
+            text = _plain_text(start, seq, operands)
+        elif style == "expr":
+            text = _expr_text(start, seq, operands)
+        else:
+            text = _word_text(rng, start, seq, operands)
+        meta = {
+            "steps": steps,
+            "style": style,
+            "max_value": max_value,
+            "start": start,
+            "ops": seq,
+            "operands": operands,
+            "intermediates": inter,
+            "solution": _solution(start, seq, operands, inter),
+        }
+        return text, str(inter[-1]), meta
+
+    return generate(spec, prefix, split, n, make, verifier="math", field=FIELD)

@@ -1,0 +1,297 @@
+"""Task source ``hf:NAME[:CONFIG][@SPLIT]``: Hugging Face datasets by name (SPEC §7).
+
+Needs the optional ``datasets`` library (``pip install 'hista[hf]'``), imported only here and
+only when such a spec is loaded.  Known datasets (with short aliases) get a dedicated row
+mapping; any other dataset is mapped generically when it has a ``problem`` or ``question``
+column and an ``answer`` column.
+
+Network: before loading, the hub endpoint (``HF_ENDPOINT``, default https://huggingface.co) is
+probed with a short timeout (``HISTA_HF_TIMEOUT`` seconds, default 5).  When it cannot be
+reached, or ``HF_HUB_OFFLINE=1`` is set, the dataset is loaded in offline mode (from the local
+cache only), so a missing dataset fails in about a second with an InputError instead of
+minutes of retries.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+import urllib.error
+import urllib.request
+from dataclasses import dataclass
+from typing import Any, Callable, Iterable, Iterator, Optional
+
+from hista.errors import InputError
+
+
+# ---------------------------------------------------------------------------------------------
+# Row mappings: dataset row -> (problem, answer, field, extra meta) or None to skip the row.
+
+def _gsm8k(row: dict) -> Optional[tuple[str, str, str, dict]]:
+    solution = str(row.get("answer", ""))
+    if "####" not in solution:
+        return None
+    answer = solution.rsplit("####", 1)[1].strip().replace(",", "")
+    return str(row["question"]), answer, "gsm8k", {"solution": solution}
+
+
+def _math500(row: dict) -> Optional[tuple[str, str, str, dict]]:
+    meta = {k: row[k] for k in ("level", "unique_id", "solution") if k in row}
+    return str(row["problem"]), str(row["answer"]), str(row.get("subject") or "math"), meta
+
+
+_DAPO_PREFIX = ("Solve the following math problem step by step. The last line of your "
+                "response should be of the form Answer: $Answer (without quotes) where $Answer "
+                "is the answer to the problem.")
+_DAPO_SUFFIX = 'Remember to put your answer on its own line after "Answer:".'
+
+
+def _dapo(row: dict) -> Optional[tuple[str, str, str, dict]]:
+    prompt = row.get("prompt")
+    if isinstance(prompt, list):
+        text = "\n\n".join(str(m.get("content", "")) for m in prompt
+                           if isinstance(m, dict) and m.get("role", "user") == "user")
+    else:
+        text = str(prompt or "")
+    text = text.strip()
+    if text.startswith(_DAPO_PREFIX):
+        text = text[len(_DAPO_PREFIX):].strip()
+    if text.endswith(_DAPO_SUFFIX):
+        text = text[: -len(_DAPO_SUFFIX)].strip()
+    answer = (row.get("reward_model") or {}).get("ground_truth")
+    if not text or answer is None:
+        return None
+    meta = {}
+    extra = row.get("extra_info")
+    if isinstance(extra, dict) and "index" in extra:
+        meta["source_index"] = extra["index"]
+    return text, str(answer), "dapo-math", meta
+
+
+def _openr1(row: dict) -> Optional[tuple[str, str, str, dict]]:
+    answer = row.get("answer")
+    if not row.get("problem") or answer in (None, ""):
+        return None
+    meta = {k: row[k] for k in ("uuid", "source", "question_type") if k in row}
+    return str(row["problem"]), str(answer), str(row.get("problem_type") or "math"), meta
+
+
+def _generic(row: dict) -> Optional[tuple[str, str, str, dict]]:
+    problem = row.get("problem", row.get("question"))
+    answer = row.get("answer")
+    if problem in (None, "") or answer is None:
+        return None
+    field = row.get("subject") or row.get("category") or row.get("type") or "default"
+    return str(problem), str(answer), str(field), {}
+
+
+@dataclass(frozen=True)
+class HFDataset:
+    """How one known dataset is read."""
+
+    name: str
+    short: str
+    aliases: tuple[str, ...]
+    config: Optional[str]
+    splits: tuple[str, ...]
+    mapper: Callable[[dict], Optional[tuple[str, str, str, dict]]]
+    dedupe: bool = False
+
+
+DATASETS = [
+    HFDataset("openai/gsm8k", "gsm8k", ("gsm8k",), "main", ("train", "test"), _gsm8k),
+    HFDataset("HuggingFaceH4/MATH-500", "math500", ("math500", "math-500"), None, ("test",),
+              _math500),
+    # The hub copy repeats each of its ~17k problems many times: keep the first of each.
+    HFDataset("BytedTsinghua-SIA/DAPO-Math-17k", "dapo-math", ("dapo-math", "dapo"), None,
+              ("train",), _dapo, dedupe=True),
+    HFDataset("open-r1/OpenR1-Math-220k", "openr1-math", ("openr1-math",), "default",
+              ("train",), _openr1),
+]
+_BY_NAME = {}
+for _d in DATASETS:
+    _BY_NAME[_d.name.lower()] = _d
+    for _a in _d.aliases:
+        _BY_NAME[_a] = _d
+
+
+def supported() -> list[str]:
+    """Names of the datasets with a dedicated mapping, with their aliases (SPEC §7)."""
+    return [f"{d.name} ({', '.join(d.aliases)})" for d in DATASETS]
+
+
+def parse_spec(rest: str) -> tuple[str, Optional[str], Optional[str]]:
+    """Split ``NAME[:CONFIG][@SPLIT]`` (the part after ``hf:``) into its parts (SPEC §7)."""
+    split = None
+    if "@" in rest:
+        rest, split = rest.rsplit("@", 1)
+        if not split:
+            raise InputError("hf: empty split after '@'", field="split")
+    config = None
+    if ":" in rest:
+        rest, config = rest.split(":", 1)
+        if not config:
+            raise InputError("hf: empty config after ':'", field="config")
+    if not rest:
+        raise InputError(
+            "hf: needs a dataset name, e.g. hf:gsm8k or hf:openai/gsm8k:main@test; supported: "
+            + "; ".join(supported()), field="spec")
+    return rest, config, split
+
+
+# ---------------------------------------------------------------------------------------------
+# Hub access (kept in small functions so tests can replace them).
+
+def _endpoint() -> str:
+    return os.environ.get("HF_ENDPOINT", "https://huggingface.co").rstrip("/")
+
+
+def _timeout() -> float:
+    try:
+        return float(os.environ.get("HISTA_HF_TIMEOUT", "5"))
+    except ValueError:
+        return 5.0
+
+
+def _env_offline() -> bool:
+    return any(os.environ.get(v, "").strip().upper() in ("1", "ON", "YES", "TRUE")
+               for v in ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE", "TRANSFORMERS_OFFLINE"))
+
+
+def _hub_reachable() -> bool:
+    """True when the hub endpoint answers an HTTP request within the timeout."""
+    try:
+        req = urllib.request.Request(_endpoint() + "/api/status", method="HEAD")
+        with urllib.request.urlopen(req, timeout=_timeout()):
+            return True
+    except urllib.error.HTTPError:
+        return True  # it answered
+    except Exception:  # noqa: BLE001 - DNS failure, refused, timeout, proxy error ...
+        return False
+
+
+@contextlib.contextmanager
+def _offline_mode(datasets_module: Any) -> Iterator[None]:
+    """Force the hub libraries into offline mode (cache only) for the duration."""
+    patched = []
+    try:
+        import huggingface_hub.constants as hub_constants  # type: ignore
+        patched.append((hub_constants, "HF_HUB_OFFLINE"))
+    except Exception:  # noqa: BLE001
+        pass
+    cfg = getattr(datasets_module, "config", None)
+    if cfg is not None:
+        patched += [(cfg, "HF_HUB_OFFLINE"), (cfg, "HF_DATASETS_OFFLINE")]
+    saved = [(obj, attr, getattr(obj, attr)) for obj, attr in patched if hasattr(obj, attr)]
+    try:
+        for obj, attr, _ in saved:
+            setattr(obj, attr, True)
+        yield
+    finally:
+        for obj, attr, value in saved:
+            setattr(obj, attr, value)
+
+
+def _import_datasets() -> Any:
+    try:
+        import datasets  # type: ignore
+    except ImportError:
+        raise InputError(
+            "hf: datasets need the optional 'datasets' library: pip install 'hista[hf]' "
+            "(or use jsonl:PATH with a local file)", field="spec") from None
+    return datasets
+
+
+class HubUnreachable(Exception):
+    """The hub could not be reached and the dataset is not in the local cache."""
+
+
+def _load_rows(name: str, config: Optional[str], split: str) -> Iterable[dict]:
+    """Load one split of a hub dataset as an iterable of row dicts (cache only when offline)."""
+    datasets = _import_datasets()
+    offline = _env_offline() or not _hub_reachable()
+    ctx = _offline_mode(datasets) if offline else contextlib.nullcontext()
+    try:
+        with ctx:
+            return datasets.load_dataset(name, config, split=split)
+    except ConnectionError as exc:
+        raise HubUnreachable(str(exc)) from None
+    except Exception as exc:  # noqa: BLE001
+        if offline and type(exc).__name__ in ("DatasetNotFoundError", "FileNotFoundError",
+                                              "OfflineModeIsEnabled", "LocalEntryNotFoundError"):
+            raise HubUnreachable(str(exc)) from None
+        raise
+
+
+# ---------------------------------------------------------------------------------------------
+
+def load(rest: str, n: Optional[int] = None, split: str = "test") -> list[dict]:
+    """Load ``hf:NAME[:CONFIG][@SPLIT]`` as problem records; the first ``n`` rows (SPEC §7).
+
+    The split is ``@SPLIT`` when given, else ``split``; a known dataset that has a single
+    split (MATH-500: test, DAPO-Math-17k and OpenR1-Math-220k: train) uses it.  Ids are
+    ``<short name>-<split>-<row>``.
+    """
+    name, config, spec_split = parse_spec(rest)
+    known = _BY_NAME.get(name.lower())
+    if known is not None:
+        hub_name, short, mapper = known.name, known.short, known.mapper
+        config = config or known.config
+        if spec_split:
+            use_split = spec_split
+        elif split in known.splits or len(known.splits) != 1:
+            use_split = split
+        else:
+            use_split = known.splits[0]
+    else:
+        hub_name, mapper = name, _generic
+        short = re.sub(r"[^A-Za-z0-9._-]+", "-", name.split("/")[-1]).lower()
+        use_split = spec_split or split
+    spec = f"hf:{rest}"
+    try:
+        rows = _load_rows(hub_name, config, use_split)
+    except HubUnreachable as exc:
+        raise InputError(
+            f"{spec}: could not reach the Hugging Face Hub ({_endpoint()}) and {hub_name!r} "
+            f"is not in the local cache ({exc}). Run where the hub is reachable (once, to fill "
+            f"the cache), or export the problems to a file and use jsonl:PATH.",
+            field="spec") from None
+    except InputError:
+        raise
+    except Exception as exc:  # noqa: BLE001
+        kind = type(exc).__name__
+        hint = "" if known else " Supported datasets: " + "; ".join(supported()) + "."
+        raise InputError(f"{spec}: could not load {hub_name!r} (config {config!r}, split "
+                         f"{use_split!r}): {kind}: {exc}.{hint}", field="spec") from None
+    records: list[dict] = []
+    seen: set[str] = set()
+    for i, row in enumerate(rows):
+        if n is not None and len(records) >= n:
+            break
+        try:
+            mapped = mapper(dict(row))
+        except KeyError as exc:
+            if known is None and i == 0:
+                raise InputError(
+                    f"{spec}: no mapping for {hub_name!r}: it needs a problem or question "
+                    f"column and an answer column (missing {exc}). Supported datasets: "
+                    + "; ".join(supported()), field="spec") from None
+            raise InputError(f"{spec}: row {i} lacks column {exc}", field=str(exc)) from None
+        if mapped is None:
+            if known is None and i == 0 and not (
+                    ("problem" in row or "question" in row) and "answer" in row):
+                raise InputError(
+                    f"{spec}: no mapping for {hub_name!r}: it needs a problem or question "
+                    f"column and an answer column (columns: {', '.join(map(str, row))}). "
+                    "Supported datasets: " + "; ".join(supported()), field="spec")
+            continue
+        problem, answer, field, meta = mapped
+        if known is not None and known.dedupe:
+            if problem in seen:
+                continue
+            seen.add(problem)
+        meta = {"source": f"hf:{hub_name}", "split": use_split, "row": i, **meta}
+        records.append({"id": f"{short}-{use_split}-{i:05d}", "problem": problem,
+                        "answer": answer, "verifier": "math", "field": field, "meta": meta})
+    return records
