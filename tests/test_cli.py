@@ -57,3 +57,18 @@ def test_sample_embedded_model_end_to_end(tmp_path, capsys):
     rows = [json.loads(line) for line in out.read_text().splitlines()]
     assert len(rows) == 4 and all(r["model"] == "smollm2-135m-instruct" for r in rows)
     assert all(r["completion_text"].strip() for r in rows)
+
+
+def test_tasks_filter_keeps_problems_in_range(tmp_path, capsys):
+    from hista import tasks
+
+    out = tmp_path / "kept.jsonl"
+    argv = ["tasks", "filter", "builtin:arith", "-n", "3", "--model", "tiny", "--samples", "2",
+            "--max-new-tokens", "4", "--out", str(out)]
+    # the untrained tiny model never answers: accuracy 0 everywhere
+    assert main(argv + ["--lo", "0", "--hi", "0"]) == 0
+    kept = tasks.load(f"jsonl:{out}")
+    assert [k["problem"] for k in kept] == [p["problem"] for p in tasks.load("builtin:arith", n=3)]
+    assert all(k["meta"]["accuracy"] == 0.0 for k in kept)
+    assert main(argv + ["--lo", "0.1", "--hi", "0.8"]) == 0
+    assert out.read_text() == "" and "kept 0 of 3" in capsys.readouterr().out

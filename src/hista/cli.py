@@ -89,8 +89,29 @@ def cmd_tasks(args: argparse.Namespace) -> int:
             print(f"builtin:{name:10s} {description}")
         print("\nother sources: jsonl:PATH, hf:NAME[:CONFIG][@SPLIT]")
         return 0
-    for p in tasks.load(args.spec, n=args.n, seed=args.seed, split=args.split):
-        print(f"[{p['id']}] field={p['field']} verifier={p['verifier']} answer={p['answer']}\n{p['problem']}\n")
+    if args.action == "preview":
+        print(tasks.preview(args.spec, n=args.n, seed=args.seed, split=args.split))
+        return 0
+    return _filter_tasks(args)
+
+
+def _filter_tasks(args: argparse.Namespace) -> int:
+    from . import tasks
+    from .jsonio import write_jsonl_atomic
+    from .models import load
+    from .rollout import GenerateEngine, SamplingConfig
+    from .rollout.sample import policy_accuracy
+
+    problems = tasks.load(args.spec, n=args.n, seed=args.seed, split=args.split)
+    lm = load(args.model, device=args.device)
+    config = SamplingConfig(temperature=args.temperature, top_p=args.top_p,
+                            max_new_tokens=args.max_new_tokens, batch_size=args.batch_size)
+    accuracies = policy_accuracy(GenerateEngine(lm, config), problems, args.samples, seed=args.seed)
+    kept = tasks.filter_by_accuracy([dict(p, accuracy=a) for p, a in zip(problems, accuracies)],
+                                    accuracies, args.lo, args.hi)
+    path = write_jsonl_atomic(args.out, kept)
+    print(f"kept {len(kept)} of {len(problems)} problems with accuracy in [{args.lo}, {args.hi}] over "
+          f"{args.samples} samples of {lm.name}; wrote {path} (use it as --tasks jsonl:{path})")
     return 0
 
 
@@ -120,12 +141,18 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("action", nargs="?", default="list", choices=["list", "prepare"], help="(default: list)")
     p.set_defaults(func=cmd_models)
 
-    p = sub.add_parser("tasks", help="list or preview task sources",
-                       description="List the built-in task generators, or print problems from a task source.")
-    p.add_argument("action", nargs="?", default="list", choices=["list", "preview"], help="(default: list)")
-    p.add_argument("spec", nargs="?", default="builtin:arith", help="task source for preview (default: %(default)s)")
-    p.add_argument("-n", type=int, default=3, help="problems to preview (default: %(default)s)")
-    p.add_argument("--seed", type=int, default=0, help="generator seed (default: %(default)s)")
+    p = sub.add_parser("tasks", help="list, preview or difficulty-filter task sources",
+                       description="List the built-in task generators, print problems from a task source, or "
+                                   "keep the problems whose accuracy under a policy lies in [--lo, --hi] "
+                                   "(paper: 0.1-0.8 of 20 samples) and write them as JSONL.")
+    p.add_argument("action", nargs="?", default="list", choices=["list", "preview", "filter"], help="(default: list)")
+    p.add_argument("spec", nargs="?", default="builtin:arith", help="task source (default: %(default)s)")
+    p.add_argument("-n", type=int, default=3, help="problems to preview or to filter (default: %(default)s)")
+    p.add_argument("--samples", type=int, default=20, help="filter: samples per problem (default: %(default)s)")
+    p.add_argument("--lo", type=float, default=0.1, help="filter: lowest accuracy kept (default: %(default)s)")
+    p.add_argument("--hi", type=float, default=0.8, help="filter: highest accuracy kept (default: %(default)s)")
+    p.add_argument("--out", default="runs/filtered.jsonl", help="filter: output JSONL (default: %(default)s)")
+    _add_sampling_options(p)
     p.add_argument("--split", default="test", choices=["train", "test"], help="(default: %(default)s)")
     p.set_defaults(func=cmd_tasks)
     return parser
