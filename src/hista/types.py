@@ -87,6 +87,8 @@ class RolloutGroup:
     rollouts: list[Rollout]
     prompt_id: str = ""
     problem: Optional[dict[str, Any]] = None
+    #: Monte-Carlo continuation rewards sampled from states, keyed by (rollout index, t)
+    continuations: dict[tuple[int, int], list[float]] = field(default_factory=dict)
 
     def __len__(self) -> int:
         return len(self.rollouts)
@@ -101,8 +103,11 @@ class RolloutGroup:
 class State:
     """A state s_{i,t} (SPEC §2-3): the prompt plus the first ``t`` completion tokens of
     rollout ``rollout`` in a group (0 <= t <= T). For external prefixes (benchmark queries),
-    ``prefix`` carries a Rollout whose completion is the prefix, and ``rollout`` may be None."""
+    ``prefix`` carries a Rollout whose completion is the prefix (with its hidden states), and
+    ``rollout`` may be None. ``continuations`` holds rewards of continuations sampled from the
+    state, for the Monte-Carlo estimator (SPEC §4.4)."""
 
     rollout: Optional[int] = None
     t: int = 0
     prefix: Optional[Rollout] = field(default=None, repr=False)
+    continuations: Optional[list[float]] = None
