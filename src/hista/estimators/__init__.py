@@ -54,14 +54,7 @@ def get(name: str, **config: Any) -> Estimator:
 
 def _load_builtin() -> None:
     # Import the estimator modules for their @register side effect.
-    from . import group_mean, mc  # noqa: F401
-
-    for optional in ("numca", "hista"):
-        try:
-            __import__(f"{__name__}.{optional}")
-        except ModuleNotFoundError as exc:  # only while a module is not written yet
-            if exc.name != f"{__name__}.{optional}":
-                raise
+    from . import group_mean, hista, mc, numca  # noqa: F401
 
 
 __all__ = ["Estimator", "EstimatorConfig", "get", "names", "register", "scale_advantages", "segment_gae"]
