@@ -115,6 +115,70 @@ def _filter_tasks(args: argparse.Namespace) -> int:
     return 0
 
 
+SVEB_PRESETS = {
+    # <= 15 minutes on 2 CPU cores with the embedded model
+    "quick": dict(tasks=("builtin:arith?steps=1", "builtin:choice"), problems=16, rollouts=16,
+                  continuations=12, max_new_tokens=96, batch_size=64),
+    # the paper's settings: G 32, M 20, accuracy filter 0.1-0.8
+    "default": dict(tasks=("builtin:arith", "builtin:choice"), problems=100, rollouts=32,
+                    continuations=20, max_new_tokens=256, batch_size=64),
+}
+
+
+def _build_config(args: argparse.Namespace):
+    from .sveb.build import BuildConfig
+
+    lo, hi = (None, None) if args.no_filter else (args.lo, args.hi)
+    return BuildConfig(model=args.model, tasks=tuple(args.tasks), problems=args.problems, rollouts=args.rollouts,
+                       continuations=args.continuations, states_per_problem=args.states_per_problem,
+                       seed=args.seed, split=args.split, lo=lo, hi=hi, temperature=args.temperature,
+                       top_p=args.top_p, max_new_tokens=args.max_new_tokens, batch_size=args.batch_size)
+
+
+def cmd_sveb(args: argparse.Namespace) -> int:
+    import json
+
+    from .jsonio import write_json_atomic
+    from .sveb import report
+    from .sveb.build import build
+    from .sveb.eval import evaluate
+
+    if args.action == "run":
+        preset = dict(SVEB_PRESETS[args.preset])
+        for key, value in preset.items():
+            if getattr(args, key, None) is None:
+                setattr(args, key, value)
+        out = Path(args.out)
+        args.cases, args.results = str(out / "cases.jsonl"), str(out / "results.json")
+    if args.action in ("build", "run"):
+        for key in ("tasks", "problems", "rollouts", "continuations", "max_new_tokens", "batch_size"):
+            if getattr(args, key) is None:
+                setattr(args, key, SVEB_PRESETS["default"][key])
+        cases_path = args.out if args.action == "build" else args.cases
+        counts = build(_build_config(args), cases_path)
+        print(f"sveb build: {counts['cases']} new cases, {counts['skipped']} problems skipped, "
+              f"{counts['present']} records already present -> {cases_path}")
+        if args.action == "build":
+            return 0
+    if args.action in ("eval", "run"):
+        methods = args.methods.split(",") if isinstance(args.methods, str) else list(args.methods)
+        results = evaluate(args.cases, methods, model=args.eval_model, device=args.device)
+        results_path = args.results if args.action == "run" else args.out
+        write_json_atomic(results_path, results)
+        print(f"sveb eval: {len(results['cases'])} cases -> {results_path}")
+        if args.action == "eval":
+            print(report.markdown_table(results["summary"], results["labels"]))
+            return 0
+    results_path = args.results
+    results = json.loads(Path(results_path).read_text()) if args.action == "report" else results
+    out_dir = Path(args.out) if args.action == "report" else Path(args.out)
+    paths = report.write_report(results["summary"], results["cases"], list(results["methods"]), out_dir,
+                                labels=results["labels"])
+    print(report.markdown_table(results["summary"], results["labels"]))
+    print("sveb report: " + ", ".join(str(p) for p in paths.values()))
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser of every ``hista`` command."""
     from . import __version__
@@ -135,6 +199,30 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", default="runs/sample.jsonl", help="rollouts JSONL (default: %(default)s)")
     _add_sampling_options(p)
     p.set_defaults(func=cmd_sample)
+
+    p = sub.add_parser("sveb", help="State Value Estimation Benchmark: build, eval, report, run",
+                       description="SVEB (SPEC §8). build: sample G rollouts per problem, pick states, sample M "
+                                   "continuations (targets); eval: estimator values vs targets; report: table, "
+                                   "JSON, plots; run: all three with a preset.")
+    p.add_argument("action", choices=["build", "eval", "report", "run"])
+    p.add_argument("--preset", choices=sorted(SVEB_PRESETS), default="quick", help="run: settings preset (default: %(default)s)")
+    p.add_argument("--out", required=True, help="build: cases JSONL; eval: results JSON; report/run: output folder")
+    p.add_argument("--cases", help="eval: the cases JSONL written by build")
+    p.add_argument("--results", help="report: the results JSON written by eval")
+    p.add_argument("--tasks", action="append", default=None, metavar="SPEC", help="build: task source, repeatable")
+    p.add_argument("--problems", type=int, default=None, help="build: problems per task source")
+    p.add_argument("--rollouts", type=int, default=None, help="build: initial rollouts per problem, G (default 32)")
+    p.add_argument("--continuations", type=int, default=None, help="build: continuations per state, M (default 20)")
+    p.add_argument("--states-per-problem", type=int, default=1, help="build: states per problem (default: %(default)s)")
+    p.add_argument("--split", default="test", choices=["train", "test"], help="build: built-in task split")
+    p.add_argument("--lo", type=float, default=0.1, help="build: lowest initial accuracy kept (default: %(default)s)")
+    p.add_argument("--hi", type=float, default=0.8, help="build: highest initial accuracy kept (default: %(default)s)")
+    p.add_argument("--no-filter", action="store_true", help="build: keep every problem")
+    p.add_argument("--methods", default=",".join(("grpo", "numca", "numca-reference", "hista", "hista-reference")),
+                   help="eval: comma list of estimators, name or name-profile (default: %(default)s)")
+    p.add_argument("--eval-model", default=None, help="eval: refuse unless the cases were built with this model")
+    _add_sampling_options(p)
+    p.set_defaults(func=cmd_sveb, max_new_tokens=None, batch_size=None)
 
     p = sub.add_parser("models", help="list model aliases or prepare the embedded model",
                        description="List model aliases, or convert the embedded GGUF model to the cache once.")

@@ -83,7 +83,6 @@ class GenerateEngine:
         self.lm = lm
         self.config = config or SamplingConfig()
 
-    @torch.no_grad()
     def generate(
         self,
         problems: Sequence[str],
@@ -92,16 +91,34 @@ class GenerateEngine:
         seed: int = 0,
         progress: Optional[Callable[[int], None]] = None,
     ) -> list[list[Rollout]]:
-        """Sample ``n`` completions for each problem text. ``progress(k)`` is called after each
-        micro-batch with the number of sequences it finished."""
+        """Sample ``n`` completions for each problem text (chat template + system prompt).
+        ``progress(k)`` is called after each micro-batch with the number of sequences done."""
+        prompts = [prompt_ids(self.lm, p, self.config.system_prompt) for p in problems]
+        return self.generate_from_ids([ids for _, ids in prompts], n, seed=seed, progress=progress,
+                                      prompt_texts=[text for text, _ in prompts])
+
+    @torch.no_grad()
+    def generate_from_ids(
+        self,
+        prompts: Sequence[Sequence[int]],
+        n: int,
+        *,
+        seed: int = 0,
+        progress: Optional[Callable[[int], None]] = None,
+        prompt_texts: Optional[Sequence[str]] = None,
+        max_new_tokens: Optional[int] = None,
+    ) -> list[list[Rollout]]:
+        """Sample ``n`` continuations of each token-id prompt (e.g. a prompt plus a partial
+        completion, for Monte-Carlo continuations). ``max_new_tokens`` overrides the config."""
         cfg, tok = self.config, self.lm.tokenizer
-        prompts = [prompt_ids(self.lm, p, cfg.system_prompt) for p in problems]
-        rows = [(i, j) for i in range(len(problems)) for j in range(n)]
-        out: list[list[Rollout]] = [[] for _ in problems]
+        prompts = [list(p) for p in prompts]
+        texts = list(prompt_texts) if prompt_texts is not None else [""] * len(prompts)
+        rows = [(i, j) for i in range(len(prompts)) for j in range(n)]
+        out: list[list[Rollout]] = [[] for _ in prompts]
         eos = _eos_ids(self.lm)
         for b, start in enumerate(range(0, len(rows), cfg.batch_size)):
             chunk = rows[start : start + cfg.batch_size]
-            batch_prompts = [prompts[i][1] for i, _ in chunk]
+            batch_prompts = [prompts[i] for i, _ in chunk]
             width = max(len(p) for p in batch_prompts)
             pad = tok.pad_token_id
             ids = torch.tensor([[pad] * (width - len(p)) + p for p in batch_prompts])
@@ -112,7 +129,7 @@ class GenerateEngine:
             seqs = self.lm.model.generate(
                 input_ids=ids.to(self.lm.device),
                 attention_mask=mask.to(self.lm.device),
-                max_new_tokens=cfg.max_new_tokens,
+                max_new_tokens=max_new_tokens if max_new_tokens is not None else cfg.max_new_tokens,
                 do_sample=sample,
                 temperature=cfg.temperature if sample else None,
                 top_p=cfg.top_p if sample else None,
@@ -129,11 +146,11 @@ class GenerateEngine:
                 text, offsets = decode_with_offsets(tok, completion)
                 out[i].append(
                     Rollout(
-                        prompt_ids=prompts[i][1],
+                        prompt_ids=prompts[i],
                         completion_ids=completion,
                         completion_text=text,
                         offsets=offsets,
-                        prompt_text=prompts[i][0],
+                        prompt_text=texts[i],
                         logprobs=logprobs[row, :length].tolist(),
                     )
                 )

@@ -1,0 +1,163 @@
+"""``sveb build``: sample rollouts, pick states, sample Monte-Carlo continuations (SPEC §8).
+
+Every problem gets its own seeds, derived from the build seed and the problem id, so a case
+does not depend on which other cases were built before it: a resumed build writes the same
+bytes as an uninterrupted one, and the same seed gives the same file.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import random
+import zlib
+from pathlib import Path
+from typing import Optional, Sequence
+
+from tqdm.auto import tqdm
+
+from .. import __version__, tasks
+from ..errors import InputError
+from ..models import LoadedModel, load
+from ..rewards import verify
+from ..rollout import GenerateEngine, SamplingConfig
+from . import cases
+
+
+@dataclasses.dataclass
+class BuildConfig:
+    """Settings of a case build (SPEC §8 defaults: G = 32 rollouts, M = 20 continuations,
+    one state per problem, difficulty range 0.1-0.8 on the initial rollouts' accuracy)."""
+
+    model: str = "smollm2-135m-instruct"
+    tasks: Sequence[str] = ("builtin:arith",)
+    problems: int = 8
+    rollouts: int = 32
+    continuations: int = 20
+    states_per_problem: int = 1
+    seed: int = 0
+    split: str = "test"
+    lo: Optional[float] = 0.1
+    hi: Optional[float] = 0.8
+    temperature: float = 0.7
+    top_p: float = 1.0
+    max_new_tokens: int = 128
+    batch_size: int = 64
+
+    def sampling(self) -> SamplingConfig:
+        return SamplingConfig(temperature=self.temperature, top_p=self.top_p,
+                              max_new_tokens=self.max_new_tokens, batch_size=self.batch_size)
+
+    def settings(self, revision: str) -> dict:
+        """What a case file records and a resumed build must match (``problems`` may grow)."""
+        out = dataclasses.asdict(self)
+        out.pop("problems")
+        out["tasks"] = list(self.tasks)
+        out["revision"] = revision
+        return out
+
+
+def derive_seed(*parts: object) -> int:
+    """A 31-bit seed from the build seed and names (stable across runs and platforms)."""
+    return zlib.crc32(":".join(str(p) for p in parts).encode()) & 0x7FFFFFFF
+
+
+def build(config: BuildConfig, out: str | Path, *, lm: Optional[LoadedModel] = None, progress: bool = True) -> dict:
+    """Build (or resume) the case file ``out``; returns counts of cases written, skipped and
+    already present (SPEC §8).
+
+    Problems are processed in fixed chunks of ``batch_size // rollouts`` problems whose
+    rollouts (and then whose continuations) are sampled in shared batches, so that decoding
+    steps are amortised. The chunks and their seeds depend only on the problem list, so a
+    resumed build regenerates an unfinished chunk exactly and appends only its missing
+    records.
+    """
+    out = Path(out)
+    problems = [p for spec in config.tasks for p in tasks.load(spec, n=config.problems, seed=config.seed, split=config.split)]
+    existing = cases.read(out, repair=True)
+    lm = lm or load(config.model)
+    settings = config.settings(lm.revision)
+    for number, record in enumerate(existing, start=1):
+        if record["settings"] != settings:
+            changed = sorted(k for k in settings.keys() | record["settings"].keys()
+                             if settings.get(k) != record["settings"].get(k))
+            raise InputError(f"was built with other settings ({', '.join(changed)} differ); "
+                             "use another --out or the same settings", path=str(out), line=number)
+    done = {r["key"] for r in existing}
+    out.parent.mkdir(parents=True, exist_ok=True)
+    engine = GenerateEngine(lm, config.sampling())
+    counts = {"cases": 0, "skipped": 0, "present": len(existing)}
+    per_chunk = max(1, config.batch_size // config.rollouts)
+    chunks = [problems[k : k + per_chunk] for k in range(0, len(problems), per_chunk)]
+    bar = tqdm(total=len(problems), desc="sveb build", unit="problem", disable=not progress)
+    for chunk in chunks:
+        keys = {p["id"]: [f"{p['id']}#s{k}" for k in range(config.states_per_problem)] for p in chunk}
+        if all(p["id"] in done or all(k in done for k in keys[p["id"]]) for p in chunk):
+            bar.update(len(chunk))
+            continue
+        for record in _chunk_records(engine, config, settings, chunk, keys):
+            if record["key"] not in done:
+                cases.append(out, record)
+                counts["skipped" if record["kind"] == "skip" else "cases"] += 1
+        bar.update(len(chunk))
+        bar.set_postfix(cases=counts["cases"] + counts["present"], skipped=counts["skipped"])
+    bar.close()
+    return counts
+
+
+def _chunk_records(engine: GenerateEngine, config: BuildConfig, settings: dict, chunk: list[dict],
+                   keys: dict[str, list[str]]) -> list[dict]:
+    """The records of one chunk of problems, in problem order: G rollouts per problem, a skip
+    record for a problem out of the accuracy range, else one case per state: a position drawn
+    uniformly inside one rollout's completion and M verified continuations from it."""
+    tok = engine.lm.tokenizer
+    first = chunk[0]["id"]
+    groups = engine.generate([p["problem"] for p in chunk], config.rollouts, seed=derive_seed(config.seed, first))
+    states, records = [], []
+    for problem, group in zip(chunk, groups):
+        for r in group:
+            r.reward = verify(problem["verifier"], r.completion_text, problem["answer"])
+        accuracy = sum(r.reward for r in group) / len(group)
+        eligible = [i for i, r in enumerate(group) if len(r.completion_ids) >= 2]
+        in_range = ((config.lo is None or accuracy >= config.lo - 1e-9)
+                    and (config.hi is None or accuracy <= config.hi + 1e-9))
+        if not in_range or not eligible:
+            reason = "accuracy out of range" if not in_range else "no completion of 2+ tokens"
+            records.append({"kind": "skip", "key": problem["id"], "settings": settings,
+                            "accuracy": accuracy, "reason": reason})
+            continue
+        for key in keys[problem["id"]]:
+            rng = random.Random(derive_seed(config.seed, key, "state"))
+            i = rng.choice(eligible)
+            t = rng.randint(1, len(group[i].completion_ids) - 1)
+            states.append((problem, group, accuracy, key, i, t))
+    if not states:
+        return records
+    prefixes = [group[i].prompt_ids + group[i].completion_ids[:t] for _, group, _, _, i, t in states]
+    longest = max(config.max_new_tokens - t for *_, t in states)
+    conts = engine.generate_from_ids(prefixes, config.continuations, seed=derive_seed(config.seed, first, "continue"),
+                                     max_new_tokens=max(1, longest))
+    by_key = {}
+    for (problem, group, accuracy, key, i, t), samples in zip(states, conts):
+        prefix = group[i].completion_ids[:t]
+        budget = max(1, config.max_new_tokens - t)  # the whole completion stays within max_new_tokens
+        rewards = [verify(problem["verifier"], tok.decode(prefix + c.completion_ids[:budget], skip_special_tokens=True),
+                          problem["answer"]) for c in samples]
+        by_key[key] = {
+            "kind": "case",
+            "key": key,
+            "settings": settings,
+            "hista_version": __version__,
+            "problem": problem,
+            "field": problem["field"],
+            "prompt_text": group[i].prompt_text,
+            "prompt_ids": group[i].prompt_ids,
+            "rollouts": [{"completion_ids": r.completion_ids, "completion_text": r.completion_text,
+                          "offsets": [list(o) for o in r.offsets], "reward": r.reward} for r in group],
+            "accuracy": accuracy,
+            "state": {"rollout": i, "t": t},
+            "continuations": rewards,
+            "target": sum(rewards) / len(rewards),
+        }
+    records += list(by_key.values())
+    order = {p["id"]: n for n, p in enumerate(chunk)}
+    return sorted(records, key=lambda r: (order[r["key"].split("#")[0]], r["key"]))

@@ -1,0 +1,304 @@
+"""SVEB metrics (SPEC §8): estimator MAE with bootstrap intervals, Pearson correlation with the
+Monte-Carlo target, and the exact MCS@n noise rows of the paper's Table 4.
+
+Everything here is pure (no I/O) and deterministic. A *record* is one benchmark case as the
+``eval`` step hands it over::
+
+    {"case_id": str, "field": str, "target": float, "group_mean": float,
+     "continuations": [M rewards], "values": {method: value}}
+
+``target`` is the mean of the M continuation rewards (the MCS@M reference value of the state),
+``values`` the state value each estimator predicted for it.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Iterator, Mapping, Sequence
+
+import numpy as np
+
+__all__ = ["mcs_error", "bootstrap_ci", "pearson", "summarise", "MAX_MCS_TERMS"]
+
+#: Largest number of terms ``mcs_error`` will sum for non-binary rewards before refusing.
+MAX_MCS_TERMS = 1_000_000
+
+# Resampling is done in chunks of at most this many drawn indices, to bound memory.
+_BOOT_CHUNK_ELEMENTS = 1 << 20
+
+
+# --------------------------------------------------------------------------------------------
+# MCS@n noise
+# --------------------------------------------------------------------------------------------
+
+
+def mcs_error(rewards: Sequence[float], n: int) -> float:
+    """Exact expected absolute error of MCS@n against the MCS@M reference (SPEC §8).
+
+    Given the M continuation rewards of one state, draw n of them without replacement,
+    uniformly over all C(M, n) subsets, and return ``E | mean(subset) - mean(rewards) |``:
+    the expected value over subsets, not one random draw (the paper's MCS@1/2/3 rows,
+    Table 4).
+
+    * 0/1 rewards with K ones: the number of ones J in the subset is hypergeometric, so
+      ``E = sum_j C(K, j) C(M-K, n-j) / C(M, n) * |j/n - K/M|`` in closed form.
+    * Other rewards: exact enumeration, grouped by distinct value (a multivariate
+      hypergeometric over the counts drawn of each distinct value). This sums at most
+      ``C(M, n)`` terms (far fewer when values repeat); more than ``MAX_MCS_TERMS`` raises
+      ``ValueError``. Every case with M <= 32 and n <= 3 is well inside the limit.
+
+    ``n == M`` gives 0. ``n < 1``, ``n > M`` or a non-finite reward raise ``ValueError``.
+    """
+    values = [float(r) for r in rewards]
+    m = len(values)
+    if isinstance(n, bool) or int(n) != n:
+        raise ValueError(f"n must be an integer, got {n!r}")
+    n = int(n)
+    if n < 1:
+        raise ValueError(f"n must be at least 1, got {n}")
+    if n > m:
+        raise ValueError(f"n={n} is larger than the number of continuation rewards M={m}")
+    if not all(math.isfinite(v) for v in values):
+        raise ValueError("continuation rewards must be finite")
+    if n == m:
+        return 0.0
+
+    # Distinct values and how often each occurs (sorted, so the summation order is fixed).
+    counts: dict[float, int] = {}
+    for v in values:
+        counts[v] = counts.get(v, 0) + 1
+    distinct = sorted(counts)
+    if len(distinct) == 1:
+        return 0.0
+    full_mean = math.fsum(values) / m
+    total = math.comb(m, n)
+
+    if set(distinct) <= {0.0, 1.0}:
+        k = counts.get(1.0, 0)
+        # int / int division stays exact for huge binomials (no float overflow)
+        return math.fsum(
+            (math.comb(k, j) * math.comb(m - k, n - j) / total) * abs(j / n - full_mean)
+            for j in range(max(0, n - (m - k)), min(n, k) + 1)
+        )
+
+    multiplicity = [counts[v] for v in distinct]
+    # Upper bound on the number of count vectors: min(C(M, n), C(n + k - 1, k - 1)).
+    bound = min(total, math.comb(n + len(distinct) - 1, len(distinct) - 1))
+    if bound > MAX_MCS_TERMS:
+        raise ValueError(
+            f"mcs_error: too many subsets to enumerate exactly (M={m}, n={n}, "
+            f"{len(distinct)} distinct reward values; limit {MAX_MCS_TERMS} terms)"
+        )
+    return math.fsum(
+        (weight / total) * abs(math.fsum(c * distinct[i] for i, c in draw) / n - full_mean)
+        for draw, weight in _bounded_compositions(multiplicity, n)
+    )
+
+
+def _bounded_compositions(limits: Sequence[int], n: int) -> Iterator[tuple[tuple[tuple[int, int], ...], int]]:
+    """Every way to draw n items from groups of sizes ``limits``: yields the non-zero counts
+    as ``((group index, count), ...)`` together with the number of subsets that draw stands
+    for, prod C(limits[i], c_i)."""
+    k = len(limits)
+    # room[i]: how many items can still be drawn from groups i..k-1.
+    room = [0] * (k + 1)
+    for i in range(k - 1, -1, -1):
+        room[i] = room[i + 1] + limits[i]
+    # Depth-first with an explicit stack (k can exceed Python's recursion limit); a branch
+    # ends as soon as nothing is left to draw, so each draw costs O(k) at most.
+    stack: list[tuple[int, int, tuple[tuple[int, int], ...], int]] = [(0, n, (), 1)]
+    while stack:
+        i, left, drawn, weight = stack.pop()
+        if left == 0:
+            yield drawn, weight
+            continue
+        if i == k or room[i] < left:
+            continue
+        stack.append((i + 1, left, drawn, weight))  # none from group i
+        for c in range(1, min(left, limits[i]) + 1):
+            stack.append((i + 1, left - c, drawn + ((i, c),), weight * math.comb(limits[i], c)))
+
+
+# --------------------------------------------------------------------------------------------
+# Bootstrap and correlation
+# --------------------------------------------------------------------------------------------
+
+
+def bootstrap_ci(
+    errors: Sequence[float], n_boot: int = 2000, seed: int = 0, level: float = 0.95
+) -> tuple[float, float]:
+    """Percentile bootstrap interval of the mean of ``errors`` (SPEC §8: "MAE with a bootstrap
+    95% interval").
+
+    Draws ``n_boot`` resamples of the cases with replacement from ``numpy.random.default_rng(seed)``
+    and returns the ``(1 - level) / 2`` and ``(1 + level) / 2`` quantiles of their means:
+    the same inputs and seed always give the same interval. NaN entries are ignored; no
+    entries left gives ``(nan, nan)``; one entry, or all entries equal, gives ``(x, x)``.
+    """
+    if not 0.0 < level < 1.0:
+        raise ValueError(f"level must be in (0, 1), got {level}")
+    if n_boot < 1:
+        raise ValueError(f"n_boot must be at least 1, got {n_boot}")
+    x = np.asarray([float(e) for e in errors], dtype=np.float64)
+    x = x[~np.isnan(x)]
+    if x.size == 0:
+        return (math.nan, math.nan)
+    if x.size == 1 or np.all(x == x[0]):
+        return (float(x[0]), float(x[0]))
+    rng = np.random.default_rng(seed)
+    means = np.empty(n_boot, dtype=np.float64)
+    rows = max(1, _BOOT_CHUNK_ELEMENTS // x.size)
+    for start in range(0, n_boot, rows):
+        stop = min(n_boot, start + rows)
+        idx = rng.integers(0, x.size, size=(stop - start, x.size))
+        means[start:stop] = x[idx].mean(axis=1)
+    alpha = (1.0 - level) / 2.0
+    lo, hi = np.quantile(means, [alpha, 1.0 - alpha])
+    return (float(lo), float(hi))
+
+
+def pearson(x: Sequence[float], y: Sequence[float]) -> float:
+    """Pearson correlation of ``x`` and ``y`` (SPEC §8: correlation with the target).
+
+    Pairs where either side is NaN/inf are dropped. Returns NaN, without raising or warning,
+    when fewer than 2 pairs remain or either side is constant. Sequences of different
+    lengths are a programming error and raise ``ValueError``.
+    """
+    a = np.asarray(x, dtype=np.float64).reshape(-1)
+    b = np.asarray(y, dtype=np.float64).reshape(-1)
+    if a.shape != b.shape:
+        raise ValueError(f"pearson: x and y differ in length ({a.size} vs {b.size})")
+    keep = np.isfinite(a) & np.isfinite(b)
+    a, b = a[keep], b[keep]
+    if a.size < 2 or np.all(a == a[0]) or np.all(b == b[0]):
+        return math.nan
+    with np.errstate(all="ignore"):
+        da, db = a - a.mean(), b - b.mean()
+        denom = math.sqrt(float(np.dot(da, da)) * float(np.dot(db, db)))
+        if not denom > 0.0 or not math.isfinite(denom):
+            return math.nan
+        r = float(np.dot(da, db)) / denom
+    return max(-1.0, min(1.0, r))
+
+
+# --------------------------------------------------------------------------------------------
+# Summary table
+# --------------------------------------------------------------------------------------------
+
+
+def _value(record: Mapping[str, Any], method: str) -> float:
+    """The method's value for a case, or NaN when missing, None, non-numeric or non-finite."""
+    values = record.get("values") or {}
+    v = values.get(method) if isinstance(values, Mapping) else None
+    if v is None or isinstance(v, bool):
+        return math.nan
+    try:
+        v = float(v)
+    except (TypeError, ValueError):
+        return math.nan
+    return v if math.isfinite(v) else math.nan
+
+
+def _cell(errors: list[float], xs: list[float] | None, ys: list[float] | None, skipped: int,
+          n_boot: int, seed: int) -> dict[str, Any]:
+    lo, hi = bootstrap_ci(errors, n_boot=n_boot, seed=seed)
+    return {
+        "mae": math.fsum(errors) / len(errors) if errors else math.nan,
+        "lo": lo,
+        "hi": hi,
+        "pearson": pearson(xs, ys) if xs is not None else math.nan,
+        "n": len(errors),
+        "skipped": skipped,
+    }
+
+
+def summarise(
+    records: Sequence[dict],
+    methods: Sequence[str],
+    mcs: Sequence[int] = (1, 2, 3),
+    n_boot: int = 2000,
+    seed: int = 0,
+) -> dict:
+    """Per-field SVEB results (SPEC §8; the paper's Table 4 and Tables 1-2).
+
+    Returns::
+
+        {"fields": [sorted field names..., "all"],
+         "rows": {row: {field: {"mae", "lo", "hi", "pearson", "n", "skipped"}}},
+         "methods": [...], "mcs_rows": ["MCS@1", ...], "counts": {field: cases},
+         "grpo_mae": {field: mae}   # only when "grpo" is among the methods
+         "level": 0.95, "n_boot": n_boot, "seed": seed}
+
+    Rows, in order: each method (``mae`` = mean |value - target| over the cases, ``lo``/``hi``
+    its 95% percentile bootstrap interval over cases, ``pearson`` = r(value, target)), then
+    ``MCS@n`` for each n in ``mcs`` (``mae`` = mean over cases of ``mcs_error(continuations,
+    n)``, the exact expected error of averaging n of the M continuations; ``pearson`` NaN).
+    A case whose value for a method is missing, None or NaN is left out of that method's
+    cell and counted in ``skipped``; so is a case with fewer than n continuations for
+    ``MCS@n``. ``n`` is the number of cases used. Cells with no cases have NaN statistics.
+    """
+    methods = list(methods)
+    if len(set(methods)) != len(methods):
+        raise ValueError(f"duplicate method names in {methods}")
+    mcs = [int(k) for k in mcs]
+    mcs_rows = [f"MCS@{k}" for k in mcs]
+    clash = set(methods) & set(mcs_rows)
+    if clash:
+        raise ValueError(f"method names clash with MCS rows: {sorted(clash)}")
+
+    by_field: dict[str, list[dict]] = {}
+    for i, rec in enumerate(records):
+        if "field" not in rec or "target" not in rec:
+            who = rec.get("case_id", f"#{i}")
+            raise ValueError(f"record {who}: needs 'field' and 'target'")
+        field = str(rec["field"])
+        if field == "all":
+            raise ValueError("'all' is reserved for the pooled column and cannot be a field name")
+        by_field.setdefault(field, []).append(rec)
+    fields = sorted(by_field) + ["all"]
+    by_field["all"] = list(records)
+
+    rows: dict[str, dict[str, dict[str, Any]]] = {}
+    for method in methods:
+        rows[method] = {}
+        for field in fields:
+            errors: list[float] = []
+            xs: list[float] = []
+            ys: list[float] = []
+            skipped = 0
+            for rec in by_field[field]:
+                v, t = _value(rec, method), float(rec["target"])
+                if math.isnan(v) or not math.isfinite(t):
+                    skipped += 1
+                    continue
+                errors.append(abs(v - t))
+                xs.append(v)
+                ys.append(t)
+            rows[method][field] = _cell(errors, xs, ys, skipped, n_boot, seed)
+
+    for k, row in zip(mcs, mcs_rows):
+        # The per-case error does not depend on the field: compute it once per case.
+        per_case: list[float] = []
+        for rec in records:
+            conts = rec.get("continuations") or []
+            per_case.append(mcs_error(conts, k) if len(conts) >= k else math.nan)
+        error_of = {id(rec): e for rec, e in zip(records, per_case)}
+        rows[row] = {}
+        for field in fields:
+            errs = [error_of[id(rec)] for rec in by_field[field]]
+            kept = [e for e in errs if not math.isnan(e)]
+            rows[row][field] = _cell(kept, None, None, len(errs) - len(kept), n_boot, seed)
+
+    summary: dict[str, Any] = {
+        "fields": fields,
+        "rows": rows,
+        "methods": methods,
+        "mcs_rows": mcs_rows,
+        "counts": {field: len(by_field[field]) for field in fields},
+        "level": 0.95,
+        "n_boot": n_boot,
+        "seed": seed,
+    }
+    if "grpo" in rows:
+        summary["grpo_mae"] = {field: rows["grpo"][field]["mae"] for field in fields}
+    return summary

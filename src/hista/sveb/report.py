@@ -1,0 +1,364 @@
+"""SVEB report (SPEC §8 ``report``): a markdown table laid out like the paper's Table 4, a JSON
+file, and two plots (MAE bars with intervals; histograms of each estimator's difference from
+the group mean, as the paper's Figure 2).
+
+Input is the dict returned by :func:`hista.sveb.metrics.summarise` and, for the difference
+plot, the per-case records it was computed from. Every file is written atomically (temporary
+file beside the target, then ``os.replace``), so a reader never sees a half-written report.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import tempfile
+from pathlib import Path
+from typing import Any, Callable, Mapping, Sequence
+
+__all__ = ["markdown_table", "plot_mae", "plot_differences", "write_report"]
+
+
+# --------------------------------------------------------------------------------------------
+# helpers
+# --------------------------------------------------------------------------------------------
+
+
+def _row_names(summary: Mapping[str, Any]) -> list[str]:
+    rows = summary["rows"]
+    mcs_rows = summary.get("mcs_rows") or [r for r in rows if r.startswith("MCS@")]
+    methods = summary.get("methods") or [r for r in rows if r not in mcs_rows]
+    return [r for r in methods if r in rows] + [r for r in mcs_rows if r in rows]
+
+
+def _is_mcs(summary: Mapping[str, Any], row: str) -> bool:
+    mcs_rows = summary.get("mcs_rows")
+    return row in mcs_rows if mcs_rows is not None else row.startswith("MCS@")
+
+
+def _label(labels: Mapping[str, str] | None, key: str) -> str:
+    return (labels or {}).get(key, key)
+
+
+def _field_label(labels: Mapping[str, str] | None, field: str) -> str:
+    if labels and field in labels:
+        return labels[field]
+    return field[:1].upper() + field[1:]
+
+
+def _finite(x: Any) -> bool:
+    return isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x)
+
+
+def _fmt(x: Any) -> str:
+    return f"{x:.3f}" if _finite(x) else "n/a"
+
+
+def _cell_text(cell: Mapping[str, Any] | None) -> str:
+    if not cell or not _finite(cell.get("mae")):
+        return "–"
+    return f"{_fmt(cell['mae'])} [{_fmt(cell.get('lo'))}, {_fmt(cell.get('hi'))}]"
+
+
+def _jsonable(obj: Any) -> Any:
+    """NaN/inf become null (strict JSON); paths become strings; tuples become lists."""
+    if isinstance(obj, float):
+        return obj if math.isfinite(obj) else None
+    if isinstance(obj, Mapping):
+        return {str(k): _jsonable(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [_jsonable(v) for v in obj]
+    if isinstance(obj, Path):
+        return str(obj)
+    if hasattr(obj, "item") and callable(obj.item):  # numpy / torch scalars
+        return _jsonable(obj.item())
+    return obj
+
+
+def _write_atomic(path: Path, write: Callable[[Any], None], mode: str = "w") -> Path:
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=path.name + ".", suffix=".tmp", dir=path.parent)
+    try:
+        kwargs = {"encoding": "utf-8"} if "b" not in mode else {}
+        with os.fdopen(fd, mode, **kwargs) as fh:
+            write(fh)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return path
+
+
+def _save_figure(fig: Any, path: Path) -> Path:
+    return _write_atomic(Path(path), lambda fh: fig.savefig(fh, format="png", dpi=120), mode="wb")
+
+
+def _new_figure(width: float, height: float) -> Any:
+    # The object-oriented API with the Agg canvas: no pyplot global state, no GUI backend.
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    fig = Figure(figsize=(width, height))
+    FigureCanvasAgg(fig)
+    return fig
+
+
+# --------------------------------------------------------------------------------------------
+# table
+# --------------------------------------------------------------------------------------------
+
+
+def markdown_table(summary: dict, labels: dict[str, str] | None = None) -> str:
+    """The SVEB MAE table in the layout of the paper's Table 4 (SPEC §8 ``report``).
+
+    Rows: the estimators in ``summary["methods"]`` order, then the MCS@n noise rows; columns:
+    the fields, then "all". Each cell is ``MAE [lo, hi]`` (95% bootstrap interval); the lowest
+    estimator MAE of each column is in bold (ties at the printed precision all bold; MCS rows
+    never compete). ``labels`` maps row keys (and optionally field names) to display names.
+    The first line is a caption with the number of cases per field.
+    """
+    fields = list(summary["fields"])
+    rows = summary["rows"]
+    names = _row_names(summary)
+    counts = summary.get("counts", {})
+
+    best: dict[str, str] = {}
+    for field in fields:
+        shown = [
+            _fmt(rows[r][field]["mae"])
+            for r in names
+            if not _is_mcs(summary, r) and field in rows[r] and _finite(rows[r][field].get("mae"))
+        ]
+        if shown:
+            best[field] = min(shown, key=float)
+
+    level = summary.get("level", 0.95)
+    count_text = ", ".join(
+        f"{_field_label(labels, f)} {counts[f]}" for f in fields if f in counts
+    )
+    caption = (
+        f"Table: SVEB mean absolute error against the Monte-Carlo reference value (lower is "
+        f"better), {level:.0%} bootstrap interval in brackets; best estimator per column in "
+        f"bold. Cases: {count_text}."
+    )
+    header = "| Estimator | " + " | ".join(f"{_field_label(labels, f)} ↓" for f in fields) + " |"
+    rule = "| --- | " + " | ".join("---" for _ in fields) + " |"
+    lines = [caption, "", header, rule]
+    for r in names:
+        cells = []
+        for field in fields:
+            cell = rows[r].get(field)
+            text = _cell_text(cell)
+            if (
+                not _is_mcs(summary, r)
+                and cell is not None
+                and _finite(cell.get("mae"))
+                and _fmt(cell["mae"]) == best.get(field)
+            ):
+                text = f"**{text}**"
+            cells.append(text)
+        lines.append(f"| {_label(labels, r)} | " + " | ".join(cells) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def _pearson_table(summary: Mapping[str, Any], labels: Mapping[str, str] | None) -> str:
+    fields = list(summary["fields"])
+    rows = summary["rows"]
+    names = [r for r in _row_names(summary) if not _is_mcs(summary, r)]
+    header = "| Estimator | " + " | ".join(_field_label(labels, f) for f in fields) + " |"
+    rule = "| --- | " + " | ".join("---" for _ in fields) + " |"
+    lines = [header, rule]
+    for r in names:
+        vals = [_fmt(rows[r].get(f, {}).get("pearson")) for f in fields]
+        lines.append(f"| {_label(labels, r)} | " + " | ".join(vals) + " |")
+    return "\n".join(lines) + "\n"
+
+
+# --------------------------------------------------------------------------------------------
+# plots
+# --------------------------------------------------------------------------------------------
+
+
+def plot_mae(summary: dict, path: str | os.PathLike, labels: dict[str, str] | None = None) -> Path:
+    """PNG bar chart of the MAE table (SPEC §8 ``report``): one group of bars per field (then
+    "all"), one bar per row (estimators, then the hatched MCS@n rows), error bars from the
+    bootstrap interval. Cells without cases are left empty. Returns the path written."""
+    import numpy as np
+
+    fields = list(summary["fields"])
+    rows = summary["rows"]
+    names = _row_names(summary)
+    width = 0.8 / max(1, len(names))
+    fig = _new_figure(min(18.0, max(6.0, 0.25 * len(fields) * max(1, len(names)) + 3.5)), 4.2)
+    ax = fig.add_subplot(1, 1, 1)
+    greys = ["0.88", "0.72", "0.56", "0.40"]
+    hatches = ["//", "\\\\", "xx", ".."]
+    n_mcs = 0
+    x = np.arange(len(fields), dtype=float)
+    for k, r in enumerate(names):
+        maes, err_lo, err_hi = [], [], []
+        for field in fields:
+            cell = rows[r].get(field) or {}
+            mae = cell.get("mae")
+            if _finite(mae):
+                lo = cell.get("lo") if _finite(cell.get("lo")) else mae
+                hi = cell.get("hi") if _finite(cell.get("hi")) else mae
+                maes.append(mae)
+                err_lo.append(max(0.0, mae - lo))
+                err_hi.append(max(0.0, hi - mae))
+            else:
+                maes.append(np.nan)
+                err_lo.append(0.0)
+                err_hi.append(0.0)
+        mcs = _is_mcs(summary, r)
+        style = {"edgecolor": "none"}  # estimators: the default colour cycle
+        if mcs:
+            style = {"color": greys[n_mcs % len(greys)], "hatch": hatches[n_mcs % len(hatches)],
+                     "edgecolor": "0.3"}
+            n_mcs += 1
+        ax.bar(
+            x - 0.4 + width * (k + 0.5),
+            np.nan_to_num(np.asarray(maes, dtype=float), nan=0.0),
+            width,
+            yerr=np.array([err_lo, err_hi]),
+            capsize=2,
+            label=_label(labels, r),
+            linewidth=0.6,
+            **style,
+            error_kw={"elinewidth": 0.8, "ecolor": "0.2"},
+        )
+    ax.set_xticks(x)
+    ax.set_xticklabels([_field_label(labels, f) for f in fields])
+    ax.set_ylabel("MAE vs. MCS reference (lower is better)")
+    ax.set_title("SVEB: state-value error by field")
+    ax.set_ylim(bottom=0.0)
+    ax.grid(axis="y", alpha=0.3)
+    ax.set_axisbelow(True)
+    if names:
+        ax.legend(fontsize="small", loc="upper left", bbox_to_anchor=(1.0, 1.0), frameon=False)
+    fig.tight_layout()
+    return _save_figure(fig, Path(path))
+
+
+def plot_differences(
+    records: Sequence[dict],
+    methods: Sequence[str],
+    path: str | os.PathLike,
+    labels: dict[str, str] | None = None,
+) -> Path:
+    """PNG with one histogram panel per estimator of ``value - group_mean`` over the cases
+    (the paper's Figure 2: how far an estimator moves away from the GRPO group-mean
+    baseline). All panels share one x range and binning; a vertical line marks 0. Cases with
+    a missing value or group mean are left out of that panel. Returns the path written."""
+    import numpy as np
+    from matplotlib.ticker import MaxNLocator
+
+    methods = list(methods)
+    diffs: dict[str, np.ndarray] = {}
+    for m in methods:
+        d = []
+        for rec in records:
+            v = (rec.get("values") or {}).get(m)
+            g = rec.get("group_mean")
+            if _finite(v) and _finite(g):
+                d.append(float(v) - float(g))
+        diffs[m] = np.asarray(d, dtype=float)
+
+    extent = max((float(np.abs(d).max()) for d in diffs.values() if d.size), default=0.0)
+    extent = max(extent * 1.05, 0.05)
+    bins = np.linspace(-extent, extent, 42)  # 41 bins: 0 is the centre of the middle one
+
+    n = max(1, len(methods))
+    ncols = min(3, n)
+    nrows = math.ceil(n / ncols)
+    fig = _new_figure(3.6 * ncols, 2.8 * nrows + 0.4)
+    axes = [fig.add_subplot(nrows, ncols, i + 1) for i in range(n)]
+    for ax, m in zip(axes, methods):
+        d = diffs[m]
+        if d.size:
+            ax.hist(d, bins=bins, color="C0", alpha=0.85)
+            ax.text(0.02, 0.95, f"n={d.size}\nmean={d.mean():+.3f}\nstd={d.std():.3f}",
+                    transform=ax.transAxes, va="top", ha="left", fontsize="x-small")
+        else:
+            ax.text(0.5, 0.5, "no values", transform=ax.transAxes, ha="center", va="center")
+        ax.axvline(0.0, color="C3", linewidth=1.0)
+        ax.set_xlim(-extent, extent)
+        ax.xaxis.set_major_locator(MaxNLocator(nbins=5, symmetric=True))
+        ax.set_title(_label(labels, m), fontsize="medium")
+        ax.set_xlabel("value − group mean", fontsize="small")
+        ax.set_ylabel("cases", fontsize="small")
+    if not methods:
+        axes[0].text(0.5, 0.5, "no estimators", transform=axes[0].transAxes, ha="center")
+    fig.suptitle("Difference from the group-mean (GRPO) baseline")
+    fig.tight_layout()
+    return _save_figure(fig, Path(path))
+
+
+# --------------------------------------------------------------------------------------------
+# everything
+# --------------------------------------------------------------------------------------------
+
+
+_HOW_TO_READ = (
+    "Each case is a state sampled from a real rollout; its reference value (the target) is "
+    "the mean reward of the M Monte-Carlo continuations sampled from that state. Estimator "
+    "rows give the mean absolute error (MAE) of each estimator's state value against that "
+    "target, with a {level} percentile bootstrap interval over cases in brackets; the best "
+    "estimator of each column is in bold. The MCS@n rows are not estimators: they give the "
+    "exact expected error of averaging only n of the M continuations, i.e. what n extra "
+    "rollouts from the state itself would achieve (a noise yardstick, as in the paper's "
+    "Table 4). The Pearson correlation of each estimator with the target is listed below, "
+    "and all numbers are in `report.json`."
+)
+
+
+def write_report(
+    summary: dict,
+    records: Sequence[dict],
+    methods: Sequence[str],
+    out_dir: str | os.PathLike,
+    labels: dict[str, str] | None = None,
+) -> dict[str, Path]:
+    """Write the SVEB report into ``out_dir`` (SPEC §8 ``report``): ``report.md`` (title, the
+    Table-4 style MAE table, how to read it, Pearson table, links to the plots),
+    ``report.json`` (``{"summary": ..., "labels": ...}``, NaN written as null), ``mae.png``
+    and ``differences.png``. Each file is written atomically. Returns
+    ``{"markdown", "json", "mae_plot", "differences_plot"}`` -> path."""
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    labels = dict(labels or {})
+    paths = {
+        "markdown": out / "report.md",
+        "json": out / "report.json",
+        "mae_plot": out / "mae.png",
+        "differences_plot": out / "differences.png",
+    }
+    plot_mae(summary, paths["mae_plot"], labels=labels)
+    plot_differences(records, methods, paths["differences_plot"], labels=labels)
+
+    payload = {"summary": _jsonable(summary), "labels": labels}
+    _write_atomic(paths["json"], lambda fh: fh.write(
+        json.dumps(payload, indent=2, sort_keys=False, ensure_ascii=False, allow_nan=False) + "\n"))
+
+    level = summary.get("level", 0.95)
+    md = "\n".join([
+        "# SVEB report",
+        "",
+        markdown_table(summary, labels),
+        _HOW_TO_READ.format(level=f"{level:.0%}"),
+        "",
+        "## Pearson correlation with the target",
+        "",
+        _pearson_table(summary, labels),
+        "## Plots",
+        "",
+        f"![MAE by field with {level:.0%} intervals]({paths['mae_plot'].name})",
+        "",
+        f"![Difference of each estimator from the group mean]({paths['differences_plot'].name})",
+        "",
+    ])
+    _write_atomic(paths["markdown"], lambda fh: fh.write(md))
+    return paths
