@@ -117,7 +117,7 @@ def _filter_tasks(args: argparse.Namespace) -> int:
 
 SVEB_PRESETS = {
     # <= 15 minutes on 2 CPU cores with the embedded model
-    "quick": dict(tasks=("builtin:arith?steps=1", "builtin:choice"), problems=16, rollouts=16,
+    "quick": dict(tasks=("builtin:arith?steps=1", "builtin:choice"), problems=12, rollouts=16,
                   continuations=12, max_new_tokens=96, batch_size=64),
     # the paper's settings: G 32, M 20, accuracy filter 0.1-0.8
     "default": dict(tasks=("builtin:arith", "builtin:choice"), problems=100, rollouts=32,

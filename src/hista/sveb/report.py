@@ -9,12 +9,12 @@ file beside the target, then ``os.replace``), so a reader never sees a half-writ
 
 from __future__ import annotations
 
-import json
 import math
 import os
-import tempfile
 from pathlib import Path
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any, Mapping, Sequence
+
+from ..jsonio import write_atomic, write_json_atomic
 
 __all__ = ["markdown_table", "plot_mae", "plot_differences", "write_report"]
 
@@ -60,40 +60,8 @@ def _cell_text(cell: Mapping[str, Any] | None) -> str:
     return f"{_fmt(cell['mae'])} [{_fmt(cell.get('lo'))}, {_fmt(cell.get('hi'))}]"
 
 
-def _jsonable(obj: Any) -> Any:
-    """NaN/inf become null (strict JSON); paths become strings; tuples become lists."""
-    if isinstance(obj, float):
-        return obj if math.isfinite(obj) else None
-    if isinstance(obj, Mapping):
-        return {str(k): _jsonable(v) for k, v in obj.items()}
-    if isinstance(obj, (list, tuple)):
-        return [_jsonable(v) for v in obj]
-    if isinstance(obj, Path):
-        return str(obj)
-    if hasattr(obj, "item") and callable(obj.item):  # numpy / torch scalars
-        return _jsonable(obj.item())
-    return obj
-
-
-def _write_atomic(path: Path, write: Callable[[Any], None], mode: str = "w") -> Path:
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=path.name + ".", suffix=".tmp", dir=path.parent)
-    try:
-        kwargs = {"encoding": "utf-8"} if "b" not in mode else {}
-        with os.fdopen(fd, mode, **kwargs) as fh:
-            write(fh)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    return path
-
-
 def _save_figure(fig: Any, path: Path) -> Path:
-    return _write_atomic(Path(path), lambda fh: fig.savefig(fh, format="png", dpi=120), mode="wb")
+    return write_atomic(path, lambda fh: fig.savefig(fh, format="png", dpi=120), mode="wb")
 
 
 def _new_figure(width: float, height: float) -> Any:
@@ -339,9 +307,7 @@ def write_report(
     plot_mae(summary, paths["mae_plot"], labels=labels)
     plot_differences(records, methods, paths["differences_plot"], labels=labels)
 
-    payload = {"summary": _jsonable(summary), "labels": labels}
-    _write_atomic(paths["json"], lambda fh: fh.write(
-        json.dumps(payload, indent=2, sort_keys=False, ensure_ascii=False, allow_nan=False) + "\n"))
+    write_json_atomic(paths["json"], {"summary": summary, "labels": labels}, indent=2)
 
     level = summary.get("level", 0.95)
     md = "\n".join([
@@ -360,5 +326,5 @@ def write_report(
         f"![Difference of each estimator from the group mean]({paths['differences_plot'].name})",
         "",
     ])
-    _write_atomic(paths["markdown"], lambda fh: fh.write(md))
+    write_atomic(paths["markdown"], lambda fh: fh.write(md))
     return paths
