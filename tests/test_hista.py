@@ -3,6 +3,7 @@ with the reference implementation (golden file), devices."""
 
 from __future__ import annotations
 
+import json
 import math
 from pathlib import Path
 
@@ -15,7 +16,7 @@ from hista.estimators import get
 from hista.estimators.hista import Hista, default_nodes, reference_nodes
 from hista.types import Rollout, RolloutGroup, State
 
-GOLDEN = Path(__file__).parent / "data" / "hista_reference_golden.pt"
+GOLDEN = Path(__file__).parent / "data" / "hista_reference_golden.json"
 STD_EPS = 1e-4
 
 
@@ -315,12 +316,22 @@ def test_reference_last_token_gets_zero():
     assert any(bool((a[:-1] != 0).any()) for a in adv)
 
 
-@pytest.mark.skipif(not GOLDEN.exists(), reason="golden file missing")
+def _tensors(obj):
+    """Golden JSON -> Python objects, with ``{"tensor": [...], "dtype": ...}`` as tensors."""
+    if isinstance(obj, dict) and set(obj) == {"tensor", "dtype"}:
+        return torch.tensor(obj["tensor"], dtype=getattr(torch, obj["dtype"]))
+    if isinstance(obj, dict):
+        return {k: _tensors(v) for k, v in obj.items()}
+    if isinstance(obj, list):
+        return [_tensors(v) for v in obj]
+    return obj
+
+
 def test_reference_profile_matches_reference_implementation():
-    """tests/data/hista_reference_golden.pt: seeded random groups and the outputs of the
+    """tests/data/hista_reference_golden.json: seeded random groups and the outputs of the
     reference implementation (github.com/VOXXXX1874/Hista @ 56d9e7f: HistaTrainer's advantages
     with its group scaling, and its SVEB state-value rule) on them."""
-    golden = torch.load(GOLDEN, weights_only=True)
+    golden = _tensors(json.loads(GOLDEN.read_text()))
     assert len(golden["cases"]) >= 5
     for case in golden["cases"]:
         group = group_of(case["hidden"], case["rewards"], case["prompt_len"])
