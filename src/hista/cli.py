@@ -169,10 +169,9 @@ def cmd_sveb(args: argparse.Namespace) -> int:
         if args.action == "eval":
             print(report.markdown_table(results["summary"], results["labels"]))
             return 0
-    results_path = args.results
-    results = json.loads(Path(results_path).read_text()) if args.action == "report" else results
-    out_dir = Path(args.out) if args.action == "report" else Path(args.out)
-    paths = report.write_report(results["summary"], results["cases"], list(results["methods"]), out_dir,
+    if args.action == "report":
+        results = json.loads(Path(args.results).read_text())
+    paths = report.write_report(results["summary"], results["cases"], list(results["methods"]), Path(args.out),
                                 labels=results["labels"])
     print(report.markdown_table(results["summary"], results["labels"]))
     print("sveb report: " + ", ".join(str(p) for p in paths.values()))
