@@ -143,6 +143,9 @@ def cmd_sveb(args: argparse.Namespace) -> int:
     from .sveb.build import build
     from .sveb.eval import evaluate
 
+    needed = {"eval": "cases", "report": "results"}.get(args.action)
+    if needed and not getattr(args, needed):
+        raise InputError(f"sveb {args.action} needs --{needed}", field=needed)
     if args.action == "run":
         preset = dict(SVEB_PRESETS[args.preset])
         for key, value in preset.items():
