@@ -181,6 +181,28 @@ def cmd_sveb(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_train(args: argparse.Namespace) -> int:
+    from .train import load_recipe, train
+
+    recipe = load_recipe(args.recipe, args.overrides)
+    layout = recipe.batch_layout()
+    est, loss = recipe.estimator_config(), recipe.loss
+    print(f"recipe {args.recipe}: {recipe.model} on {', '.join(recipe.task_specs)}; estimator {est['name']}, "
+          f"loss {loss.get('name')}; {layout['prompts_per_generation']} prompts x {layout['num_generations']} "
+          f"rollouts per generation batch", flush=True)
+    if recipe.accelerate_config:
+        print(f"launch on {recipe.world_size} processes: accelerate launch --config_file {recipe.accelerate_config} "
+              f"-m hista.cli train {args.recipe}")
+    if args.dry_run:
+        print("dry run: the recipe is valid; nothing was trained")
+        return 0
+    result = train(recipe)
+    resumed = f" (resumed from {result['resumed_from']})" if result["resumed_from"] else ""
+    print(f"trained {result['global_step']} steps{resumed}\n  checkpoints: {result['output_dir']}\n"
+          f"  final model: {result['final_model']}\n  metrics:     {result['metrics']}")
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser of every ``hista`` command."""
     from . import __version__
@@ -225,6 +247,17 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--eval-model", default=None, help="eval: refuse unless the cases were built with this model")
     _add_sampling_options(p)
     p.set_defaults(func=cmd_sveb, max_new_tokens=None, batch_size=None)
+
+    p = sub.add_parser("train", help="train a policy from a YAML recipe (estimator x loss on TRL's GRPOTrainer)",
+                       description="Train with TRL's GRPOTrainer, advantages from a hista estimator and a hista "
+                                   "policy loss (SPEC §9). Overrides use dotted keys with YAML values, e.g. "
+                                   "advantage_estimator.name=hista loss.name=strace trl.max_steps=10 resume=true. "
+                                   "Multi-GPU: accelerate launch --config_file configs/accelerate/zero2.yaml "
+                                   "-m hista.cli train RECIPE.yaml")
+    p.add_argument("recipe", help="recipe YAML, e.g. recipes/cpu-smoke.yaml")
+    p.add_argument("overrides", nargs="*", metavar="KEY=VALUE", help="recipe overrides (dotted keys)")
+    p.add_argument("--dry-run", action="store_true", help="validate the recipe and print its batch layout only")
+    p.set_defaults(func=cmd_train)
 
     p = sub.add_parser("models", help="list model aliases or prepare the embedded model",
                        description="List model aliases, or convert the embedded GGUF model to the cache once.")

@@ -16,7 +16,7 @@ class InputError(ValueError):
         line: Optional[int] = None,
         field: Optional[str] = None,
     ) -> None:
-        self.path, self.line, self.field = path, line, field
+        self.path, self.line, self.field, self.message = path, line, field, message
         where = ""
         if path is not None:
             where = f"{path}:{line}: " if line is not None else f"{path}: "

@@ -20,7 +20,7 @@ from hista.tasks import jsonl as _jsonl
 from hista.tasks._common import check_count, check_seed
 from hista.tasks.filter import filter_by_accuracy
 
-__all__ = ["load", "list_builtin", "preview", "filter_by_accuracy", "PREFIXES", "BUILTINS"]
+__all__ = ["load", "check_spec", "list_builtin", "preview", "filter_by_accuracy", "PREFIXES", "BUILTINS"]
 
 #: Built-in generators by name; each module has NAME, DESCRIPTION, KNOBS and load().
 BUILTINS = {arith.NAME: arith, choice.NAME: choice}
@@ -67,6 +67,27 @@ def load(spec: str, n: Optional[int] = None, seed: int = 0, split: str = "test")
     if spec.split("?")[0] in BUILTINS:
         hint = f" (did you mean builtin:{spec}?)"
     raise InputError(f"unknown task source {spec!r}{hint}; {_known_sources()}", field="spec")
+
+
+def check_spec(spec: str) -> None:
+    """Check a source spec without downloading anything (SPEC §7): built-ins generate one
+    problem, ``jsonl:`` files must exist, ``hf:`` names must parse and be a supported
+    dataset or an ``owner/name`` id. Raises InputError."""
+    if not isinstance(spec, str) or not spec.strip():
+        raise InputError(f"empty task spec; {_known_sources()}", field="spec")
+    prefix, _, rest = spec.strip().partition(":")
+    if prefix.lower() == "hf":
+        name, _, _ = _hf.parse_spec(rest.strip())
+        if name.lower() not in _hf._BY_NAME and "/" not in name:
+            raise InputError(f"unknown dataset {name!r} in {spec!r}: not a supported name nor an owner/name "
+                             f"id; supported: {'; '.join(_hf.supported())}", field="spec")
+    elif prefix.lower() == "jsonl":
+        from pathlib import Path
+
+        if not Path(rest.strip()).is_file():
+            raise InputError(f"{spec!r}: no such file {rest.strip()!r}", field="spec")
+    else:
+        load(spec, n=1)
 
 
 def list_builtin() -> dict[str, str]:

@@ -47,6 +47,16 @@ _DAPO_PREFIX = ("Solve the following math problem step by step. The last line of
 _DAPO_SUFFIX = 'Remember to put your answer on its own line after "Answer:".'
 
 
+def _math(row: dict) -> Optional[tuple[str, str, str, dict]]:
+    from hista.rewards.math import last_boxed
+
+    answer = last_boxed(str(row.get("solution", "")))
+    if not row.get("problem") or not answer:
+        return None
+    meta = {k: row[k] for k in ("level", "solution") if k in row}
+    return str(row["problem"]), answer, str(row.get("type") or "math"), meta
+
+
 def _dapo(row: dict) -> Optional[tuple[str, str, str, dict]]:
     prompt = row.get("prompt")
     if isinstance(prompt, list):
@@ -103,6 +113,9 @@ DATASETS = [
     HFDataset("openai/gsm8k", "gsm8k", ("gsm8k",), "main", ("train", "test"), _gsm8k),
     HFDataset("HuggingFaceH4/MATH-500", "math500", ("math500", "math-500"), None, ("test",),
               _math500),
+    # Hendrycks MATH (7.5k train / 5k test); the answer is the last \boxed{} of the solution.
+    HFDataset("DigitalLearningGmbH/MATH-lighteval", "math", ("math", "hendrycks-math"), "default",
+              ("train", "test"), _math),
     # The hub copy repeats each of its ~17k problems many times: keep the first of each.
     HFDataset("BytedTsinghua-SIA/DAPO-Math-17k", "dapo-math", ("dapo-math", "dapo"), None,
               ("train",), _dapo, dedupe=True),

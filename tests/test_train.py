@@ -1,0 +1,298 @@
+"""Training (SPEC §9): recipes and their validation, hidden-state capture from TRL's log-prob
+pass, the TRL subclass against plain TRL, end-to-end runs on the tiny model, resume."""
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+import yaml
+
+from hista.cli import main
+from hista.errors import InputError
+from hista.train import load_recipe
+
+ROOT = Path(__file__).resolve().parents[1]
+SMOKE = ROOT / "recipes" / "cpu-smoke.yaml"
+GPU_RECIPES = sorted(p for p in (ROOT / "recipes" / "gpu").glob("*/*.yaml") if p.name != "base.yaml")
+
+
+# ---- recipes ----------------------------------------------------------------------------
+
+def test_smoke_recipe_loads_with_overrides():
+    r = load_recipe(SMOKE, ["advantage_estimator.name=hista", "loss.name=strace", "loss.lam=0.5", "trl.max_steps=2"])
+    assert r.model == "smollm2-135m-instruct"
+    assert r.estimator_config()["name"] == "hista" and r.loss == {"name": "strace", "lam": 0.5}
+    assert r.trl["max_steps"] == 2
+    assert r.batch_layout() == {"rollouts_per_optimizer_step": 16, "generation_batch": 16,
+                                "prompts_per_generation": 2, "num_generations": 8}
+
+
+def test_dr_grpo_defaults_to_unscaled_advantages():
+    assert load_recipe(SMOKE, ["loss.name=dr_grpo"]).estimator_config()["scale"] == "none"
+    assert load_recipe(SMOKE).estimator_config()["scale"] == "group"
+
+
+@pytest.mark.parametrize("overrides, field, needle", [
+    (["bogus=1"], "bogus", "unknown key"),
+    (["loss.name=nope"], "loss", "unknown loss"),
+    (["loss.eps_hi=0.3"], "loss", "eps_hi"),
+    (["advantage_estimator.alpha_typo=1"], "advantage_estimator", "alpha_typo"),
+    (["advantage_estimator.name=critic9"], "advantage_estimator", "critic9"),
+    (["trl.epsilon=0.3"], "trl.epsilon", "loss.eps_low"),
+    (["trl.not_a_field=1"], "trl.not_a_field", "GRPOConfig"),
+    (["trl.num_generations=6"], "trl.num_generations", "multiple of num_generations"),
+    (["tasks=builtin:nope"], "tasks", "nope"),
+    (["world_size=0"], "world_size", "positive"),
+])
+def test_bad_recipes_name_the_field(overrides, field, needle):
+    with pytest.raises(InputError) as err:
+        load_recipe(SMOKE, overrides)
+    assert err.value.field == field and needle in str(err.value) and str(SMOKE) in str(err.value)
+
+
+def test_recipe_errors_carry_the_line(tmp_path):
+    path = tmp_path / "r.yaml"
+    path.write_text("model: tiny\ntasks: builtin:arith\nloss:\n  name: dapo\n  cap: 3\n")
+    with pytest.raises(InputError) as err:
+        load_recipe(path)
+    assert f"{path}:3:" in str(err.value) and "cap" in str(err.value)
+    path.write_text("model: tiny\ntasks: [builtin:arith\n")
+    with pytest.raises(InputError, match="not valid YAML"):
+        load_recipe(path)
+    path.write_text("base: r.yaml\nmodel: tiny\n")
+    with pytest.raises(InputError, match="includes itself"):
+        load_recipe(path)
+
+
+def test_cli_dry_run_and_bad_recipe_exit_codes(capsys):
+    assert main(["train", str(SMOKE), "--dry-run"]) == 0
+    assert "2 prompts x 8 rollouts" in capsys.readouterr().out
+    assert main(["train", str(SMOKE), "loss.name=nope", "--dry-run"]) == 2
+    assert "unknown loss" in capsys.readouterr().err
+
+
+def _paper_expectations(recipe):
+    family = recipe.source.split("/")[-2]
+    return {
+        "qwen2.5-1.5b-math": ("Qwen/Qwen2.5-1.5B", ["hf:math@train"], 32, 4),
+        "qwen2.5-1.5b-instruct-hybrid": ("Qwen/Qwen2.5-1.5B-Instruct", None, 16, 4),
+        "qwen3-1.7b-dapo-math": ("Qwen/Qwen3-1.7B-Base", ["hf:dapo-math"], 16, 8),
+    }[family]
+
+
+@pytest.mark.parametrize("path", GPU_RECIPES, ids=lambda p: f"{p.parent.name}/{p.name}")
+def test_gpu_recipe_validates_without_a_gpu(path, monkeypatch):
+    monkeypatch.chdir(ROOT)  # accelerate_config paths are relative to the repository root
+    r = load_recipe(path.relative_to(ROOT))
+    model, specs, g, world = _paper_expectations(r)
+    assert r.model == model and r.world_size == world
+    if specs is not None:
+        assert r.task_specs == specs
+    t = r.trl
+    assert (t["learning_rate"], t["lr_scheduler_type"], t["temperature"]) == (1e-6, "constant", 0.7)
+    assert t["max_completion_length"] == 4096 and t["bf16"] and t["activation_checkpointing"]
+    assert t["use_vllm"] and t["vllm_mode"] == "colocate" and r.loss.get("beta", 0.0) == 0.0
+    layout = r.batch_layout()
+    assert layout["num_generations"] == g
+    # 4 optimiser steps per generation batch, whole groups everywhere
+    assert layout["generation_batch"] == 4 * layout["rollouts_per_optimizer_step"]
+    assert layout["rollouts_per_optimizer_step"] % g == 0
+    launch = yaml.safe_load((ROOT / r.accelerate_config).read_text())
+    assert launch["num_processes"] * 1 == r.world_size and launch["distributed_type"] == "DEEPSPEED"
+    loss = r.loss
+    if loss["name"] == "dapo":
+        assert (loss.get("eps_low", 0.2), loss["eps_high"]) == (0.2, 0.28)
+    elif loss["name"] == "cispo":
+        assert loss["cap"] == 5.0
+    elif loss["name"] in ("strace", "ptrace", "grpo_lambda"):
+        assert loss["lam"] == 0.9 and loss.get("top_entropy_fraction", 0.2) == 0.2
+    assert r.estimator_config()["name"] in ("grpo", "numca", "hista")
+
+
+def test_every_paper_combination_has_a_recipe():
+    names = {f"{p.parent.name}/{p.stem}" for p in GPU_RECIPES}
+    for family in ("qwen2.5-1.5b-math", "qwen2.5-1.5b-instruct-hybrid"):
+        for loss in ("dapo", "cispo"):
+            for est in ("grpo", "numca", "hista"):
+                assert f"{family}/{loss}-{est}" in names
+    for loss in ("strace", "ptrace", "grpo-lambda"):
+        assert f"qwen3-1.7b-dapo-math/{loss}" in names
+    for config in ("zero2", "zero3", "zero3-2nodes"):
+        cfg = yaml.safe_load((ROOT / "configs" / "accelerate" / f"{config}.yaml").read_text())
+        assert cfg["deepspeed_config"]["zero_stage"] == int(config[4])
+
+
+# ---- hidden states from TRL's log-prob pass -----------------------------------------------
+
+def test_capture_matches_a_plain_forward():
+    from trl.trainer.utils import add_fused_lm_head
+
+    from hista.models.capture import capture_logprob_pass
+    from hista.models.loading import build_tiny
+
+    lm = build_tiny()
+    plain = lm.model
+    ids = torch.randint(0, 500, (3, 12))
+    attn = torch.ones_like(ids)
+    with torch.no_grad():
+        ref = plain(input_ids=ids, attention_mask=attn, output_hidden_states=True)
+    add_fused_lm_head(plain, outputs=("log_probs", "entropy"))
+    labels = ids.clone()
+    labels[:, :5] = -100
+    with capture_logprob_pass(plain) as record, torch.no_grad():
+        out = plain(input_ids=ids, attention_mask=attn, labels=labels, fused_lm_head=True)
+        plain.generate(ids[:, :4], max_new_tokens=3, do_sample=False, pad_token_id=0)  # not recorded
+    with capture_logprob_pass(plain) as grad_record:
+        plain(input_ids=ids, attention_mask=attn, labels=labels, fused_lm_head=True)  # grad pass: not recorded
+    hidden, entropy = record.rows(3)
+    assert len(record.hidden) == 1 and not grad_record.hidden
+    torch.testing.assert_close(hidden, ref.hidden_states[-1], atol=1e-5, rtol=1e-5)
+    logp = torch.log_softmax(ref.logits[:, :-1].float(), -1)
+    want = -(logp.exp() * logp).sum(-1)[:, -7:]
+    torch.testing.assert_close(entropy[:, -7:], want, atol=1e-4, rtol=1e-4)
+    torch.testing.assert_close(out.log_probs[:, -7:], logp.gather(-1, ids[:, 1:, None])[..., 0][:, -7:],
+                               atol=1e-5, rtol=1e-5)
+
+
+# ---- the trainer against TRL, end to end on the tiny model --------------------------------
+
+def _parity_reward(completions, **_):
+    return [float(len(c[-1]["content"]) % 2) for c in completions]
+
+
+def _dataset(n=8):
+    from datasets import Dataset
+
+    return Dataset.from_list([{"prompt": [{"role": "user", "content": f"What is {i} + {i}?"}]} for i in range(n)])
+
+
+def _config(tmp_path, name, **kw):
+    from trl import GRPOConfig
+
+    base = dict(output_dir=str(tmp_path / name), per_device_train_batch_size=8, num_generations=4,
+                max_completion_length=8, max_steps=1, learning_rate=1e-3, report_to="none", seed=3,
+                logging_steps=1, save_strategy="no", activation_checkpointing=False, disable_tqdm=True, bf16=False,
+                loss_type="dapo", epsilon=0.2, epsilon_high=0.28, beta=0.0)
+    return GRPOConfig(**{**base, **kw})
+
+
+def test_grpo_estimator_with_dapo_loss_trains_exactly_like_trl(tmp_path):
+    """Same seed, same completions: hista's grpo advantages + dapo loss move the weights
+    exactly as TRL's own GRPOTrainer with loss_type='dapo'."""
+    from trl import GRPOTrainer
+
+    from hista.models.loading import build_tiny
+    from hista.train.trainer import HistaGRPOTrainer
+
+    models = []
+    for cls, extra in ((GRPOTrainer, {}),
+                       (HistaGRPOTrainer, {"advantage_estimator": {"name": "grpo"}, "loss": {"name": "dapo"}})):
+        lm = build_tiny()
+        trainer = cls(model=lm.model, reward_funcs=[_parity_reward], args=_config(tmp_path, cls.__name__),
+                      train_dataset=_dataset(), processing_class=lm.tokenizer, **extra)
+        before = {k: v.clone() for k, v in trainer.model.state_dict().items()}
+        trainer.train()
+        models.append((before, trainer.model.state_dict(), trainer))
+    (b0, a0, t0), (b1, a1, t1) = models
+    log0, log1 = t0.state.log_history[0], t1.state.log_history[0]
+    assert log1["reward_std"] > 0 and log1["advantages/abs_max"] > 0  # a real signal, not zero advantages
+    assert log1["grad_norm"] == pytest.approx(log0["grad_norm"], rel=1e-5)
+    moved = max((a0[k] - b0[k]).abs().max().item() for k in a0)
+    assert moved > 1e-4
+    for k in a0:
+        torch.testing.assert_close(a1[k], a0[k], atol=1e-6, rtol=1e-5)
+
+
+def test_hista_uses_trls_old_logprob_pass_when_it_runs(tmp_path, monkeypatch):
+    """With 2 steps per generation TRL computes old log-probs itself: Hista's hidden states
+    come from that pass and no extra forward is made."""
+    from hista.models.loading import build_tiny
+    from hista.train.trainer import HistaGRPOTrainer
+
+    def no_extra_pass(self, out):
+        raise AssertionError("an extra log-prob pass was run although TRL ran one")
+
+    monkeypatch.setattr(HistaGRPOTrainer, "_old_logprob_pass", no_extra_pass)
+    lm = build_tiny()
+    trainer = HistaGRPOTrainer(
+        model=lm.model, reward_funcs=[_parity_reward], train_dataset=_dataset(), processing_class=lm.tokenizer,
+        args=_config(tmp_path, "h", per_device_train_batch_size=4, steps_per_generation=2, max_steps=2),
+        advantage_estimator={"name": "hista"}, loss={"name": "strace"},
+    )
+    trainer.train()
+    logs = [row for row in trainer.state.log_history if "loss" in row]
+    assert len(logs) == 2 and logs[0]["advantages/abs_max"] > 0  # one generation batch feeds both steps
+    assert all(0.0 < row["loss/kept_frac"] <= 1.0 for row in logs)
+    assert logs[1]["loss/ratio_max"] > 1.0  # the second step is off-policy against TRL's old log-probs
+
+
+def test_unsupported_trl_flags_are_refused(tmp_path):
+    from hista.models.loading import build_tiny
+    from hista.train.trainer import HistaGRPOTrainer
+
+    lm = build_tiny()
+    with pytest.raises(ValueError, match="top_entropy_quantile"):
+        HistaGRPOTrainer(model=lm.model, reward_funcs=[_parity_reward], train_dataset=_dataset(),
+                         processing_class=lm.tokenizer, args=_config(tmp_path, "u", top_entropy_quantile=0.2),
+                         advantage_estimator={"name": "grpo"}, loss={"name": "dapo"})
+
+
+@pytest.mark.parametrize("estimator, loss", [("grpo", "dapo"), ("numca", "dapo"), ("hista", "strace"),
+                                             ("hista", "gspo"), ("grpo", "dr_grpo")])
+def test_train_two_steps_on_tiny(tmp_path, capsys, estimator, loss):
+    out = tmp_path / "run"
+    code = main(["train", str(SMOKE), "model=tiny", f"output_dir={out}", f"advantage_estimator.name={estimator}",
+                 f"loss.name={loss}", "trl.max_steps=2", "trl.max_completion_length=12", "trl.save_steps=2"])
+    assert code == 0
+    text = capsys.readouterr().out
+    assert "trained 2 steps" in text and str(out / "metrics.jsonl") in text
+    rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in rows] == [1, 2]
+    for key in ("reward", "reward_std", "advantages/mean", "advantages/std", "advantages/abs_max",
+                "loss/clip_frac_low", "loss/clip_frac_high", "entropy", "completions/mean_length",
+                "estimator/seconds"):
+        assert key in rows[0], key
+    assert "estimator/time_frac" in rows[1]
+    assert all(torch.isfinite(torch.tensor(r["loss"])) for r in rows)
+    assert (out / "checkpoint-2").is_dir() and (out / "final" / "config.json").is_file()
+    saved = yaml.safe_load((out / "recipe.yaml").read_text())
+    assert saved["loss"]["name"] == loss and "trl" in saved["versions"]
+
+
+def test_training_resumes_from_its_checkpoint(tmp_path, capsys):
+    out = tmp_path / "run"
+    args = ["train", str(SMOKE), "model=tiny", f"output_dir={out}", "trl.max_completion_length=8",
+            "trl.save_steps=1"]
+    assert main(args + ["trl.max_steps=2"]) == 0
+    capsys.readouterr()
+    assert main(args + ["trl.max_steps=3", "resume=true"]) == 0
+    text = capsys.readouterr().out
+    assert "trained 3 steps (resumed from" in text and "checkpoint-2" in text
+    steps = [json.loads(line)["step"] for line in (out / "metrics.jsonl").read_text().splitlines()]
+    assert steps == [1, 2, 3]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("estimator, loss", [("grpo", "dapo"), ("numca", "dapo"), ("hista", "dapo"),
+                                             ("hista", "strace")])
+def test_cpu_smoke_recipe_on_the_embedded_model(tmp_path, capsys, estimator, loss):
+    out = tmp_path / "run"
+    assert main(["train", str(SMOKE), f"output_dir={out}", f"advantage_estimator.name={estimator}",
+                 f"loss.name={loss}"]) == 0
+    rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    assert len(rows) == 5
+
+
+def test_reward_curves_from_metrics_files(tmp_path):
+    from hista.train.curves import moving_average, plot_reward_curves, read_metrics, summarise
+
+    path = tmp_path / "metrics.jsonl"
+    rows = [{"step": s, "reward": r} for s, r in [(1, 0.0), (2, 1.0), (2, 0.5), (3, 1.0)]]  # step 2 resumed
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    got = read_metrics(path)
+    assert [r["reward"] for r in got] == [0.0, 0.5, 1.0]
+    assert moving_average(torch.tensor([1.0, 3.0, 5.0]).numpy(), 2).tolist() == [1.0, 2.0, 4.0]
+    assert summarise(got, last=2) == {"steps": 3, "mean": 0.5, "first2": 0.25, "last2": 0.75}
+    png = plot_reward_curves({"a": path, "b": path}, tmp_path / "c.png", window=2)
+    assert png.read_bytes()[:4] == b"\x89PNG"
