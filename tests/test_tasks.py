@@ -472,3 +472,25 @@ def test_filter_by_accuracy():
     with pytest.raises(InputError):
         tasks.filter_by_accuracy(probs, acc[:5] + [float("nan")])
     assert tasks.filter_by_accuracy([], []) == []
+
+
+def test_math_mapping_takes_the_last_boxed_answer():
+    from hista.tasks.hf import _math
+
+    row = {"problem": "Half of 1?", "solution": "First \\boxed{2}, no: \\boxed{\\frac{1}{2}}.", "type": "Algebra"}
+    assert _math(row)[:3] == ("Half of 1?", "\\frac{1}{2}", "Algebra")
+    assert _math({"problem": "x", "solution": "no box"}) is None
+
+
+@pytest.mark.parametrize("spec, ok", [("builtin:arith?steps=1", True), ("hf:math@train", True),
+                                      ("hf:TIGER-Lab/WebInstruct-verified", True), ("hf:nosuch", False),
+                                      ("builtin:nope", False), ("jsonl:/no/such/file.jsonl", False)])
+def test_check_spec_needs_no_download(spec, ok):
+    from hista.errors import InputError
+    from hista.tasks import check_spec
+
+    if ok:
+        check_spec(spec)
+    else:
+        with pytest.raises(InputError):
+            check_spec(spec)
