@@ -201,6 +201,7 @@ def load_recipe(path: Union[str, Path], overrides: Optional[list[str]] = None) -
 
 def validate(data: dict, *, source: str = "<recipe>", lines: Optional[dict[str, int]] = None) -> Recipe:
     """Build a Recipe from a mapping and check every field (SPEC §9)."""
+    import trl
     from trl import GRPOConfig
 
     from .. import estimators, tasks
@@ -246,8 +247,7 @@ def validate(data: dict, *, source: str = "<recipe>", lines: Optional[dict[str, 
         if key in OWNED:
             raise fail(f"trl.{key}", f"set by the recipe; use {OWNED[key]}")
         if key not in known:
-            raise fail(f"trl.{key}", "not a GRPOConfig field (TRL "
-                       f"{__import__('trl').__version__})")
+            raise fail(f"trl.{key}", f"not a GRPOConfig field (TRL {trl.__version__})")
     if not isinstance(recipe.world_size, int) or recipe.world_size < 1:
         raise fail("world_size", "must be a positive integer")
     if recipe.accelerate_config and Path(recipe.accelerate_config).is_file():

@@ -19,7 +19,7 @@ import torch
 from trl import GRPOTrainer
 
 from .. import estimators
-from ..losses import policy_loss
+from ..losses import check_config, policy_loss
 from ..models.capture import capture_logprob_pass
 from ..rollout.offsets import decode_with_offsets
 from ..types import Rollout, RolloutGroup
@@ -49,6 +49,7 @@ class HistaGRPOTrainer(GRPOTrainer):
         loss_cfg = dict(loss)
         self.loss_name = loss_cfg.pop("name", "dapo")
         self.loss_cfg = loss_cfg
+        self.aggregation = check_config(self.loss_name, loss_cfg)["aggregation"]
         super().__init__(*args, **kwargs)
         for key, (neutral, why) in UNSUPPORTED.items():
             if getattr(self.args, key, neutral) != neutral:
@@ -171,7 +172,7 @@ class HistaGRPOTrainer(GRPOTrainer):
         )
         mode = "train" if self.model.training else "eval"
         accumulation = self.current_gradient_accumulation_steps if mode == "train" else 1
-        if self._aggregation() == "token-mean":
+        if self.aggregation == "token-mean":
             # Same normaliser as TRL's DAPO/CISPO: the tokens of the whole accumulation window.
             normaliser = inputs["num_items_in_batch"].clamp(min=1.0) / self.accelerator.num_processes
             if mode == "train":
@@ -185,8 +186,3 @@ class HistaGRPOTrainer(GRPOTrainer):
         if valid.any():
             self._metrics[mode]["entropy"].append(entropies[valid].mean().item())
         return loss
-
-    def _aggregation(self) -> str:
-        from ..losses import default_config
-
-        return self.loss_cfg.get("aggregation") or default_config(self.loss_name)["aggregation"]
