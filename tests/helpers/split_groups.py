@@ -47,3 +47,6 @@ trainer = HistaGRPOTrainer(model=lm.model, reward_funcs=[reward], args=args, tra
                            loss={"name": "dapo"})
 trainer.train()
 torch.save(saved, f"{out_dir}/rank{saved['rank']}.pt")
+# Shut the gloo group down before the interpreter exits; otherwise a rank can abort in teardown.
+trainer.accelerator.wait_for_everyone()
+torch.distributed.destroy_process_group()
