@@ -271,6 +271,9 @@ def test_training_resumes_from_its_checkpoint(tmp_path, capsys):
     assert "trained 3 steps (resumed from" in text and "checkpoint-2" in text
     steps = [json.loads(line)["step"] for line in (out / "metrics.jsonl").read_text().splitlines()]
     assert steps == [1, 2, 3]
+    assert main(args + ["trl.max_steps=1"]) == 0  # a fresh run in the same folder starts its own log
+    steps = [json.loads(line)["step"] for line in (out / "metrics.jsonl").read_text().splitlines()]
+    assert steps == [1]
 
 
 @pytest.mark.slow

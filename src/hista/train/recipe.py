@@ -103,7 +103,7 @@ class Recipe:
         return {"rollouts_per_optimizer_step": per_step, "generation_batch": gen, "prompts_per_generation": gen // g,
                 "num_generations": g}
 
-    def grpo_config(self, **extra: Any):
+    def grpo_config(self):
         """The TRL GRPOConfig of this recipe (SPEC §9)."""
         from trl import GRPOConfig
 
@@ -112,7 +112,7 @@ class Recipe:
         loss = {**default_config(self.loss["name"]), **self.loss}
         kwargs = {"output_dir": self.output_dir, "seed": self.seed, "beta": float(loss.get("beta", 0.0)),
                   "logging_steps": 1, "report_to": "none", "save_strategy": "steps", "save_steps": 50,
-                  "disable_tqdm": False, **self.trl, **extra}
+                  "disable_tqdm": False, **self.trl}
         # TRL reads these to size its own buffers and warnings; the loss itself is hista's.
         kwargs["loss_type"] = "dapo" if loss.get("aggregation") == "token-mean" else "grpo"
         kwargs["epsilon"] = float(loss.get("eps_low", 0.2))

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import time
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any
 
 import yaml
 from transformers import TrainerCallback
@@ -66,33 +66,34 @@ class MetricsLog(TrainerCallback):
         print(f"step {state.global_step}/{state.max_steps}: " + ", ".join(parts), flush=True)
 
 
-def train(recipe: Recipe, *, max_steps: Optional[int] = None) -> dict:
+def train(recipe: Recipe) -> dict:
     """Train with the recipe's estimator and loss; resume from the last checkpoint in
     ``output_dir`` when ``recipe.resume`` is true. Returns where outputs went and the final
     metrics (SPEC §9)."""
+    import trl
     from transformers.trainer_utils import get_last_checkpoint
 
     from .trainer import HistaGRPOTrainer
 
     out = Path(recipe.output_dir)
     out.mkdir(parents=True, exist_ok=True)
-    extra = {} if max_steps is None else {"max_steps": max_steps}
-    config = recipe.grpo_config(**extra)
+    metrics = out / "metrics.jsonl"
+    checkpoint = get_last_checkpoint(str(out)) if recipe.resume else None
+    if recipe.resume and checkpoint is None:
+        print(f"resume: no checkpoint in {out}, starting from step 0", flush=True)
+    if checkpoint is None:
+        metrics.unlink(missing_ok=True)  # a fresh run must not mix its steps with an earlier run's
+    config = recipe.grpo_config()
     dataset = build_dataset(recipe)
     model, tokenizer = _model(recipe)
-    import trl
-
     (out / "recipe.yaml").write_text(yaml.safe_dump(
         {**recipe.to_dict(), "versions": {"trl": trl.__version__}}, sort_keys=False))
     trainer = HistaGRPOTrainer(
         model=model, reward_funcs=[correct], args=config, train_dataset=dataset, processing_class=tokenizer,
-        advantage_estimator=recipe.estimator_config(), loss=recipe.loss, callbacks=[MetricsLog(out / "metrics.jsonl")],
+        advantage_estimator=recipe.estimator_config(), loss=recipe.loss, callbacks=[MetricsLog(metrics)],
     )
-    checkpoint = get_last_checkpoint(str(out)) if recipe.resume and out.exists() else None
-    if recipe.resume and checkpoint is None:
-        print(f"resume: no checkpoint in {out}, starting from step 0", flush=True)
     result = trainer.train(resume_from_checkpoint=checkpoint)
     trainer.save_model(str(out / "final"))
-    return {"output_dir": str(out), "final_model": str(out / "final"), "metrics": str(out / "metrics.jsonl"),
+    return {"output_dir": str(out), "final_model": str(out / "final"), "metrics": str(metrics),
             "resumed_from": checkpoint, "global_step": trainer.state.global_step,
             "train_runtime": result.metrics.get("train_runtime")}
