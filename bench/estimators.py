@@ -35,7 +35,7 @@ def make_group(G: int, T: int, H: int, seed: int = 0, device: str = "cpu") -> Ro
     prompt_ids = list(range(1, PROMPT + 1))
     prompt_h = torch.randn(PROMPT, H, generator=g)
     rollouts = []
-    for i in range(G):
+    for _ in range(G):
         steps = torch.randn(T, H, generator=g) * 0.3
         hidden = torch.cat([prompt_h, prompt_h[-1] + steps.cumsum(0)]).to(device)
         words = [str(int(torch.randint(0, 100, (1,), generator=g))) if k % 25 == 24 else "w" for k in range(T)]
@@ -129,15 +129,16 @@ def main() -> None:
     stride = hista.config.stride
     print(f"device {args.device}, torch threads {torch.get_num_threads()}, best of {args.repeat}; "
           f"time in s, peak extra memory in MiB")
-    head = f"{'G':>3s} {'T':>5s} {'H':>5s} | {'hista':>8s} {'MiB':>6s} | {'numca':>7s} {'MiB':>5s} | {'grpo':>7s} | {'floor':>7s} {'hista/floor':>11s}"
+    head = (f"{'G':>3s} {'T':>5s} {'H':>5s} | {'hista':>8s} {'MiB':>6s} | {'numca':>7s} {'MiB':>5s} | {'grpo':>7s} | "
+            f"{'floor':>7s} {'hista/floor':>11s}")
     print(head)
     times: dict[int, list[tuple[int, float]]] = {}
     for G, T, H in cells:
         group = make_group(G, T, H, device=args.device)
-        t_h, m_h = timed(lambda: hista.token_advantages(group), args.device, args.repeat)
-        t_n, m_n = timed(lambda: numca.token_advantages(group), args.device, args.repeat)
-        t_g, _ = timed(lambda: grpo.token_advantages(group), args.device, args.repeat)
-        t_f, _ = timed(lambda: floor(group, stride), args.device, args.repeat)
+        t_h, m_h = timed(lambda g=group: hista.token_advantages(g), args.device, args.repeat)
+        t_n, m_n = timed(lambda g=group: numca.token_advantages(g), args.device, args.repeat)
+        t_g, _ = timed(lambda g=group: grpo.token_advantages(g), args.device, args.repeat)
+        t_f, _ = timed(lambda g=group: floor(g, stride), args.device, args.repeat)
         line = (f"{G:3d} {T:5d} {H:5d} | {t_h:8.3f} {m_h / 2**20:6.0f} | {t_n:7.3f} {m_n / 2**20:5.0f} | "
                 f"{t_g:7.4f} | {t_f:7.3f} {t_h / t_f:10.2f}x")
         print(line, flush=True)

@@ -7,7 +7,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from hista.estimators import get, names, segment_gae
+from hista.estimators import get, names, profiles, segment_gae
 from hista.types import Rollout, RolloutGroup, State
 
 
@@ -84,7 +84,8 @@ def test_monte_carlo_values_and_advantages():
     mc = get("mc")
     v = mc.state_values(g, [State(0, 2, continuations=[1, 0, 0, 1]), State(1, 1, continuations=[0, 0, 1])])
     torch.testing.assert_close(v, torch.tensor([0.5, 1 / 3]))
-    torch.testing.assert_close(get("mc", num=1).state_values(g, [State(0, 2, continuations=[1, 0])]), torch.tensor([1.0]))
+    one = get("mc", num=1).state_values(g, [State(0, 2, continuations=[1, 0])])
+    torch.testing.assert_close(one, torch.tensor([1.0]))
     with pytest.raises(ValueError, match="no continuation"):
         mc.state_values(g, [State(0, 2)])
     # advantages: rollout 0 has an MC value 0.25 at t=2; V(0) = group mean 0.5, V(T) = 1
@@ -107,3 +108,12 @@ def test_registry_errors_and_config_json():
         est.token_advantages(_group([1.0, 0.0], [1, 1]), gae_lambda=1.5)
     with pytest.raises(ValueError):
         est.token_advantages(_group([1.0, 0.0], [1, 1]), scale="weird")
+
+
+@pytest.mark.parametrize("name", ["grpo", "mc"])
+def test_unknown_profile_names_the_estimators_with_profiles(name):
+    with pytest.raises(ValueError, match=f"estimator '{name}' has no profile 'reference'") as error:
+        get(name, profile="reference")
+    assert "hista (default, reference)" in str(error.value) and "numca (default, reference)" in str(error.value)
+    assert profiles(name) == ["default"] and profiles("hista") == profiles("numca") == ["default", "reference"]
+    assert "hista-reference" not in names() and get("numca", profile="reference").profile == "reference"

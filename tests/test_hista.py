@@ -1,10 +1,11 @@
-"""Hista (SPEC §4.3): a hand-computed group, invariants, state-value / GAE consistency, parity
-with the reference implementation (golden file), devices."""
+"""Hista (SPEC §4.3): a hand-computed group, invariants, state-value / GAE consistency, the
+naive oracle, parity with the reference implementation (golden file), devices."""
 
 from __future__ import annotations
 
 import json
 import math
+import random
 from pathlib import Path
 
 import pytest
@@ -12,8 +13,11 @@ import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from hista.estimators import get
-from hista.estimators.hista import Hista, default_nodes, reference_nodes
+from hista.estimators import get, min_distance
+from hista.estimators.hista import Hista, default_nodes
+from hista.estimators.hista_naive import knn_value, represent, state_value
+from hista.estimators.hista_naive import min_distance as naive_min_distance
+from hista.estimators.hista_reference import HistaReference, reference_nodes
 from hista.types import Rollout, RolloutGroup, State
 
 GOLDEN = Path(__file__).parent / "data" / "hista_reference_golden.json"
@@ -297,7 +301,121 @@ def test_external_prefix_state():
         get("hista", profile="reference").state_values(group, [State(prefix=prefix)])
 
 
+# --- 5. the fast kernels and the estimator against the naive oracle (hista_naive) ------------
+
+
+def random_prefixes(gen: torch.Generator, count: int, shared: int, width: int) -> list[torch.Tensor]:
+    """Sequences of compressed vectors with a common (bit-identical) start, some empty."""
+    start = torch.randn(shared, width, generator=gen)
+    return [torch.cat([start, torch.randn(int(n), width, generator=gen)])[: int(n) + shared] if n >= 0
+            else torch.zeros(0, width) for n in torch.randint(-1, 8, (count,), generator=gen)]
+
+
+@pytest.mark.parametrize("block", [None, 8])
+@pytest.mark.parametrize("normalise", [True, False])
+@pytest.mark.parametrize("seed", range(4))
+def test_distance_kernels_match_the_naive_oracle(seed, normalise, block, monkeypatch):
+    if block is not None:  # tiny blocks: every rollout pair in its own chunk
+        monkeypatch.setattr(min_distance, "BLOCK_ELEMENTS", block)
+    gen = torch.Generator().manual_seed(seed)
+    vectors = random_prefixes(gen, 4, shared=3, width=3)
+    counts = [int(e.shape[0]) for e in vectors]
+    node_vectors = [sorted({0, n, *torch.randint(0, n + 1, (3,), generator=gen).tolist()}) for n in counts]
+    stacked = torch.zeros(len(vectors), max(counts), 3)
+    for i, e in enumerate(vectors):
+        stacked[i, : counts[i]] = e
+    prefixes = [e[:n].tolist() for e, nodes in zip(vectors, node_vectors) for n in nodes]
+    table = min_distance.node_distances(stacked, counts, node_vectors, normalise)
+    want = torch.tensor([[naive_min_distance(a, b, normalise) for b in prefixes] for a in prefixes])
+    assert torch.allclose(table, want, atol=1e-5, rtol=1e-5)
+    query = torch.cat([vectors[1][:2], torch.randn(6, 3, generator=gen)])
+    query_vectors = [0, 1, 3, 8]
+    dist = min_distance.query_distances(query, query_vectors, stacked, counts, node_vectors, normalise)
+    want = torch.tensor([[naive_min_distance(query[:n].tolist(), b, normalise) for b in prefixes]
+                         for n in query_vectors])
+    assert torch.allclose(dist, want, atol=1e-5, rtol=1e-5)
+
+
+def test_naive_knn_shares_tied_places():
+    # k = 2: the nearest (d 1, reward 1) and one place shared by two tied at d 2 (rewards 0 and 1)
+    assert knn_value([1.0, 2.0, 2.0, 9.0], [1.0, 0.0, 1.0, 0.0], 2, 0.5, 1.0, 0.5) == pytest.approx(
+        (1 + 0.25) / (1 + 0.5))
+    assert knn_value([math.inf, math.nan], [1.0, 0.0], 2, 0.5, 1.0, 0.25) == 0.25
+
+
+ORACLE_FLAGS = [{}, dict(include_self=False), dict(include_prompt=False), dict(normalise=False)]
+
+
+def oracle_case(seed: int, flags: dict) -> tuple[RolloutGroup, dict]:
+    """A small random group (even seeds: one shared prompt and a duplicated rollout, so that
+    distances tie) and a small random configuration."""
+    rng, gen = random.Random(seed), torch.Generator().manual_seed(seed)
+    prompt_len, width = rng.randint(1, 4), rng.randint(1, 3)
+    prompt = torch.randn(prompt_len, width, generator=gen)
+    hidden = []
+    for _ in range(rng.randint(2, 6)):
+        own = prompt if seed % 2 == 0 else torch.randn(prompt_len, width, generator=gen)
+        hidden.append(torch.cat([own, torch.randn(rng.randint(0, 16), width, generator=gen).cumsum(0)]))
+    if seed % 2 == 0:
+        hidden.append(hidden[0].clone())
+    rewards = [rng.choice([0.0, 1.0, 0.25]) for _ in hidden]
+    max_k = rng.randint(1, 12)
+    config = dict(alpha=rng.choice([0.0, 0.5, 0.7]), stride=rng.randint(1, 3), interval=rng.randint(1, 6),
+                  min_distance=rng.choice([0.05, 0.5, 5.0]), max_k=max_k, min_k=rng.randint(1, max_k),
+                  power=rng.choice([1.0, 2.0]), **flags)
+    return group_of(hidden, rewards, prompt_len), config
+
+
+def naive_values(group: RolloutGroup, cfg) -> tuple[dict[tuple[int, int], float], float]:
+    """V at every state (rollout i, c) by the oracle (V(0) = mean, V(T) = R_i), and V of rollout
+    0 as an external prefix whose k follows the last rollout's length."""
+    def rep(r: Rollout, c: int) -> list:
+        return represent(r.hidden.tolist(), len(r.prompt_ids), c, cfg.alpha, cfg.stride, cfg.include_prompt)
+
+    mean = float(group.rewards.mean())
+    nodes = [(i, c, rep(r, c), r.reward) for i, r in enumerate(group.rollouts)
+             for c in default_nodes(len(r.completion_ids), cfg.interval)]
+    values = {}
+    for i, r in enumerate(group.rollouts):
+        length = len(r.completion_ids)
+        for c in range(length + 1):
+            values[i, c] = (r.reward if c == length else mean if c == 0
+                            else state_value(rep(r, c), i, c, length, nodes, cfg, mean))
+    c, length = len(group.rollouts[0].completion_ids), len(group.rollouts[-1].completion_ids)
+    external = state_value(rep(group.rollouts[0], c), None, min(c, length), length, nodes, cfg, mean)
+    return values, external
+
+
+@pytest.mark.parametrize("flags", ORACLE_FLAGS, ids=["plain", "no_self", "no_prompt", "no_normalise"])
+@pytest.mark.parametrize("seed", range(8))
+def test_default_profile_matches_the_naive_oracle(seed, flags):
+    group, config = oracle_case(seed, flags)
+    est = get("hista", **config)
+    want, want_external = naive_values(group, est.config)
+    states = [State(i, c) for i, c in want]
+    got = est.state_values(group, states)
+    assert torch.allclose(got, torch.tensor([want[s.rollout, s.t] for s in states]), atol=1e-5), config
+    # node values through λ = 0 advantages: every token of segment [c_{j−1}, c_j) gets V(c_j) − V(c_{j−1})
+    adv = est.token_advantages(group, gae_lambda=0.0, scale="none")
+    for i, r in enumerate(group.rollouts):
+        nodes = default_nodes(len(r.completion_ids), est.config.interval)
+        expected = [want[i, b] - want[i, a] for a, b in zip(nodes, nodes[1:]) for _ in range(b - a)]
+        assert torch.allclose(adv[i], torch.tensor(expected), atol=1e-5), (config, i)
+    # an external prefix (rollout 0 as a whole), k relative to the last rollout's length
+    first = group.rollouts[0]
+    prefix = Rollout(prompt_ids=first.prompt_ids, completion_ids=first.completion_ids, hidden=first.hidden.clone())
+    external = est.state_values(group, [State(rollout=len(group) - 1, prefix=prefix)])
+    assert external.item() == pytest.approx(want_external, abs=1e-5)
+
+
 # --- reference profile ----------------------------------------------------------------------
+
+
+def test_reference_profile_is_a_hista_subclass():
+    est = get("hista", profile="reference", interval=10)
+    assert isinstance(est, HistaReference) and isinstance(est, Hista) and est.needs_hidden
+    assert type(get("hista")) is Hista and est.method_label() == "Hista-reference"
+    assert est.hidden_layer() == -1 and get("hista", layer=-2).hidden_layer() == -2
 
 
 def test_reference_node_grid():

@@ -12,7 +12,8 @@ from hypothesis import strategies as st
 
 from hista.estimators import get
 from hista.estimators.milestones import macro_path, merge_forward, parse_numbers, token_positions
-from hista.estimators.numca import NumcaConfig
+from hista.estimators.numca import Numca, NumcaConfig
+from hista.estimators.numca_reference import NumcaReferenceConfig
 from hista.types import Rollout, RolloutGroup, State
 
 GOLDEN = Path(__file__).parent / "data" / "numca_reference_golden.json"
@@ -178,6 +179,22 @@ def test_profiles_and_config():
     for bad in ({"profile": "paper"}, {"parser": "x"}, {"merge_tokens": -1}, {"bogus": 1}):
         with pytest.raises(ValueError):
             get("numca", **bad)
+
+
+def test_reference_quirks_live_in_the_reference_config():
+    ref = get("numca", profile="reference", group_padding=False, state_value_rule="macro")
+    assert isinstance(ref, Numca) and isinstance(ref.config, NumcaReferenceConfig) and ref.needs_text
+    # without its two quirks the reference profile is the default code with the reference preset
+    same = get("numca", parser="digits", persist=True, merge_repeats=True, unreached="zero")
+    g, states = _example_group(), [State(i, t) for i in range(4) for t in range(3)]
+    for a, b in zip(ref.token_advantages(g, gae_lambda=0.5), same.token_advantages(g, gae_lambda=0.5)):
+        assert torch.equal(a, b)
+    assert torch.equal(ref.state_values(g, states), same.state_values(g, states))
+    for bad in ({"group_padding": True}, {"state_value_rule": "macro"}):
+        with pytest.raises(ValueError, match="unknown parameter"):
+            get("numca", **bad)
+    with pytest.raises(ValueError, match="state_value_rule"):
+        get("numca", profile="reference", state_value_rule="paper")
 
 
 def test_missing_offsets_is_a_clear_error():

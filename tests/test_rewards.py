@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import inspect
 import json
 import threading
 import time
@@ -10,15 +11,14 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from hista.rewards import (
-    register_verifier,
-    verifier_kinds,
-    verify,
-    verify_with_reason,
-)
+from hista import rewards
+from hista.rewards import choice as choice_mod
+from hista.rewards import code as code_mod
+from hista.rewards import math as math_mod
+from hista.rewards import verify, verify_with_reason
 from hista.rewards.choice import extract_choice
 from hista.rewards.code import extract_code, outputs_match
-from hista.rewards.math import boxed_contents, extract_math_answer, last_boxed, to_number
+from hista.rewards.math import boxed_contents, extract_math_answer, last_boxed, to_number, verify_math
 
 # --------------------------------------------------------------------------- registry
 
@@ -30,10 +30,35 @@ def test_unknown_kind_lists_valid_kinds():
         verify_with_reason(None, "x", "y")  # type: ignore[arg-type]
 
 
-def test_kinds_and_register():
-    assert {"math", "choice", "code"} <= set(verifier_kinds())
+def test_names_get_and_register():
+    assert {"math", "choice", "code"} <= set(rewards.names())
+    assert rewards.get("math") is verify_math
     with pytest.raises(ValueError, match="already registered"):
-        register_verifier("math", lambda c, a: (1.0, "x"))
+        rewards.register("math")(lambda c, a: (1.0, "x"))
+    assert rewards.get("math") is verify_math
+
+
+def test_registered_verifier_is_used_and_guarded():
+    @rewards.register("test-rewards-shaky")
+    def shaky(completion, answer):
+        if completion == "boom":
+            raise RuntimeError("bad plugin")
+        return (1, "ok") if completion == answer else (float("nan"), "?")
+
+    try:
+        assert verify_with_reason("test-rewards-shaky", "a", "a") == (1.0, "ok")
+        assert verify_with_reason("test-rewards-shaky", "a", "b") == (0.0, "verifier returned NaN")
+        assert verify_with_reason("test-rewards-shaky", "boom", "b") == (0.0, "verifier error: RuntimeError")
+    finally:
+        del rewards.REGISTRY._items["test-rewards-shaky"]
+
+
+def test_public_functions_cite_spec():
+    for mod in (rewards, math_mod, choice_mod, code_mod):
+        for name, fn in vars(mod).items():
+            if name.startswith("_") or not inspect.isfunction(fn) or fn.__module__ != mod.__name__:
+                continue
+            assert fn.__doc__ and "SPEC §6" in fn.__doc__, f"{mod.__name__}.{name}"
 
 
 def test_verify_returns_float_and_reason():

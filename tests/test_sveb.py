@@ -80,7 +80,8 @@ def test_eval_and_report(built, tmp_path, capsys):
     results = tmp_path / "results.json"
     assert _eval(built, results) == 0
     data = json.loads(results.read_text())
-    assert len(data["cases"]) == 4 and set(data["methods"]) == {"grpo", "numca", "numca-reference", "hista", "hista-reference"}
+    assert len(data["cases"]) == 4
+    assert set(data["methods"]) == {"grpo", "numca", "numca-reference", "hista", "hista-reference"}
     for row in data["cases"]:
         assert set(row["values"]) == set(data["methods"]) and 0 <= row["values"]["grpo"] <= 1
     assert main(["sveb", "report", "--results", str(results), "--out", str(tmp_path / "report")]) == 0
@@ -98,7 +99,8 @@ def test_eval_and_report(built, tmp_path, capsys):
 def test_eval_rejects_damaged_files(built, tmp_path, capsys, damage, needle):
     lines = built.read_text().splitlines(keepends=True)
     bad = tmp_path / "bad.jsonl"
-    bad.write_text("".join(damage([line.rstrip("\n") + "\n" for line in lines])).rstrip("\n") + ("\n" if needle != ":4" else ""))
+    damaged = "".join(damage([line.rstrip("\n") + "\n" for line in lines])).rstrip("\n")
+    bad.write_text(damaged + ("\n" if needle != ":4" else ""))
     out = tmp_path / "results.json"
     assert _eval(bad, out) == 2
     err = capsys.readouterr().err
@@ -119,3 +121,113 @@ def test_eval_refuses_another_model(built, tmp_path, capsys):
 def test_build_refuses_other_settings(built, capsys):
     assert main(BUILD[:-2] + ["--seed", "6", "--problems", "2", "--out", str(built)]) == 2
     assert "seed" in capsys.readouterr().err
+
+
+def test_each_sveb_action_has_its_own_options(capsys):
+    from hista.cli import build_parser
+
+    helps = {}
+    for action in ("build", "eval", "report", "run"):
+        with pytest.raises(SystemExit):
+            build_parser().parse_args(["sveb", action, "--help"])
+        helps[action] = capsys.readouterr().out
+    assert "--rollouts" in helps["build"] and "--methods" not in helps["build"] and "--cases" not in helps["build"]
+    assert "--methods" in helps["eval"] and "--rollouts" not in helps["eval"] and "--preset" not in helps["eval"]
+    assert "--results" in helps["report"] and "--methods" not in helps["report"]
+    assert "--rollouts" in helps["run"] and "--methods" in helps["run"] and "(default: quick)" in helps["run"]
+
+
+def test_presets_are_build_configs_and_build_defaults_are_the_default_preset():
+    from hista.sveb.build import BuildConfig
+    from hista.sveb.presets import PRESETS
+
+    assert PRESETS["default"] == BuildConfig() and BuildConfig().rollouts == 32 and BuildConfig().continuations == 20
+    assert PRESETS["quick"].tasks == ("builtin:arith?steps=1", "builtin:choice") and PRESETS["quick"].problems == 12
+
+
+def test_mc_reads_the_stored_continuations(built, tmp_path):
+    """mc with all M continuations is the target itself; averaged over every subset of n of
+    them, mc?num=n has exactly the MCS@n error of the report."""
+    import itertools
+
+    from hista.estimators import get
+    from hista.sveb.metrics import mcs_error
+    from hista.types import RolloutGroup, State
+
+    results = tmp_path / "results.json"
+    assert _eval(built, results, "--methods", "grpo,mc,mc?num=1") == 0
+    data = json.loads(results.read_text())
+    assert data["summary"]["rows"]["mc"]["all"]["mae"] == 0.0
+    for row in data["cases"]:
+        assert row["values"]["mc"] == pytest.approx(row["target"])
+        assert row["values"]["mc?num=1"] == row["continuations"][0]
+        conts = row["continuations"]
+        for n in range(1, len(conts) + 1):
+            mc = get("mc", num=n)
+            errors = [abs(float(mc.state_values(RolloutGroup([]), [State(continuations=list(s))])[0]) - row["target"])
+                      for s in itertools.combinations(conts, n)]
+            assert sum(errors) / len(errors) == pytest.approx(mcs_error(conts, n))
+
+
+@pytest.mark.parametrize("methods, needle", [
+    ("grpo-reference", "estimator 'grpo' has no profile 'reference'; estimators with profiles: hista"),
+    ("hista?alpha=2", "method 'hista?alpha=2'"),
+    ("hista?layer=7", "layer 7"),
+    ("nope", "unknown estimator 'nope'"),
+])
+def test_bad_methods_exit_2_naming_the_method(built, tmp_path, capsys, methods, needle):
+    out = tmp_path / "results.json"
+    assert _eval(built, out, "--methods", methods) == 2
+    assert needle in capsys.readouterr().err and not out.exists()
+
+
+def test_a_failing_method_exits_2_naming_it(built, tmp_path, capsys, monkeypatch):
+    from hista.estimators.group_mean import GroupMean
+
+    def broken(self, group, states):
+        raise RuntimeError("boom")
+
+    monkeypatch.setattr(GroupMean, "state_values", broken)
+    out = tmp_path / "results.json"
+    assert _eval(built, out, "--methods", "hista,grpo") == 2
+    err = capsys.readouterr().err
+    assert "method 'grpo' failed on case" in err and "boom" in err and not out.exists()
+
+
+def test_hista_layer_in_sveb_eval(built, tmp_path, monkeypatch):
+    """The hidden layer comes from each method's estimator: one forward pass per layer."""
+    from hista.sveb import eval as sveb_eval
+
+    layers = []
+    original = sveb_eval.forward
+
+    def spy(*args, layer=-1, **kw):
+        layers.append(layer)
+        return original(*args, layer=layer, **kw)
+
+    monkeypatch.setattr(sveb_eval, "forward", spy)
+    varied = tmp_path / "varied.jsonl"  # the tiny model never answers: give the rollouts mixed rewards
+    records = [json.loads(line) for line in built.read_text().splitlines()]
+    for record in records:
+        for k, rollout in enumerate(record["rollouts"]):
+            rollout["reward"] = float(k % 2)
+    varied.write_text("".join(case_file.dumps(r) for r in records))
+    built = varied
+    fine = "min_distance=0.0001"
+    methods = [f"hista?{fine}", f"hista?layer=-1&{fine}", f"hista?layer=-2&{fine}"]
+    results = sveb_eval.evaluate(built, methods, progress=False, n_boot=10)
+    assert sorted(set(layers)) == [-2, -1] and len(layers) == 2 * len(results["cases"])
+    assert results["methods"][methods[2]]["config"]["layer"] == -2
+    values = [tuple(r["values"][m] for m in methods) for r in results["cases"]]
+    assert all(a == b for a, b, _ in values) and any(a != c for a, _, c in values)
+
+
+def test_sveb_run_library_function(tmp_path):
+    from hista.sveb import run
+
+    result = run("quick", tmp_path / "run", methods=["grpo", "hista"], progress=False,
+                 overrides={"model": "tiny", "problems": 1, "rollouts": 4, "continuations": 2, "max_new_tokens": 4,
+                            "lo": None, "hi": None})
+    assert result["counts"]["cases"] == 2 and result["cases"].exists() and result["results"].exists()
+    assert set(result["report"]) == {"markdown", "json", "mae_plot", "differences_plot"}
+    assert json.loads(result["results"].read_text())["settings"]["rollouts"] == 4

@@ -219,6 +219,8 @@ def test_summarise_known_maes():
     assert math.isnan(rows["numca-reference"]["science"]["pearson"])  # one point
 
     assert s["grpo_mae"] == {f: rows["grpo"][f]["mae"] for f in s["fields"]}
+    # the GRPO MAE comes from the group mean each case records, whatever methods ran
+    assert summarise(recs, ["hista"], n_boot=50)["grpo_mae"] == s["grpo_mae"]
 
     # MCS rows: per-case exact errors (see test_mcs_error_hand_computed), mean over cases.
     mcs1 = [0.5, 3 / 8, 0.0, 0.0, 0.5, 4 / 9]
@@ -241,7 +243,9 @@ def test_summarise_degenerate_inputs():
     assert s["fields"] == ["all"] and s["counts"] == {"all": 0}
     assert s["rows"]["grpo"]["all"]["n"] == 0 and math.isnan(s["rows"]["grpo"]["all"]["mae"])
     s = summarise(_records(), ["mc"], mcs=(1,), n_boot=50)  # method absent from every case
-    assert s["rows"]["mc"]["all"]["skipped"] == 6 and "grpo_mae" not in s
+    assert s["rows"]["mc"]["all"]["skipped"] == 6
+    assert "grpo_mae" not in summarise([{k: v for k, v in r.items() if k != "group_mean"} for r in _records()],
+                                       ["mc"], mcs=(1,), n_boot=50)
     assert list(s["rows"]) == ["mc", "MCS@1"]
     with pytest.raises(ValueError):
         summarise([{"field": "all", "target": 0.5, "values": {}}], ["grpo"])

@@ -11,9 +11,9 @@ import time
 
 import pytest
 
-from hista import tasks
+from hista import rewards, tasks
 from hista.errors import InputError
-from hista.tasks import arith, choice
+from hista.tasks import arith, base, builtin, choice
 from hista.tasks import hf as hf_mod
 from hista.tasks import jsonl as jsonl_mod
 
@@ -33,11 +33,28 @@ def test_list_builtin_and_preview():
 
 
 def test_public_functions_cite_spec():
-    for mod in (tasks, arith, choice, jsonl_mod, hf_mod, tasks.filter):
-        for name, fn in vars(mod).items():
-            if name.startswith("_") or not inspect.isfunction(fn) or fn.__module__ != mod.__name__:
+    for mod in (tasks, arith, choice, jsonl_mod, hf_mod, builtin, base, tasks.filter):
+        for name, obj in vars(mod).items():
+            if name.startswith("_") or getattr(obj, "__module__", None) != mod.__name__:
                 continue
-            assert fn.__doc__ and "SPEC §7" in fn.__doc__, f"{mod.__name__}.{name}"
+            methods = vars(obj).items() if inspect.isclass(obj) else [(name, obj)]
+            for meth_name, fn in methods:
+                if inspect.isfunction(fn) and not meth_name.startswith("_"):
+                    assert fn.__doc__ and "SPEC §7" in fn.__doc__, f"{mod.__name__}.{meth_name}"
+
+
+def test_sources_are_registered_by_prefix():
+    assert tasks.names() == ["builtin", "hf", "jsonl"]
+    assert isinstance(tasks.get("jsonl"), jsonl_mod.JsonlSource)
+    assert tasks.get("builtin").load("choice", 2) == tasks.load("builtin:choice", 2)
+    with pytest.raises(InputError, match="builtin, hf, jsonl"):
+        tasks.get("file")
+    with pytest.raises(ValueError, match="already registered"):
+        tasks.register("hf")(builtin.BuiltinSource)
+    with pytest.raises(TypeError):
+        tasks.register("test-tasks-not-a-source")(object)
+    with pytest.raises(ValueError, match="prefix"):
+        tasks.register("Bad:")(builtin.BuiltinSource)
 
 
 @pytest.mark.parametrize("spec", ["nope:x", "arith", "builtin", "", "   ", "file:a.jsonl"])
@@ -204,7 +221,7 @@ def test_choice_letters_uniform(k):
     counts = collections.Counter(r["answer"] for r in recs)
     assert set(counts) == set("ABCD"[:k])
     expected = len(recs) / k
-    for letter, c in counts.items():
+    for c in counts.values():
         assert abs(c - expected) < 0.15 * expected, counts
     for r in recs:
         assert r["verifier"] == "choice" and r["field"] == "choice"
@@ -228,7 +245,7 @@ def test_choice_kinds_and_mix():
 def test_choice_answers_are_right():
     # comparisons: rebuild the order from the stated facts
     rel = {m: (1, t, b) for m, _, t, b in choice._RELATIONS}
-    rel.update({l: (-1, t, b) for _, l, t, b in choice._RELATIONS})
+    rel.update({less: (-1, t, b) for _, less, t, b in choice._RELATIONS})
     for r in tasks.load("builtin:choice?kind=compare", 200):
         text, opts = r["problem"].split("\n")[0], r["meta"]["options"]
         facts = re.findall(r"(\w+) is (\w+) than (\w+)\.", text)
@@ -332,6 +349,21 @@ def test_jsonl_errors(tmp_path, bad, field, words):
         assert field in msg
     if words == "duplicate":
         assert "line 1" in msg
+
+
+@pytest.fixture
+def always_one():
+    """A verifier registered for one test only."""
+    rewards.register("test-tasks-always-one")(lambda completion, answer: (1.0, "always"))
+    yield "test-tasks-always-one"
+    del rewards.REGISTRY._items["test-tasks-always-one"]
+
+
+def test_jsonl_accepts_any_registered_verifier(tmp_path, always_one):
+    p = _write(tmp_path, [json.dumps({"problem": "Anything?", "answer": "yes", "verifier": always_one})])
+    (rec,) = tasks.load(f"jsonl:{p}")
+    assert rec["verifier"] == always_one
+    assert rewards.verify(rec["verifier"], "no", rec["answer"]) == 1.0
 
 
 def test_jsonl_missing_file_and_empty_path(tmp_path):
@@ -494,3 +526,10 @@ def test_check_spec_needs_no_download(spec, ok):
     else:
         with pytest.raises(InputError):
             check_spec(spec)
+
+
+def test_check_spec_validates_a_jsonl_file(tmp_path):
+    p = _write(tmp_path, [json.dumps({"problem": "p", "answer": "1"}), json.dumps({"problem": "q"})])
+    with pytest.raises(InputError) as ei:
+        tasks.check_spec(f"jsonl:{p}")
+    assert ei.value.line == 2 and ei.value.field == "answer"

@@ -39,6 +39,9 @@ def test_dr_grpo_defaults_to_unscaled_advantages():
     (["loss.eps_hi=0.3"], "loss", "eps_hi"),
     (["advantage_estimator.alpha_typo=1"], "advantage_estimator", "alpha_typo"),
     (["advantage_estimator.name=critic9"], "advantage_estimator", "critic9"),
+    (["advantage_estimator.name=mc"], "advantage_estimator.name", "continuations"),
+    (["advantage_estimator.name=grpo", "advantage_estimator.profile=reference"], "advantage_estimator",
+     "estimators with profiles: hista"),
     (["trl.epsilon=0.3"], "trl.epsilon", "loss.eps_low"),
     (["trl.not_a_field=1"], "trl.not_a_field", "GRPOConfig"),
     (["trl.num_generations=6"], "trl.num_generations", "multiple of num_generations"),
@@ -343,3 +346,147 @@ def test_cpu_smoke_one_step_on_the_embedded_model(tmp_path, capsys):
                  "trl.max_steps=1", "trl.per_device_train_batch_size=8", "trl.max_completion_length=24"]) == 0
     row = json.loads((out / "metrics.jsonl").read_text().splitlines()[0])
     assert row["advantages/abs_max"] >= 0 and 0.0 < row["loss/kept_frac"] <= 1.0
+
+
+# ---- the batch <-> groups conversion, without TRL -----------------------------------------
+
+def _padded_batch(prompts, completions, hidden_width=None, seed=0):
+    """TRL's layout: prompts padded on the left, completions on the right."""
+    p = max(len(x) for x in prompts)
+    t = max(len(x) for x in completions)
+    prompt_ids = torch.zeros(len(prompts), p, dtype=torch.long)
+    prompt_mask = torch.zeros_like(prompt_ids)
+    completion_ids = torch.zeros(len(prompts), t, dtype=torch.long)
+    completion_mask = torch.zeros_like(completion_ids)
+    for i, (a, b) in enumerate(zip(prompts, completions)):
+        prompt_ids[i, p - len(a):], prompt_mask[i, p - len(a):] = torch.tensor(a), 1
+        completion_ids[i, : len(b)], completion_mask[i, : len(b)] = torch.tensor(b, dtype=torch.long), 1
+    hidden = None
+    if hidden_width:
+        hidden = torch.randn(len(prompts), p + t, hidden_width, generator=torch.Generator().manual_seed(seed))
+    return prompt_ids, prompt_mask, completion_ids, completion_mask, hidden
+
+
+def test_batch_to_groups_and_back():
+    from hista import estimators
+    from hista.train.batch import batch_to_groups, groups_to_batch
+    from hista.types import Rollout, RolloutGroup
+
+    prompts = [[5, 6, 7], [5, 6, 7], [9], [9]]
+    completions = [[1, 2, 3, 4], [8], [2, 2], []]
+    rewards = torch.tensor([1.0, 0.0, 0.0, 1.0])
+    prompt_ids, prompt_mask, completion_ids, completion_mask, hidden = _padded_batch(prompts, completions, 6)
+    groups = batch_to_groups(prompt_ids, prompt_mask, completion_ids, completion_mask, rewards, 2,
+                             problem_ids=["a", "a", "b", "b"], hidden=hidden)
+    assert [g.prompt_id for g in groups] == ["a", "b"] and [len(g) for g in groups] == [2, 2]
+    flat = [r for g in groups for r in g.rollouts]
+    for i, r in enumerate(flat):
+        assert r.prompt_ids == prompts[i] and r.completion_ids == completions[i] and r.reward == rewards[i]
+        keep = torch.cat([prompt_mask[i].bool(), completion_mask[i].bool()])
+        torch.testing.assert_close(r.hidden, hidden[i][keep])  # padding dropped, prompt then completion
+    # the same estimator on hand-built groups gives the same [B, T] advantages
+    est = estimators.get("hista", interval=2, max_k=3, min_k=1)
+    got = groups_to_batch([est.token_advantages(g) for g in groups], completion_ids.shape)
+    by_hand = [RolloutGroup([Rollout(prompts[i], completions[i], float(rewards[i]), hidden=flat[i].hidden)
+                             for i in rows]) for rows in ([0, 1], [2, 3])]
+    want = torch.zeros(4, 4)
+    for g, rows in zip(by_hand, ([0, 1], [2, 3])):
+        for i, a in zip(rows, est.token_advantages(g)):
+            want[i, : a.numel()] = a
+    torch.testing.assert_close(got, want)
+    assert (got[~completion_mask.bool()] == 0).all()
+    # without problem ids a group is keyed by its prompt; a bad layout is refused
+    keyed = batch_to_groups(prompt_ids, prompt_mask, completion_ids, completion_mask, rewards, 2)
+    assert keyed[0].prompt_id != keyed[1].prompt_id and keyed[0].prompt_id.startswith("prompt-")
+    with pytest.raises(ValueError, match="groups of 3"):
+        batch_to_groups(prompt_ids, prompt_mask, completion_ids, completion_mask, rewards, 3)
+    with pytest.raises(ValueError, match="3 rollouts"):
+        groups_to_batch([[torch.zeros(1)] * 3], (4, 4))
+
+
+def test_batch_to_groups_decodes_text_when_asked(tiny):
+    from hista.train.batch import batch_to_groups
+
+    ids = tiny.tokenizer(" 12 then 7", add_special_tokens=False)["input_ids"]
+    args = _padded_batch([[1], [1]], [ids, ids[:2]])[:4]
+    plain, decoded = (batch_to_groups(*args, torch.ones(2), 2, tokenizer=tok)[0].rollouts[0]
+                      for tok in (None, tiny.tokenizer))
+    assert plain.completion_text == "" and plain.offsets is None
+    assert decoded.completion_text == " 12 then 7" and len(decoded.offsets) == len(ids)
+
+
+# ---- capabilities decide what the trainer captures ----------------------------------------
+
+@pytest.mark.parametrize("layer", [-1, -2, -3, 0, 1, 2])
+def test_capture_takes_the_requested_layer(layer):
+    from trl.trainer.utils import add_fused_lm_head
+
+    from hista.models.capture import capture_logprob_pass
+    from hista.models.loading import build_tiny
+
+    model = build_tiny().model
+    ids = torch.randint(0, 500, (2, 9))
+    with torch.no_grad():
+        ref = model(input_ids=ids, output_hidden_states=True).hidden_states
+    add_fused_lm_head(model, outputs=("log_probs", "entropy"))
+    with capture_logprob_pass(model, layer=layer) as record, torch.no_grad():
+        model(input_ids=ids, labels=ids, fused_lm_head=True)
+    hidden, _ = record.rows(2)
+    torch.testing.assert_close(hidden, ref[layer], atol=1e-5, rtol=1e-5)
+    assert not torch.allclose(ref[layer], ref[(layer + 1) % 3])  # the layers differ: the test can tell
+    with pytest.raises(ValueError, match="out of range"), capture_logprob_pass(model, layer=3):
+        pass
+
+
+def test_trainer_hidden_states_come_from_the_estimators_layer(tmp_path, monkeypatch):
+    """hista with layer=-2 gets hidden_states[-2] of the log-prob pass, not the last layer."""
+    from hista.models.loading import build_tiny
+    from hista.train.trainer import HistaGRPOTrainer
+
+    seen = []
+    original = HistaGRPOTrainer._token_advantages
+
+    def spy(self, out, hidden, problem_ids=None):
+        ids = torch.cat([out["prompt_ids"], out["completion_ids"]], dim=1)
+        mask = torch.cat([out["prompt_mask"], out["completion_mask"]], dim=1)
+        with torch.no_grad():
+            ref = self.model(input_ids=ids, attention_mask=mask, output_hidden_states=True).hidden_states
+        seen.append((hidden, ref[-2], ref[-1], mask.bool()))
+        return original(self, out, hidden, problem_ids)
+
+    monkeypatch.setattr(HistaGRPOTrainer, "_token_advantages", spy)
+    lm = build_tiny()
+    trainer = HistaGRPOTrainer(model=lm.model, reward_funcs=[_parity_reward], train_dataset=_dataset(),
+                               processing_class=lm.tokenizer, args=_config(tmp_path, "layer"),
+                               advantage_estimator={"name": "hista", "layer": -2}, loss={"name": "dapo"})
+    trainer.train()
+    (hidden, want, last, mask), = seen
+    torch.testing.assert_close(hidden[mask], want[mask], atol=1e-4, rtol=1e-4)
+    assert not torch.allclose(hidden[mask], last[mask], atol=1e-2)
+
+
+def test_trainer_keys_value_tables_by_problem_not_batch_slot(tmp_path):
+    """numca with persist=True (its reference profile): two steps in which two problems swap
+    batch slots; each problem's table holds its own rollouts of both steps."""
+    from hista.models.loading import build_tiny
+    from hista.train.trainer import HistaGRPOTrainer
+
+    tiny = build_tiny()
+    trainer = HistaGRPOTrainer(model=tiny.model, reward_funcs=[_parity_reward], train_dataset=_dataset(),
+                               processing_class=tiny.tokenizer, args=_config(tmp_path, "keys"),
+                               advantage_estimator={"name": "numca", "profile": "reference"}, loss={"name": "dapo"})
+    encode = lambda text: tiny.tokenizer(text, add_special_tokens=False)["input_ids"]  # noqa: E731
+    text = {"A": [" 1 and 2", " 1 and 3", " 4", " 1"], "B": [" 7 and 8", " 9", " 7", " 7 and 8"]}
+    rewards = {"A": [1.0, 0.0, 1.0, 0.0], "B": [0.0, 0.0, 1.0, 1.0]}
+    for order in (["A", "B"], ["B", "A"]):
+        rows = [(p, k) for p in order for k in range(4)]
+        prompt_ids, prompt_mask, completion_ids, completion_mask, _ = _padded_batch(
+            [encode(f"problem {p}") for p, _ in rows], [encode(text[p][k]) for p, k in rows])
+        out = {"prompt_ids": prompt_ids, "prompt_mask": prompt_mask, "completion_ids": completion_ids,
+               "completion_mask": completion_mask}
+        trainer._hista_rewards = torch.tensor([rewards[p][k] for p, k in rows])
+        trainer._token_advantages(out, None, [f"problem-{p}" for p, _ in rows])
+    tables = trainer.estimator.tables
+    assert set(tables) == {"problem-A", "problem-B"}
+    for p in ("A", "B"):  # the empty state: 4 rollouts per step, 2 steps, this problem's rewards only
+        assert tables[f"problem-{p}"].stats[frozenset()] == [8.0, 2 * sum(rewards[p])]

@@ -19,14 +19,18 @@ def _add_sampling_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--model", default="smollm2-135m-instruct",
                    help="alias (smollm2-135m-instruct, tiny), local path or Hugging Face id (default: %(default)s)")
     p.add_argument("--device", default=None, help="cpu or cuda (default: cuda if available)")
-    p.add_argument("--temperature", type=float, default=d.temperature, help="sampling temperature, 0 = greedy (default: %(default)s)")
+    p.add_argument("--temperature", type=float, default=d.temperature,
+                   help="sampling temperature, 0 = greedy (default: %(default)s)")
     p.add_argument("--top-p", type=float, default=d.top_p, help="nucleus sampling threshold (default: %(default)s)")
-    p.add_argument("--max-new-tokens", type=int, default=d.max_new_tokens, help="completion length cap (default: %(default)s)")
-    p.add_argument("--batch-size", type=int, default=d.batch_size, help="sequences per generate call (default: %(default)s)")
+    p.add_argument("--max-new-tokens", type=int, default=d.max_new_tokens,
+                   help="completion length cap (default: %(default)s)")
+    p.add_argument("--batch-size", type=int, default=d.batch_size,
+                   help="sequences per generate call (default: %(default)s)")
     p.add_argument("--seed", type=int, default=0, help="random seed: same seed, same samples (default: %(default)s)")
 
 
 def cmd_sample(args: argparse.Namespace) -> int:
+    """`hista sample`: sample and verify rollouts, print accuracies, write them as JSONL (SPEC §7, §11)."""
     from . import tasks
     from .jsonio import write_jsonl_atomic
     from .models import load
@@ -69,6 +73,7 @@ def cmd_sample(args: argparse.Namespace) -> int:
 
 
 def cmd_models(args: argparse.Namespace) -> int:
+    """`hista models`: list the model aliases or prepare the embedded model (SPEC §7, §11)."""
     from .models import ALIASES, EMBEDDED, cache_dir, prepare_embedded
 
     if args.action == "prepare":
@@ -82,12 +87,15 @@ def cmd_models(args: argparse.Namespace) -> int:
 
 
 def cmd_tasks(args: argparse.Namespace) -> int:
+    """`hista tasks`: list, preview or difficulty-filter task sources (SPEC §7, §11)."""
     from . import tasks
 
     if args.action == "list":
         for name, description in tasks.list_builtin().items():
             print(f"builtin:{name:10s} {description}")
-        print("\nother sources: jsonl:PATH, hf:NAME[:CONFIG][@SPLIT]")
+        print("\nsources:")
+        for prefix in tasks.names():
+            print(f"{prefix + ':':10s} {tasks.REGISTRY.lookup(prefix).description}")
         return 0
     if args.action == "preview":
         print(tasks.preview(args.spec, n=args.n, seed=args.seed, split=args.split))
@@ -115,65 +123,58 @@ def _filter_tasks(args: argparse.Namespace) -> int:
     return 0
 
 
-SVEB_PRESETS = {
-    # <= 15 minutes on 2 CPU cores with the embedded model
-    "quick": dict(tasks=("builtin:arith?steps=1", "builtin:choice"), problems=12, rollouts=16,
-                  continuations=12, max_new_tokens=96, batch_size=64),
-    # the paper's settings: G 32, M 20, accuracy filter 0.1-0.8
-    "default": dict(tasks=("builtin:arith", "builtin:choice"), problems=100, rollouts=32,
-                    continuations=20, max_new_tokens=256, batch_size=64),
-}
+_BUILD_FIELDS = ("model", "tasks", "problems", "rollouts", "continuations", "states_per_problem", "seed", "split",
+                 "lo", "hi", "temperature", "top_p", "max_new_tokens", "batch_size")
 
 
-def _build_config(args: argparse.Namespace):
-    from .sveb.build import BuildConfig
+def _build_overrides(args: argparse.Namespace) -> dict:
+    """The build settings given on the command line (None: left to the preset)."""
+    out = {key: getattr(args, key) for key in _BUILD_FIELDS if getattr(args, key) is not None}
+    if "tasks" in out:
+        out["tasks"] = tuple(out["tasks"])
+    if args.no_filter:
+        out["lo"] = out["hi"] = None
+    return out
 
-    lo, hi = (None, None) if args.no_filter else (args.lo, args.hi)
-    return BuildConfig(model=args.model, tasks=tuple(args.tasks), problems=args.problems, rollouts=args.rollouts,
-                       continuations=args.continuations, states_per_problem=args.states_per_problem,
-                       seed=args.seed, split=args.split, lo=lo, hi=hi, temperature=args.temperature,
-                       top_p=args.top_p, max_new_tokens=args.max_new_tokens, batch_size=args.batch_size)
+
+def _methods(args: argparse.Namespace) -> list[str]:
+    return [m.strip() for m in args.methods.split(",")]
 
 
-def cmd_sveb(args: argparse.Namespace) -> int:
-    import json
+def cmd_sveb_build(args: argparse.Namespace) -> int:
+    """`hista sveb build`: build or resume a case file from a preset and overrides (SPEC §8)."""
+    import dataclasses
 
+    from .sveb.build import build
+    from .sveb.presets import preset
+
+    config = dataclasses.replace(preset(args.preset), **_build_overrides(args))
+    counts = build(config, args.out)
+    print(f"sveb build: {counts['cases']} new cases, {counts['skipped']} problems skipped, "
+          f"{counts['present']} records already present -> {args.out}")
+    return 0
+
+
+def cmd_sveb_eval(args: argparse.Namespace) -> int:
+    """`hista sveb eval`: evaluate methods on stored cases, write the results JSON (SPEC §8)."""
     from .jsonio import write_json_atomic
     from .sveb import report
-    from .sveb.build import build
     from .sveb.eval import evaluate
 
-    needed = {"eval": "cases", "report": "results"}.get(args.action)
-    if needed and not getattr(args, needed):
-        raise InputError(f"sveb {args.action} needs --{needed}", field=needed)
-    if args.action == "run":
-        preset = dict(SVEB_PRESETS[args.preset])
-        for key, value in preset.items():
-            if getattr(args, key, None) is None:
-                setattr(args, key, value)
-        out = Path(args.out)
-        args.cases, args.results = str(out / "cases.jsonl"), str(out / "results.json")
-    if args.action in ("build", "run"):
-        for key in ("tasks", "problems", "rollouts", "continuations", "max_new_tokens", "batch_size"):
-            if getattr(args, key) is None:
-                setattr(args, key, SVEB_PRESETS["default"][key])
-        cases_path = args.out if args.action == "build" else args.cases
-        counts = build(_build_config(args), cases_path)
-        print(f"sveb build: {counts['cases']} new cases, {counts['skipped']} problems skipped, "
-              f"{counts['present']} records already present -> {cases_path}")
-        if args.action == "build":
-            return 0
-    if args.action in ("eval", "run"):
-        methods = args.methods.split(",") if isinstance(args.methods, str) else list(args.methods)
-        results = evaluate(args.cases, methods, model=args.eval_model, device=args.device)
-        results_path = args.results if args.action == "run" else args.out
-        write_json_atomic(results_path, results)
-        print(f"sveb eval: {len(results['cases'])} cases -> {results_path}")
-        if args.action == "eval":
-            print(report.markdown_table(results["summary"], results["labels"]))
-            return 0
-    if args.action == "report":
-        results = json.loads(Path(args.results).read_text())
+    results = evaluate(args.cases, _methods(args), model=args.model, device=args.device)
+    write_json_atomic(args.out, results)
+    print(f"sveb eval: {len(results['cases'])} cases -> {args.out}")
+    print(report.markdown_table(results["summary"], results["labels"]))
+    return 0
+
+
+def cmd_sveb_report(args: argparse.Namespace) -> int:
+    """`hista sveb report`: the markdown table, JSON and plots of a results file (SPEC §8)."""
+    import json
+
+    from .sveb import report
+
+    results = json.loads(Path(args.results).read_text())
     paths = report.write_report(results["summary"], results["cases"], list(results["methods"]), Path(args.out),
                                 labels=results["labels"])
     print(report.markdown_table(results["summary"], results["labels"]))
@@ -181,7 +182,56 @@ def cmd_sveb(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_sveb_run(args: argparse.Namespace) -> int:
+    """`hista sveb run`: build + eval + report with a preset, through :func:`hista.sveb.run` (SPEC §8)."""
+    from .sveb import report, run
+
+    result = run(args.preset, args.out, methods=_methods(args), overrides=_build_overrides(args), device=args.device)
+    counts = result["counts"]
+    print(f"sveb build: {counts['cases']} new cases, {counts['skipped']} problems skipped, "
+          f"{counts['present']} records already present -> {result['cases']}")
+    print(f"sveb eval: {result['results']}")
+    print(report.markdown_table(result["summary"], result["labels"]))
+    print("sveb report: " + ", ".join(str(p) for p in result["report"].values()))
+    return 0
+
+
+def _add_build_options(p: argparse.ArgumentParser, default_preset: str) -> None:
+    """Options of ``sveb build`` and ``sveb run``: a preset and any of its fields."""
+    from .sveb.presets import PRESETS
+
+    d = PRESETS[default_preset]
+    p.add_argument("--preset", choices=sorted(PRESETS), default=default_preset,
+                   help="settings preset; the options below override its fields (default: %(default)s)")
+    p.add_argument("--tasks", action="append", metavar="SPEC",
+                   help=f"task source, repeatable (preset: {' '.join(d.tasks)})")
+    p.add_argument("--problems", type=int, help=f"problems per task source (preset: {d.problems})")
+    p.add_argument("--rollouts", type=int, help=f"initial rollouts per problem, G (preset: {d.rollouts})")
+    p.add_argument("--continuations", type=int, help=f"continuations per state, M (preset: {d.continuations})")
+    p.add_argument("--states-per-problem", type=int, help=f"states per problem (preset: {d.states_per_problem})")
+    p.add_argument("--split", choices=["train", "test"], help=f"built-in task split (preset: {d.split})")
+    p.add_argument("--lo", type=float, help=f"lowest initial accuracy kept (preset: {d.lo})")
+    p.add_argument("--hi", type=float, help=f"highest initial accuracy kept (preset: {d.hi})")
+    p.add_argument("--no-filter", action="store_true", help="keep every problem, whatever its accuracy")
+    p.add_argument("--model", help=f"alias, local path or Hugging Face id (preset: {d.model})")
+    p.add_argument("--temperature", type=float, help=f"sampling temperature (preset: {d.temperature})")
+    p.add_argument("--top-p", type=float, help=f"nucleus sampling threshold (preset: {d.top_p})")
+    p.add_argument("--max-new-tokens", type=int, help=f"completion length cap (preset: {d.max_new_tokens})")
+    p.add_argument("--batch-size", type=int, help=f"sequences per generate call (preset: {d.batch_size})")
+    p.add_argument("--seed", type=int, help=f"random seed: same seed, same cases (preset: {d.seed})")
+
+
+def _add_methods_option(p: argparse.ArgumentParser) -> None:
+    from .sveb.presets import DEFAULT_METHODS
+
+    p.add_argument("--methods", default=",".join(DEFAULT_METHODS),
+                   help="comma list of estimator methods, name[-profile][?key=value&...] "
+                        "(e.g. hista?layer=-6&interval=10, mc?num=1) (default: %(default)s)")
+    p.add_argument("--device", default=None, help="cpu or cuda for hidden states (default: cuda if available)")
+
+
 def cmd_train(args: argparse.Namespace) -> int:
+    """`hista train`: validate a recipe and train with it (SPEC §9, §11)."""
     from .train import load_recipe, train
 
     recipe = load_recipe(args.recipe, args.overrides)
@@ -204,7 +254,7 @@ def cmd_train(args: argparse.Namespace) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    """The argument parser of every ``hista`` command."""
+    """The argument parser of every ``hista`` command (SPEC §11)."""
     from . import __version__
 
     parser = argparse.ArgumentParser(prog="hista", description=(
@@ -216,10 +266,12 @@ def build_parser() -> argparse.ArgumentParser:
                        description="Sample G rollouts for each of N problems, verify them, print per-problem "
                                    "accuracy, the mean and one example, and write the rollouts as JSONL.")
     p.add_argument("--tasks", action="append", required=True, metavar="SPEC",
-                   help="task source, repeatable: builtin:arith[?steps=2&max_value=20], builtin:choice, jsonl:PATH, hf:NAME")
+                   help="task source, repeatable: builtin:arith[?steps=2&max_value=20], builtin:choice, "
+                        "jsonl:PATH, hf:NAME")
     p.add_argument("--problems", type=int, default=8, help="problems per task source (default: %(default)s)")
     p.add_argument("--rollouts", type=int, default=4, help="rollouts per problem, G (default: %(default)s)")
-    p.add_argument("--split", default="test", choices=["train", "test"], help="built-in task split (default: %(default)s)")
+    p.add_argument("--split", default="test", choices=["train", "test"],
+                   help="built-in task split (default: %(default)s)")
     p.add_argument("--out", default="runs/sample.jsonl", help="rollouts JSONL (default: %(default)s)")
     _add_sampling_options(p)
     p.set_defaults(func=cmd_sample)
@@ -228,25 +280,35 @@ def build_parser() -> argparse.ArgumentParser:
                        description="SVEB (SPEC §8). build: sample G rollouts per problem, pick states, sample M "
                                    "continuations (targets); eval: estimator values vs targets; report: table, "
                                    "JSON, plots; run: all three with a preset.")
-    p.add_argument("action", choices=["build", "eval", "report", "run"])
-    p.add_argument("--preset", choices=sorted(SVEB_PRESETS), default="quick", help="run: settings preset (default: %(default)s)")
-    p.add_argument("--out", required=True, help="build: cases JSONL; eval: results JSON; report/run: output folder")
-    p.add_argument("--cases", help="eval: the cases JSONL written by build")
-    p.add_argument("--results", help="report: the results JSON written by eval")
-    p.add_argument("--tasks", action="append", default=None, metavar="SPEC", help="build: task source, repeatable")
-    p.add_argument("--problems", type=int, default=None, help="build: problems per task source")
-    p.add_argument("--rollouts", type=int, default=None, help="build: initial rollouts per problem, G (default 32)")
-    p.add_argument("--continuations", type=int, default=None, help="build: continuations per state, M (default 20)")
-    p.add_argument("--states-per-problem", type=int, default=1, help="build: states per problem (default: %(default)s)")
-    p.add_argument("--split", default="test", choices=["train", "test"], help="build: built-in task split")
-    p.add_argument("--lo", type=float, default=0.1, help="build: lowest initial accuracy kept (default: %(default)s)")
-    p.add_argument("--hi", type=float, default=0.8, help="build: highest initial accuracy kept (default: %(default)s)")
-    p.add_argument("--no-filter", action="store_true", help="build: keep every problem")
-    p.add_argument("--methods", default=",".join(("grpo", "numca", "numca-reference", "hista", "hista-reference")),
-                   help="eval: comma list of estimators, name or name-profile (default: %(default)s)")
-    p.add_argument("--eval-model", default=None, help="eval: refuse unless the cases were built with this model")
-    _add_sampling_options(p)
-    p.set_defaults(func=cmd_sveb, max_new_tokens=None, batch_size=None)
+    actions = p.add_subparsers(dest="action", required=True, metavar="ACTION")
+    q = actions.add_parser("build", help="sample cases into a JSONL file (resumable)",
+                           description="Sample G rollouts per problem, verify them, pick states, sample M "
+                                       "continuations per state; append each case to --out at once. A rerun "
+                                       "resumes; the same seed gives the same bytes.")
+    q.add_argument("--out", required=True, help="cases JSONL")
+    _add_build_options(q, "default")
+    q.set_defaults(func=cmd_sveb_build)
+    q = actions.add_parser("eval", help="evaluate estimators on stored cases",
+                           description="Evaluate estimators on the cases of --cases against their Monte-Carlo "
+                                       "targets, without generating; write a results JSON and print the table.")
+    q.add_argument("--cases", required=True, help="the cases JSONL written by sveb build")
+    q.add_argument("--out", required=True, help="results JSON")
+    _add_methods_option(q)
+    q.add_argument("--model", "--eval-model", dest="model", default=None,
+                   help="refuse unless the cases were built with this model")
+    q.set_defaults(func=cmd_sveb_eval)
+    q = actions.add_parser("report", help="markdown table, JSON and plots from a results file",
+                           description="Write report.md, report.json and the plots of a results JSON into --out.")
+    q.add_argument("--results", required=True, help="the results JSON written by sveb eval")
+    q.add_argument("--out", required=True, help="output folder")
+    q.set_defaults(func=cmd_sveb_report)
+    q = actions.add_parser("run", help="build + eval + report with a preset",
+                           description="Build (or resume) OUT/cases.jsonl with a preset, evaluate the methods "
+                                       "into OUT/results.json and write the report into OUT.")
+    q.add_argument("--out", required=True, help="output folder")
+    _add_build_options(q, "quick")
+    _add_methods_option(q)
+    q.set_defaults(func=cmd_sveb_run)
 
     p = sub.add_parser("train", help="train a policy from a YAML recipe (estimator x loss on TRL's GRPOTrainer)",
                        description="Train with TRL's GRPOTrainer, advantages from a hista estimator and a hista "
@@ -282,7 +344,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
-    """Entry point of the ``hista`` command."""
+    """Entry point of the ``hista`` command: bad input exits 2 with a located message (SPEC §11)."""
     args = build_parser().parse_args(argv)
     try:
         return args.func(args)

@@ -11,13 +11,22 @@ from pathlib import Path
 from typing import Any, Callable, Iterable
 
 
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
 def write_atomic(path: str | os.PathLike, write: Callable[[Any], None], mode: str = "w") -> Path:
     """Call ``write(fh)`` on a temporary file beside ``path``, fsync it, then rename it into
-    place; on any error the temporary file is removed and ``path`` is untouched."""
+    place; on any error the temporary file is removed and ``path`` is untouched. The file gets
+    the permissions of any newly created file (0666 minus the umask), not the private mode of
+    a temporary file. Every result file goes through here (SPEC §8, §11)."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=path.name + ".", suffix=".tmp", dir=path.parent)
     try:
+        os.fchmod(fd, 0o666 & ~_umask())
         with os.fdopen(fd, mode, **({} if "b" in mode else {"encoding": "utf-8"})) as fh:
             write(fh)
             fh.flush()

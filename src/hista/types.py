@@ -64,21 +64,6 @@ class Rollout:
                 out[name] = [list(v) for v in value] if name == "offsets" else list(value)
         return out
 
-    @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> "Rollout":
-        """Inverse of :meth:`to_dict`."""
-        offsets = d.get("offsets")
-        return cls(
-            prompt_ids=d["prompt_ids"],
-            completion_ids=d["completion_ids"],
-            reward=d.get("reward", 0.0),
-            completion_text=d.get("completion_text", ""),
-            offsets=[tuple(o) for o in offsets] if offsets is not None else None,
-            prompt_text=d.get("prompt_text", ""),
-            logprobs=d.get("logprobs"),
-            entropies=d.get("entropies"),
-        )
-
 
 @dataclass
 class RolloutGroup:

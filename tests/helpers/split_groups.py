@@ -16,8 +16,8 @@ saved = {}
 original = HistaGRPOTrainer._token_advantages
 
 
-def spy(self, out, hidden):
-    adv = original(self, out, hidden)
+def spy(self, out, hidden, problem_ids=None):
+    adv = original(self, out, hidden, problem_ids)
     rows = []
     for i in range(out["completion_ids"].size(0)):
         pm, n = out["prompt_mask"][i].bool(), int(out["completion_mask"][i].sum())

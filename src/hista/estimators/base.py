@@ -10,6 +10,7 @@ from typing import Any, ClassVar, Optional, Sequence
 
 import torch
 
+from ..errors import InputError
 from ..types import RolloutGroup, State
 
 SCALES = ("group", "batch", "none")
@@ -56,17 +57,50 @@ class EstimatorConfig:
 class Estimator(abc.ABC):
     """Protocol of SPEC §3: ``token_advantages`` and ``state_values`` on a RolloutGroup.
 
-    Subclasses set ``name`` and ``config_class`` and implement ``_raw_advantages`` (unscaled
-    per-token advantages, one tensor [T_i] per rollout) and ``state_values``. Estimators are
-    pure: no model calls, deterministic, CPU or CUDA.
+    Subclasses set ``config_class`` (and ``label``, the name reports print) and implement
+    ``_raw_advantages`` (unscaled per-token advantages, one tensor [T_i] per rollout) and
+    ``state_values``; ``@register(name[, profile=...])`` sets ``name`` and ``profile``.
+    Estimators are pure: no model calls, deterministic, CPU or CUDA.
+
+    What the caller must put into the group is declared here, and callers (the trainer,
+    ``sveb eval``, recipe validation) read these attributes and nothing else:
+
+    - ``needs_hidden``: ``Rollout.hidden`` holds the hidden states of layer
+      :meth:`hidden_layer` for prompt + completion tokens;
+    - ``needs_text``: ``Rollout.completion_text`` and ``Rollout.offsets`` are filled;
+    - ``needs_continuations``: Monte-Carlo continuation rewards arrive with the states or in
+      ``RolloutGroup.continuations`` (only SVEB samples them; training cannot);
+    - ``needs_model``: the estimator calls a learned model (a critic) that the caller provides.
     """
 
     name: ClassVar[str] = ""
+    profile: ClassVar[str] = "default"
+    label: ClassVar[str] = ""
     config_class: ClassVar[type] = EstimatorConfig
+    needs_hidden: ClassVar[bool] = False
+    needs_text: ClassVar[bool] = False
+    needs_continuations: ClassVar[bool] = False
+    needs_model: ClassVar[bool] = False
 
     def __init__(self, config: Optional[EstimatorConfig] = None, **overrides: Any):
         config = config or self.config_class()
+        valid = {f.name for f in dataclasses.fields(config)}
+        unknown = sorted(set(overrides) - valid)
+        if unknown:
+            raise InputError(f"unknown parameter(s) {', '.join(unknown)} for estimator {self.name!r}; "
+                             f"valid: {', '.join(sorted(valid - {'profile'}))}")
+        if "profile" in valid:
+            if overrides.get("profile", self.profile) != self.profile:
+                raise InputError(f"profile {overrides['profile']!r} given to the {self.profile!r} profile of "
+                                 f"{self.name!r}; use get({self.name!r}, profile=...)")
+            overrides["profile"] = self.profile
         self.config = dataclasses.replace(config, **overrides) if overrides else config
+
+    def hidden_layer(self) -> int:
+        """The hidden layer the caller extracts when ``needs_hidden`` (transformers'
+        ``hidden_states[layer]``: −1 the last, after the final norm; SPEC §4.3): the config's
+        ``layer``."""
+        return int(getattr(self.config, "layer", -1))
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self.config})"
@@ -96,3 +130,9 @@ class Estimator(abc.ABC):
     def to_dict(self) -> dict[str, Any]:
         """The estimator's name and full configuration (recorded in result files)."""
         return {"name": self.name, "config": self.config.to_dict()}
+
+    def method_label(self) -> str:
+        """What reports call this estimator (SPEC §8): its label, with the profile when not the
+        default."""
+        label = self.label or self.name
+        return label if self.profile == "default" else f"{label}-{self.profile}"

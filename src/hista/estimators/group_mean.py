@@ -26,11 +26,8 @@ class GroupMean(Estimator):
     """V(s) = the group's mean reward for every state; A_{i,t} = R_i − V, broadcast to every
     token of rollout i, then scaled (SPEC §4.1)."""
 
-    name = "grpo"
+    label = "GRPO"
     config_class = GroupMeanConfig
-
-    def __init__(self, config: GroupMeanConfig | None = None, profile: str = "default", **overrides):
-        super().__init__(config, **overrides)
 
     def baselines(self, group: RolloutGroup) -> torch.Tensor:
         """The baseline b_i of every rollout [G] (SPEC §4.1)."""

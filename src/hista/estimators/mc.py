@@ -19,17 +19,19 @@ class MCConfig(EstimatorConfig):
 
     num: Optional[int] = None
 
+    def __post_init__(self) -> None:
+        if self.num is not None and (isinstance(self.num, bool) or not isinstance(self.num, int) or self.num < 1):
+            raise ValueError(f"num must be a positive integer or None, got {self.num!r}")
+
 
 @register("mc")
 class MonteCarlo(Estimator):
     """V(s) = mean reward of continuations sampled from s. Continuations arrive with the
     query (``State.continuations``) or in ``RolloutGroup.continuations[(i, t)]`` (SPEC §4.4)."""
 
-    name = "mc"
+    label = "MC"
     config_class = MCConfig
-
-    def __init__(self, config: MCConfig | None = None, profile: str = "default", **overrides):
-        super().__init__(config, **overrides)
+    needs_continuations = True
 
     def _mean(self, rewards: Sequence[float], where: str) -> float:
         rewards = list(rewards)[: self.config.num]

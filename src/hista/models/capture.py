@@ -9,27 +9,28 @@ from __future__ import annotations
 
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Iterator, Optional
+from typing import Callable, Iterator, Optional
 
 import torch
 
 
 @dataclass
 class PassRecord:
-    """What the hooks saw during the log-prob passes inside the ``with`` block: per forward
-    call, the backbone's last hidden state [b, L, H] and the per-token entropy (or None)."""
+    """What the hooks saw during the log-prob passes inside the ``with`` block (SPEC §9): the number of
+    passes and, per pass, the hidden states of the requested layer [b, L, H] (when a layer was
+    requested) and the per-token entropy (or None)."""
 
+    calls: int = 0
     hidden: list[torch.Tensor] = field(default_factory=list)
     entropy: list[Optional[torch.Tensor]] = field(default_factory=list)
 
     def rows(self, n: int) -> tuple[Optional[torch.Tensor], Optional[torch.Tensor]]:
         """The first ``n`` rows of hidden states and entropies (a later pass through the same
-        model, such as a PEFT reference pass, is ignored); (None, None) when nothing ran."""
-        if not self.hidden:
-            return None, None
-        hidden = torch.cat(self.hidden, dim=0)[:n]
+        model, such as a PEFT reference pass, is ignored); None for what was not recorded
+        (SPEC §9)."""
+        hidden = torch.cat(self.hidden, dim=0)[:n] if self.hidden else None
         entropy = None
-        if all(e is not None for e in self.entropy):
+        if self.entropy and all(e is not None for e in self.entropy):
             entropy = torch.cat(self.entropy, dim=0)[:n]
         return hidden, entropy
 
@@ -44,34 +45,72 @@ def _backbone(model: torch.nn.Module) -> torch.nn.Module:
     return base
 
 
+def _decoder_layers(backbone: torch.nn.Module) -> torch.nn.ModuleList:
+    for module in backbone.modules():
+        layers = getattr(module, "layers", None)
+        if isinstance(layers, torch.nn.ModuleList) and len(layers) > 0:
+            return layers
+    raise ValueError(f"cannot find the decoder layers of {type(backbone).__name__}; only layer=-1 can be captured")
+
+
+def _hook_layer(backbone: torch.nn.Module, layer: int, grab: Callable[[torch.Tensor], None]) -> list:
+    """A hook that hands ``hidden_states[layer]`` (transformers' convention: entry 0 is the input
+    of the first decoder layer, entry k the output of layer k − 1, the last entry the output
+    after the final norm) to ``grab`` on every forward call; returns the hook handles."""
+
+    def first(tensor_or_tuple):
+        return tensor_or_tuple[0] if isinstance(tensor_or_tuple, (tuple, list)) else tensor_or_tuple
+
+    def normed(module, args, output):
+        grab(output.last_hidden_state if hasattr(output, "last_hidden_state") else output[0])
+
+    if layer == -1:
+        return [backbone.register_forward_hook(normed)]
+    layers = _decoder_layers(backbone)
+    count = len(layers) + 1
+    if not -count <= layer < count:
+        raise ValueError(f"layer {layer} is out of range: {type(backbone).__name__} has {count} hidden states "
+                         f"(layers {-count}..{count - 1})")
+    k = layer % count
+    if k == count - 1:
+        return [backbone.register_forward_hook(normed)]
+    if k == 0:
+        return [layers[0].register_forward_pre_hook(
+            lambda m, args, kwargs: grab(args[0] if args else kwargs["hidden_states"]), with_kwargs=True)]
+    return [layers[k - 1].register_forward_hook(lambda m, args, output: grab(first(output)))]
+
+
 @contextmanager
-def capture_logprob_pass(model: torch.nn.Module) -> Iterator[PassRecord]:
-    """Record the final hidden states (after the last norm, as ``hidden_states[-1]``) and
-    entropies of every no-grad ``fused_lm_head=True`` call of ``model`` (TRL's log-prob pass)
-    made inside the block; generation calls and gradient passes are not recorded (SPEC §9)."""
+def capture_logprob_pass(model: torch.nn.Module, layer: Optional[int] = -1) -> Iterator[PassRecord]:
+    """Record ``hidden_states[layer]`` (−1: the last, after the final norm; None: no hidden
+    states) and the entropies of every no-grad ``fused_lm_head=True`` call of ``model`` (TRL's
+    log-prob pass) made inside the block; generation calls and gradient passes are not recorded
+    (SPEC §9)."""
     record = PassRecord()
     inner = getattr(model, "module", model)
     state = {"on": False, "hidden": None}
 
     def before(module, args, kwargs):
         state["on"] = bool(kwargs.get("fused_lm_head")) and not torch.is_grad_enabled()
+        state["hidden"] = None
 
-    def backbone_done(module, args, output):
+    def grab(hidden: torch.Tensor) -> None:
         if state["on"]:
-            state["hidden"] = output.last_hidden_state if hasattr(output, "last_hidden_state") else output[0]
+            state["hidden"] = hidden
 
     def after(module, args, kwargs, output):
-        if state["on"] and state["hidden"] is not None:
-            record.hidden.append(state["hidden"].detach())
+        if state["on"]:
+            record.calls += 1
+            if layer is not None:
+                record.hidden.append(state["hidden"].detach())
             entropy = getattr(output, "entropy", None)
             record.entropy.append(None if entropy is None else entropy.detach())
         state["on"], state["hidden"] = False, None
 
-    handles = [
-        inner.register_forward_pre_hook(before, with_kwargs=True),
-        _backbone(model).register_forward_hook(backbone_done),
-        inner.register_forward_hook(after, with_kwargs=True),
-    ]
+    handles = [inner.register_forward_pre_hook(before, with_kwargs=True)]
+    if layer is not None:
+        handles += _hook_layer(_backbone(model), layer, grab)
+    handles.append(inner.register_forward_hook(after, with_kwargs=True))
     try:
         yield record
     finally:

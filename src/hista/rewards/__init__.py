@@ -1,9 +1,11 @@
-"""Reward verifiers (SPEC §6): ``math``, ``choice`` and ``code``.
+"""Reward verifiers (SPEC §6): ``math``, ``choice`` and ``code``, registered by name.
 
-``verify(kind, completion, answer)`` returns the reward (1.0 or 0.0);
-``verify_with_reason`` also returns a short reason ("correct", "no answer found",
-"wrong answer: got 7", "timeout on case 1/3", ...).  A verifier never raises on malformed
-model output; an unknown ``kind`` is a programming error and raises ``ValueError``.
+A verifier is a function ``f(completion, answer) -> (reward, reason)`` registered with
+``@register(name)`` next to its definition; other packages add theirs through the entry-point
+group ``hista.verifiers``. ``verify(kind, completion, answer)`` returns the reward (1.0 or 0.0
+for the built-ins); ``verify_with_reason`` also returns a short reason ("correct", "no answer
+found", "wrong answer: got 7", "timeout on case 1/3", ...). A verifier never raises on
+malformed model output; an unknown ``kind`` is a programming error and raises ``ValueError``.
 """
 
 from __future__ import annotations
@@ -11,58 +13,50 @@ from __future__ import annotations
 import logging
 from typing import Any, Callable
 
-from .choice import verify_choice
-from .code import verify_code
-from .math import verify_math
+from ..registry import Registry
 
-__all__ = ["VERIFIERS", "register_verifier", "verifier_kinds", "verify", "verify_with_reason"]
+__all__ = ["REGISTRY", "Verifier", "get", "names", "register", "verify", "verify_with_reason"]
 
 logger = logging.getLogger(__name__)
 
 Verifier = Callable[[Any, Any], "tuple[float, str]"]
 
-#: kind -> verifier ``f(completion, answer) -> (reward, reason)``.
-VERIFIERS: dict[str, Verifier] = {
-    "math": verify_math,
-    "choice": verify_choice,
-    "code": verify_code,
-}
+# Defined before any verifier module is imported: the registry imports them on first use, and
+# they import ``register`` from here.
+REGISTRY = Registry("verifier", __name__, "hista.verifiers")
 
 
-def verifier_kinds() -> list[str]:
-    """Names of the registered verifier kinds, sorted (SPEC §6)."""
-    return sorted(VERIFIERS)
+def register(name: str, *, replace: bool = False) -> Callable[[Verifier], Verifier]:
+    """Decorator registering a verifier ``f(completion, answer) -> (reward, reason)`` under
+    ``name`` (SPEC §6). A taken name raises ``ValueError`` unless ``replace=True``."""
+    return REGISTRY.register(name, replace=replace)
 
 
-def register_verifier(kind: str, fn: Verifier, *, replace: bool = False) -> None:
-    """Register ``fn(completion, answer) -> (reward, reason)`` under ``kind`` (SPEC §6).
+def names() -> list[str]:
+    """Names of the registered verifiers, sorted (SPEC §6)."""
+    return REGISTRY.names()
 
-    Raises ``ValueError`` if ``kind`` exists and ``replace`` is False.
-    """
-    if not isinstance(kind, str) or not kind:
-        raise ValueError("verifier kind must be a non-empty string")
-    if kind in VERIFIERS and not replace:
-        raise ValueError(f"verifier kind {kind!r} is already registered")
-    VERIFIERS[kind] = fn
+
+def get(name: str) -> Verifier:
+    """The verifier function registered under ``name`` (SPEC §6); an InputError (a ValueError)
+    listing the valid names if there is none."""
+    return REGISTRY.get(name)
 
 
 def verify_with_reason(kind: str, completion: Any, answer: Any) -> tuple[float, str]:
     """Reward of ``completion`` against the gold ``answer`` under verifier ``kind``, with a
     short reason (SPEC §6).  Raises ``ValueError`` for an unknown ``kind`` (listing the valid
     kinds); never raises because of the completion or the answer."""
-    fn = VERIFIERS.get(kind) if isinstance(kind, str) else None
-    if fn is None:
-        valid = ", ".join(verifier_kinds())
-        raise ValueError(f"unknown verifier kind {kind!r}; valid kinds: {valid}")
+    fn = get(kind)
     try:
         reward, reason = fn(completion, answer)
-        reward = float(reward)
+        reward, reason = float(reward), str(reason)
     except Exception as exc:  # last-resort guard for registered third-party verifiers
         logger.debug("verifier %r failed", kind, exc_info=True)
         return 0.0, f"verifier error: {type(exc).__name__}"
     if reward != reward:  # NaN
         return 0.0, "verifier returned NaN"
-    return reward, str(reason)
+    return reward, reason
 
 
 def verify(kind: str, completion: Any, answer: Any) -> float:

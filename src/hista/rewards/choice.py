@@ -23,6 +23,7 @@ import logging
 import re
 from typing import Any, Optional
 
+from . import register
 from .math import boxed_contents
 
 __all__ = ["extract_choice", "verify_choice"]
@@ -117,6 +118,7 @@ def extract_choice(completion: str, letters: str = "ABCDEFGHIJ") -> Optional[str
     return _last(pats["token"], text[-_TAIL_CHARS:])
 
 
+@register("choice")
 def verify_choice(completion: Any, answer: Any) -> tuple[float, str]:
     """Score a multiple-choice completion: 1.0 if the extracted letter equals the gold letter
     ``answer``, else 0.0; with a reason (SPEC §6).  Never raises on malformed input."""

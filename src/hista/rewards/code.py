@@ -19,6 +19,7 @@ import logging
 import textwrap
 from typing import Any, Optional
 
+from . import register
 from .sandbox import SandboxUnavailable, run_sandboxed
 
 __all__ = ["extract_code", "parse_cases", "outputs_match", "verify_code"]
@@ -123,6 +124,7 @@ def _last_line(text: str) -> str:
     return lines[-1][:120] if lines else ""
 
 
+@register("code")
 def verify_code(
     completion: Any,
     answer: Any,

@@ -45,6 +45,8 @@ import threading
 from fractions import Fraction
 from typing import Any, Optional
 
+from . import register
+
 __all__ = [
     "SIGNAL_TIMEOUT_S",
     "boxed_contents",
@@ -373,6 +375,7 @@ def _show(s: str, n: int = 60) -> str:
     return s if len(s) <= n else s[: n - 3] + "..."
 
 
+@register("math")
 def verify_math(completion: Any, answer: Any) -> tuple[float, str]:
     """Score a math completion against the gold ``answer``: 1.0 if the extracted final answer
     (last box, else math-verify's fallback extraction) is equivalent, else 0.0; with a reason

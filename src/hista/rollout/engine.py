@@ -31,13 +31,20 @@ class SamplingConfig:
         return asdict(self)
 
 
+def chat_messages(problem: str, system_prompt: str = SYSTEM_PROMPT) -> list[dict]:
+    """The conversation that poses one problem (SPEC §7): the system prompt, when there is one,
+    then the problem as the user's turn. Sampling, SVEB and training all pose problems so."""
+    messages = [{"role": "user", "content": problem}]
+    if system_prompt:
+        messages.insert(0, {"role": "system", "content": system_prompt})
+    return messages
+
+
 def prompt_ids(lm: LoadedModel, problem: str, system_prompt: str = SYSTEM_PROMPT) -> tuple[str, list[int]]:
     """The chat-templated prompt (text and token ids) for one problem, with the system prompt
     that asks for the final answer in ``\\boxed{}`` (SPEC §7)."""
     tok = lm.tokenizer
-    messages = [{"role": "user", "content": problem}]
-    if system_prompt:
-        messages.insert(0, {"role": "system", "content": system_prompt})
+    messages = chat_messages(problem, system_prompt)
     if getattr(tok, "chat_template", None):
         text = tok.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
     else:  # base models without a template: plain text prompt

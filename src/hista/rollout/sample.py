@@ -7,8 +7,14 @@ from typing import Sequence
 from tqdm.auto import tqdm
 
 from ..rewards import verify
-from ..types import RolloutGroup
+from ..types import Rollout, RolloutGroup
 from .engine import GenerateEngine
+
+
+def score(problem: dict, rollouts: Sequence[Rollout]) -> None:
+    """Set every rollout's reward with the problem's verifier against its answer (SPEC §6)."""
+    for r in rollouts:
+        r.reward = verify(problem["verifier"], r.completion_text, problem["answer"])
 
 
 def sample_groups(
@@ -20,8 +26,7 @@ def sample_groups(
         rollouts = engine.generate([p["problem"] for p in problems], n, seed=seed, progress=bar.update)
     groups = []
     for problem, group in zip(problems, rollouts):
-        for r in group:
-            r.reward = verify(problem["verifier"], r.completion_text, problem["answer"])
+        score(problem, group)
         groups.append(RolloutGroup(group, prompt_id=problem["id"], problem=dict(problem)))
     return groups
 

@@ -20,17 +20,20 @@ from ..errors import InputError
 from ..models import LoadedModel, load
 from ..rewards import verify
 from ..rollout import GenerateEngine, SamplingConfig
+from ..rollout.sample import score
 from . import cases
 
 
 @dataclasses.dataclass
 class BuildConfig:
-    """Settings of a case build (SPEC §8 defaults: G = 32 rollouts, M = 20 continuations,
-    one state per problem, difficulty range 0.1-0.8 on the initial rollouts' accuracy)."""
+    """Settings of a case build. The defaults are the ``default`` preset (SPEC §8, the paper's
+    settings: G = 32 rollouts, M = 20 continuations, one state per problem, difficulty range
+    0.1-0.8 on the initial rollouts' accuracy); :mod:`hista.sveb.presets` holds the others.
+    ``problems`` counts per task source."""
 
     model: str = "smollm2-135m-instruct"
-    tasks: Sequence[str] = ("builtin:arith",)
-    problems: int = 8
+    tasks: Sequence[str] = ("builtin:arith", "builtin:choice")
+    problems: int = 100
     rollouts: int = 32
     continuations: int = 20
     states_per_problem: int = 1
@@ -40,7 +43,7 @@ class BuildConfig:
     hi: Optional[float] = 0.8
     temperature: float = 0.7
     top_p: float = 1.0
-    max_new_tokens: int = 128
+    max_new_tokens: int = 256
     batch_size: int = 64
 
     def sampling(self) -> SamplingConfig:
@@ -72,7 +75,8 @@ def build(config: BuildConfig, out: str | Path, *, lm: Optional[LoadedModel] = N
     records.
     """
     out = Path(out)
-    problems = [p for spec in config.tasks for p in tasks.load(spec, n=config.problems, seed=config.seed, split=config.split)]
+    problems = [p for spec in config.tasks
+                for p in tasks.load(spec, n=config.problems, seed=config.seed, split=config.split)]
     existing = cases.read(out, repair=True)
     lm = lm or load(config.model)
     settings = config.settings(lm.revision)
@@ -114,8 +118,7 @@ def _chunk_records(engine: GenerateEngine, config: BuildConfig, settings: dict, 
     groups = engine.generate([p["problem"] for p in chunk], config.rollouts, seed=derive_seed(config.seed, first))
     states, records = [], []
     for problem, group in zip(chunk, groups):
-        for r in group:
-            r.reward = verify(problem["verifier"], r.completion_text, problem["answer"])
+        score(problem, group)
         accuracy = sum(r.reward for r in group) / len(group)
         eligible = [i for i, r in enumerate(group) if len(r.completion_ids) >= 2]
         in_range = ((config.lo is None or accuracy >= config.lo - 1e-9)

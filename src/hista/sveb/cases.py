@@ -43,7 +43,8 @@ def _check(record: Any, path: Path, line: int) -> dict[str, Any]:
     kind = record.get("kind")
     fields = CASE_FIELDS if kind == "case" else SKIP_FIELDS if kind == "skip" else None
     if fields is None:
-        raise InputError(f"unknown record kind {kind!r} (expected 'case' or 'skip')", path=str(path), line=line, field="kind")
+        raise InputError(f"unknown record kind {kind!r} (expected 'case' or 'skip')", path=str(path), line=line,
+                         field="kind")
     for name, types in fields.items():
         if name not in record:
             raise InputError("missing", path=str(path), line=line, field=name)
@@ -53,7 +54,8 @@ def _check(record: Any, path: Path, line: int) -> dict[str, Any]:
         for k, rollout in enumerate(record["rollouts"]):
             for name, types in ROLLOUT_FIELDS.items():
                 if not isinstance(rollout, dict) or not isinstance(rollout.get(name), types):
-                    raise InputError("missing or of the wrong type", path=str(path), line=line, field=f"rollouts[{k}].{name}")
+                    raise InputError("missing or of the wrong type", path=str(path), line=line,
+                                     field=f"rollouts[{k}].{name}")
         state = record["state"]
         if not (isinstance(state.get("rollout"), int) and isinstance(state.get("t"), int)
                 and 0 <= state["rollout"] < len(record["rollouts"])

@@ -226,7 +226,7 @@ def summarise(
         {"fields": [sorted field names..., "all"],
          "rows": {row: {field: {"mae", "lo", "hi", "pearson", "n", "skipped"}}},
          "methods": [...], "mcs_rows": ["MCS@1", ...], "counts": {field: cases},
-         "grpo_mae": {field: mae}   # only when "grpo" is among the methods
+         "grpo_mae": {field: mae}   # when every case records its group mean
          "level": 0.95, "n_boot": n_boot, "seed": seed}
 
     Rows, in order: each method (``mae`` = mean |value - target| over the cases, ``lo``/``hi``
@@ -236,6 +236,8 @@ def summarise(
     A case whose value for a method is missing, None or NaN is left out of that method's
     cell and counted in ``skipped``; so is a case with fewer than n continuations for
     ``MCS@n``. ``n`` is the number of cases used. Cells with no cases have NaN statistics.
+    ``grpo_mae`` is the MAE of the GRPO baseline, the group mean every case records
+    (``group_mean``), whatever methods were evaluated.
     """
     methods = list(methods)
     if len(set(methods)) != len(methods):
@@ -299,6 +301,9 @@ def summarise(
         "n_boot": n_boot,
         "seed": seed,
     }
-    if "grpo" in rows:
-        summary["grpo_mae"] = {field: rows["grpo"][field]["mae"] for field in fields}
+    if records and all(isinstance(rec.get("group_mean"), (int, float)) for rec in records):
+        summary["grpo_mae"] = {}
+        for field in fields:
+            errors = [abs(float(rec["group_mean"]) - float(rec["target"])) for rec in by_field[field]]
+            summary["grpo_mae"][field] = math.fsum(errors) / len(errors) if errors else math.nan
     return summary

@@ -1,36 +1,88 @@
 """Problem sources: built-in generators, local JSONL and Hugging Face datasets (SPEC §7).
 
 A problem record is a dict ``{"id", "problem", "answer", "verifier", "field"}`` (plus an
-optional ``"meta"`` dict); ``verifier`` is one of ``math``, ``choice``, ``code`` and ``field`` is
-the category label SVEB reports by.  Sources are named by a spec string:
+optional ``"meta"`` dict); ``verifier`` is a registered verifier (:func:`hista.rewards.names`)
+and ``field`` is the category label SVEB reports by.  Sources are named by a spec string
+``PREFIX:REST``, the prefix selecting a registered :class:`TaskSource`:
 
 * ``builtin:NAME[?k=v&k=v]``: a seeded generator (``arith``, ``choice``), see :func:`list_builtin`;
 * ``jsonl:PATH``: one JSON object per line, see :mod:`hista.tasks.jsonl`;
 * ``hf:NAME[:CONFIG][@SPLIT]``: a Hugging Face dataset, see :mod:`hista.tasks.hf`.
+
+A source is a :class:`TaskSource` subclass decorated with ``@register(prefix)`` next to its
+definition; other packages add theirs through the entry-point group ``hista.tasks``.
 """
 
 from __future__ import annotations
 
-from typing import Optional
+import re
+from typing import Callable, Optional
 
 from hista.errors import InputError
-from hista.tasks import arith, choice
-from hista.tasks import hf as _hf
-from hista.tasks import jsonl as _jsonl
+from hista.registry import Registry
 from hista.tasks._common import check_count, check_seed
+from hista.tasks.base import TaskSource
 from hista.tasks.filter import filter_by_accuracy
 
-__all__ = ["load", "check_spec", "list_builtin", "preview", "filter_by_accuracy", "PREFIXES", "BUILTINS"]
+__all__ = ["REGISTRY", "TaskSource", "check_spec", "filter_by_accuracy", "get", "list_builtin", "load", "names",
+           "preview", "register"]
 
-#: Built-in generators by name; each module has NAME, DESCRIPTION, KNOBS and load().
-BUILTINS = {arith.NAME: arith, choice.NAME: choice}
-#: Valid source prefixes.
-PREFIXES = ("builtin:", "jsonl:", "hf:")
+
+def _build(cls: type, name: str, cfg: dict) -> TaskSource:
+    return cls(**cfg)
+
+
+# Defined before any source module is imported: the registry imports them on first use, and
+# they import ``register`` from here.
+REGISTRY = Registry("task source", __name__, "hista.tasks", _build, adopt=lambda prefix, cls: register(prefix)(cls))
+
+
+def register(prefix: str, *, replace: bool = False) -> Callable[[type], type]:
+    """Class decorator registering a :class:`TaskSource` under the spec prefix ``prefix``
+    (SPEC §7). A taken prefix raises ValueError unless ``replace=True``."""
+
+    def wrap(cls: type) -> type:
+        if not (isinstance(cls, type) and issubclass(cls, TaskSource)):
+            raise TypeError(f"@register({prefix!r}) decorates TaskSource subclasses, not {cls!r}")
+        if not isinstance(prefix, str) or not re.fullmatch(r"[a-z][a-z0-9_-]*", prefix):
+            raise ValueError(f"a task source prefix is lower-case letters, digits, '_' or '-', got {prefix!r}")
+        if not isinstance(cls.description, str) or not cls.description.strip() or "\n" in cls.description:
+            raise ValueError(f"task source {prefix!r} needs a one-line description")
+        return REGISTRY.register(prefix, cls, replace=replace)
+
+    return wrap
+
+
+def names() -> list[str]:
+    """The registered source prefixes, sorted, without the colon (SPEC §7)."""
+    return REGISTRY.names()
+
+
+def get(prefix: str) -> TaskSource:
+    """The source registered under ``prefix`` (SPEC §7); an InputError listing the valid ones."""
+    return REGISTRY.get(prefix)
+
+
+def _builtins() -> dict:
+    from hista.tasks.builtin import BUILTINS
+
+    return BUILTINS
 
 
 def _known_sources() -> str:
-    names = ", ".join(f"builtin:{k}" for k in BUILTINS)
-    return f"valid prefixes: {', '.join(PREFIXES)}; built-in tasks: {names}"
+    return "valid prefixes: " + "; ".join(f"{p}: ({REGISTRY.lookup(p).description})" for p in names())
+
+
+def _source(spec: str) -> tuple[TaskSource, str]:
+    """The source a spec names and the rest of the spec after ``PREFIX:``."""
+    if not isinstance(spec, str) or not spec.strip():
+        raise InputError(f"empty task spec; {_known_sources()}", field="spec")
+    spec = spec.strip()
+    prefix, sep, rest = spec.partition(":")
+    if not sep or prefix.lower() not in names():
+        hint = f" (did you mean builtin:{spec}?)" if spec.split("?")[0] in _builtins() else ""
+        raise InputError(f"unknown task source {spec!r}{hint}; {_known_sources()}", field="spec")
+    return get(prefix.lower()), rest.strip()
 
 
 def load(spec: str, n: Optional[int] = None, seed: int = 0, split: str = "test") -> list[dict]:
@@ -42,57 +94,26 @@ def load(spec: str, n: Optional[int] = None, seed: int = 0, split: str = "test")
     unless the spec names one with ``@SPLIT``; a ``jsonl:`` file is used as it is.
     Raises :class:`hista.errors.InputError` for any bad spec, option or input file.
     """
-    if not isinstance(spec, str) or not spec.strip():
-        raise InputError(f"empty task spec; {_known_sources()}", field="spec")
-    spec = spec.strip()
-    prefix, sep, rest = spec.partition(":")
-    prefix = prefix.lower() + sep
-    if prefix == "builtin:":
-        name, _, query = rest.partition("?")
-        module = BUILTINS.get(name.strip())
-        if module is None:
-            raise InputError(
-                f"unknown built-in task {name!r} in {spec!r}; built-in tasks: "
-                f"{', '.join(BUILTINS)}", field="spec")
-        return module.load(spec, query, n=n, seed=seed, split=split)
-    if prefix == "jsonl:":
-        return _jsonl.load(rest.strip(), n=check_count(n, 0) if n is not None else None)
-    if prefix == "hf:":
-        check_seed(seed)
-        if not isinstance(split, str) or not split:
-            raise InputError(f"split must be a non-empty string, got {split!r}", field="split")
-        return _hf.load(rest.strip(), n=check_count(n, 0) if n is not None else None,
-                        split=split)
-    hint = ""
-    if spec.split("?")[0] in BUILTINS:
-        hint = f" (did you mean builtin:{spec}?)"
-    raise InputError(f"unknown task source {spec!r}{hint}; {_known_sources()}", field="spec")
+    source, rest = _source(spec)
+    if n is not None:
+        check_count(n, 0)
+    check_seed(seed)
+    if not isinstance(split, str) or not split.strip():
+        raise InputError(f"split must be a non-empty string, got {split!r}", field="split")
+    return source.load(rest, n, seed, split)
 
 
 def check_spec(spec: str) -> None:
     """Check a source spec without downloading anything (SPEC §7): built-ins generate one
-    problem, ``jsonl:`` files must exist, ``hf:`` names must parse and be a supported
-    dataset or an ``owner/name`` id. Raises InputError."""
-    if not isinstance(spec, str) or not spec.strip():
-        raise InputError(f"empty task spec; {_known_sources()}", field="spec")
-    prefix, _, rest = spec.strip().partition(":")
-    if prefix.lower() == "hf":
-        name, _, _ = _hf.parse_spec(rest.strip())
-        if name.lower() not in _hf._BY_NAME and "/" not in name:
-            raise InputError(f"unknown dataset {name!r} in {spec!r}: not a supported name nor an owner/name "
-                             f"id; supported: {'; '.join(_hf.supported())}", field="spec")
-    elif prefix.lower() == "jsonl":
-        from pathlib import Path
-
-        if not Path(rest.strip()).is_file():
-            raise InputError(f"{spec!r}: no such file {rest.strip()!r}", field="spec")
-    else:
-        load(spec, n=1)
+    problem, ``jsonl:`` files are read and validated, ``hf:`` names must parse and be a
+    supported dataset or an ``owner/name`` id (or a local path). Raises InputError."""
+    source, rest = _source(spec)
+    source.check(rest)
 
 
 def list_builtin() -> dict[str, str]:
     """One-line description of each built-in task generator, by name (SPEC §7)."""
-    return {name: module.DESCRIPTION for name, module in BUILTINS.items()}
+    return {name: module.DESCRIPTION for name, module in _builtins().items()}
 
 
 def preview(spec: str, n: int = 3, seed: int = 0, split: str = "test") -> str:

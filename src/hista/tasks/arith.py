@@ -28,8 +28,7 @@ from __future__ import annotations
 import random
 from typing import Optional
 
-from hista.tasks._common import Knob, check_count, check_seed, canonical_split, generate
-from hista.tasks._common import int_in, one_of, parse_options
+from hista.tasks._common import Knob, canonical_split, check_count, check_seed, generate, int_in, one_of, parse_options
 
 NAME = "arith"
 DESCRIPTION = (

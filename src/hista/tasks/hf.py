@@ -2,8 +2,8 @@
 
 Needs the optional ``datasets`` library (``pip install 'hista[hf]'``), imported only here and
 only when such a spec is loaded.  Known datasets (with short aliases) get a dedicated row
-mapping; any other dataset is mapped generically when it has a ``problem`` or ``question``
-column and an ``answer`` column.
+mapping; any other dataset (a hub id ``owner/name`` or a local dataset folder) is mapped
+generically when it has a ``problem`` or ``question`` column and an ``answer`` column.
 
 Network: before loading, the hub endpoint (``HF_ENDPOINT``, default https://huggingface.co) is
 probed with a short timeout (``HISTA_HF_TIMEOUT`` seconds, default 5).  When it cannot be
@@ -15,15 +15,19 @@ minutes of retries.
 from __future__ import annotations
 
 import contextlib
+import importlib.util
+import json
 import os
 import re
 import urllib.error
 import urllib.request
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator, Optional
 
 from hista.errors import InputError
-
+from hista.tasks import register
+from hista.tasks.base import TaskSource
 
 # ---------------------------------------------------------------------------------------------
 # Row mappings: dataset row -> (problem, answer, field, extra meta) or None to skip the row.
@@ -239,7 +243,7 @@ def _load_rows(name: str, config: Optional[str], split: str) -> Iterable[dict]:
 
 # ---------------------------------------------------------------------------------------------
 
-def load(rest: str, n: Optional[int] = None, split: str = "test") -> list[dict]:
+def read(rest: str, n: Optional[int] = None, split: str = "test") -> list[dict]:
     """Load ``hf:NAME[:CONFIG][@SPLIT]`` as problem records; the first ``n`` rows (SPEC §7).
 
     The split is ``@SPLIT`` when given, else ``split``; a known dataset that has a single
@@ -308,3 +312,33 @@ def load(rest: str, n: Optional[int] = None, split: str = "test") -> list[dict]:
         records.append({"id": f"{short}-{use_split}-{i:05d}", "problem": problem,
                         "answer": answer, "verifier": "math", "field": field, "meta": meta})
     return records
+
+
+@register("hf")
+class HFSource(TaskSource):
+    """``hf:NAME[:CONFIG][@SPLIT]``: a Hugging Face dataset (SPEC §7); see the module docstring."""
+
+    description = "a Hugging Face dataset by supported name, owner/name id or local folder, hf:NAME[:CONFIG][@SPLIT]"
+
+    def load(self, rest: str, n: Optional[int] = None, seed: int = 0, split: str = "test") -> list[dict]:
+        """The first ``n`` problems (default all) of split ``@SPLIT``, else ``split``; ``seed``
+        does not apply (SPEC §7)."""
+        return read(rest, n, split)
+
+    def check(self, rest: str) -> None:
+        """The spec must parse and name a supported dataset or an ``owner/name`` id (SPEC §7)."""
+        name, _, _ = parse_spec(rest)
+        if name.lower() not in _BY_NAME and "/" not in name:
+            raise InputError(f"unknown dataset {name!r} in 'hf:{rest}': not a supported name nor an owner/name "
+                             f"id; supported: {'; '.join(supported())}", field="spec")
+
+    def example(self, tmp_dir: Path) -> str:
+        """A local dataset folder of three problems under ``tmp_dir``, split ``train``, which
+        ``datasets.load_dataset`` reads offline (SPEC §7)."""
+        if importlib.util.find_spec("datasets") is None:
+            raise NotImplementedError("hf: needs the optional 'datasets' library (pip install 'hista[hf]')")
+        folder = Path(tmp_dir) / "tiny"
+        folder.mkdir(parents=True, exist_ok=True)
+        rows = [{"problem": f"What is {a} + {a}?", "answer": str(2 * a), "subject": "addition"} for a in (1, 2, 3)]
+        (folder / "train.jsonl").write_text("".join(json.dumps(row) + "\n" for row in rows), encoding="utf-8")
+        return f"{folder}@train"

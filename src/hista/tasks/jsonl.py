@@ -2,11 +2,11 @@
 
 One JSON object per line (blank lines are skipped) with at least ``problem`` (a non-empty
 string) and ``answer`` (a string, or a number which is turned into a string).  Optional:
-``id`` (string or integer; default ``<file stem>-<line>``), ``verifier`` (``math``, ``choice``
-or ``code``; default ``math``), ``field`` (non-empty string; default ``default``) and ``meta``
-(an object).  Other keys are kept under ``meta``.  The whole file is validated before anything
-is returned; the first problem raises :class:`hista.errors.InputError` naming file, line and
-field.
+``id`` (string or integer; default ``<file stem>-<line>``), ``verifier`` (any registered
+verifier, see :func:`hista.rewards.names`; default ``math``), ``field`` (non-empty string;
+default ``default``) and ``meta`` (an object).  Other keys are kept under ``meta``.  The whole
+file is validated before anything is returned; the first problem raises
+:class:`hista.errors.InputError` naming file, line and field.
 """
 
 from __future__ import annotations
@@ -17,9 +17,11 @@ import os
 from pathlib import Path
 from typing import Any, Optional
 
+from hista import rewards
 from hista.errors import InputError
+from hista.tasks import register
+from hista.tasks.base import TaskSource
 
-VERIFIERS = ("math", "choice", "code")
 _KNOWN = ("id", "problem", "answer", "verifier", "field", "meta")
 
 
@@ -66,8 +68,8 @@ def parse_record(obj: Any, *, path: str, line: int, stem: str) -> dict:
     verifier = obj.get("verifier", "math")
     if not isinstance(verifier, str):
         raise bad("verifier", f"must be a string, got {_type_name(verifier)}")
-    if verifier not in VERIFIERS:
-        raise bad("verifier", f"unknown verifier {verifier!r}; valid: {', '.join(VERIFIERS)}")
+    if verifier not in rewards.names():
+        raise bad("verifier", f"unknown verifier {verifier!r}; valid: {', '.join(rewards.names())}")
     field = obj.get("field", "default")
     if not isinstance(field, str) or not field.strip():
         raise bad("field", f"must be a non-empty string, got {_type_name(field)}")
@@ -85,7 +87,7 @@ def parse_record(obj: Any, *, path: str, line: int, stem: str) -> dict:
     return record
 
 
-def load(path: str, n: Optional[int] = None) -> list[dict]:
+def read(path: str, n: Optional[int] = None) -> list[dict]:
     """Read and validate every record of a JSONL file; return the first ``n`` (SPEC §7).
 
     Raises InputError(path=..., line=..., field=...) on a missing file, undecodable text, bad
@@ -127,3 +129,28 @@ def load(path: str, n: Optional[int] = None) -> list[dict]:
             seen[rec["id"]] = lineno
             records.append(rec)
     return records if n is None else records[:n]
+
+
+@register("jsonl")
+class JsonlSource(TaskSource):
+    """``jsonl:PATH``: the records of a local JSON-lines file, used as they are (SPEC §7)."""
+
+    description = "a local JSON-lines file of records, jsonl:PATH"
+
+    def load(self, rest: str, n: Optional[int] = None, seed: int = 0, split: str = "test") -> list[dict]:
+        """The first ``n`` records of the file ``rest`` (default all); ``seed`` and ``split``
+        do not apply (SPEC §7)."""
+        return read(rest, n)
+
+    def check(self, rest: str) -> None:
+        """Read and validate the whole file (SPEC §7)."""
+        read(rest)
+
+    def example(self, tmp_dir: Path) -> str:
+        """Write a three-problem file under ``tmp_dir`` and name it (SPEC §7)."""
+        path = Path(tmp_dir) / "example.jsonl"
+        rows = [{"problem": "What is 2 + 3?", "answer": "5"},
+                {"problem": "Pick the even number.\nA) 3\nB) 4", "answer": "B", "verifier": "choice"},
+                {"id": "third", "problem": "What is 7 - 4?", "answer": 3, "field": "subtraction"}]
+        path.write_text("".join(json.dumps(row) + "\n" for row in rows), encoding="utf-8")
+        return str(path)

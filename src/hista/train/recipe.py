@@ -69,10 +69,13 @@ class Recipe:
         return [self.tasks] if isinstance(self.tasks, str) else list(self.tasks)
 
     def estimator_config(self) -> dict:
-        """The advantage_estimator section with the scale default filled in: Dr. GRPO uses
-        unscaled advantages (SPEC §5), every other loss the group std."""
+        """The advantage_estimator section with the scale default filled in: the scaling the
+        loss declares (``advantage_scale``: unscaled for Dr. GRPO, SPEC §5; the group std for
+        the others)."""
+        from ..losses import lookup
+
         cfg = {"name": "grpo", "gae_lambda": 1.0, **self.advantage_estimator}
-        cfg.setdefault("scale", "none" if self.loss.get("name") == "dr_grpo" else "group")
+        cfg.setdefault("scale", lookup(self.loss.get("name", "dapo")).advantage_scale)
         return cfg
 
     def batch_layout(self) -> dict:
@@ -204,8 +207,7 @@ def validate(data: dict, *, source: str = "<recipe>", lines: Optional[dict[str, 
     import trl
     from trl import GRPOConfig
 
-    from .. import estimators, tasks
-    from ..losses import check_config
+    from .. import estimators, losses, tasks
 
     lines = lines or {}
 
@@ -228,20 +230,26 @@ def validate(data: dict, *, source: str = "<recipe>", lines: Optional[dict[str, 
             tasks.check_spec(spec)
         except InputError as exc:
             raise fail("tasks", exc.message) from None
+    try:
+        loss = losses.get(recipe.loss.get("name"), **{k: v for k, v in recipe.loss.items() if k != "name"})
+    except (ValueError, TypeError) as exc:
+        raise fail("loss", str(exc)) from None
+    if loss.needs_ref_logp and loss.config["beta"] == 0.0:
+        raise fail("loss.beta", f"loss {loss.name!r} needs reference log-probs, which TRL computes only when beta > 0")
     est = recipe.estimator_config()
     params = {k: v for k, v in est.items() if k not in ("name", "gae_lambda", "scale")}
     try:
-        estimators.get(est["name"], **params)
+        estimator = estimators.get(est["name"], **params)
     except (ValueError, TypeError) as exc:
         raise fail("advantage_estimator", str(exc)) from None
+    if estimator.needs_continuations or estimator.needs_model:
+        what = "Monte-Carlo continuations of every state" if estimator.needs_continuations else "a learned model"
+        raise fail("advantage_estimator.name", f"estimator {est['name']!r} needs {what}, which training does not "
+                   "provide")
     if est["scale"] not in ("group", "batch", "none"):
         raise fail("advantage_estimator.scale", f"{est['scale']!r}; valid: group, batch, none")
     if not 0.0 <= float(est["gae_lambda"]) <= 1.0:
         raise fail("advantage_estimator.gae_lambda", "must lie in [0, 1]")
-    try:
-        check_config(recipe.loss.get("name"), {k: v for k, v in recipe.loss.items() if k != "name"})
-    except (ValueError, TypeError) as exc:
-        raise fail("loss", str(exc)) from None
     known = {f.name for f in dataclasses.fields(GRPOConfig)}
     for key in recipe.trl:
         if key in OWNED:

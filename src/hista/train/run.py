@@ -12,6 +12,7 @@ from transformers import TrainerCallback
 
 from .. import rewards, tasks
 from ..jsonio import jsonable
+from ..rollout.engine import chat_messages
 from .recipe import Recipe
 
 
@@ -23,11 +24,8 @@ def build_dataset(recipe: Recipe):
     rows = []
     for spec in recipe.task_specs:
         for rec in tasks.load(spec, n=recipe.problems, seed=recipe.seed, split=recipe.split):
-            prompt = [{"role": "user", "content": rec["problem"]}]
-            if recipe.system_prompt:
-                prompt.insert(0, {"role": "system", "content": recipe.system_prompt})
-            rows.append({"prompt": prompt, "answer": str(rec["answer"]), "verifier": rec["verifier"],
-                         "problem_id": str(rec["id"])})
+            rows.append({"prompt": chat_messages(rec["problem"], recipe.system_prompt), "answer": str(rec["answer"]),
+                         "verifier": rec["verifier"], "problem_id": str(rec["id"])})
     return Dataset.from_list(rows)
 
 

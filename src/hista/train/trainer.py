@@ -7,7 +7,7 @@ The subclass overrides only TRL's advantage path and its loss:
   per-token advantages of a hista estimator (SPEC §4), computed on whole groups. Hidden states
   (Hista) and old-policy entropies (S-trace) are captured from the old-log-prob pass TRL already
   runs; only when TRL skips that pass (fully on-policy steps) is it run here, once;
-* ``_compute_loss`` calls :func:`hista.losses.policy_loss` (SPEC §5).
+* ``_compute_loss`` calls the configured :class:`hista.losses.Loss` (SPEC §5).
 """
 
 from __future__ import annotations
@@ -16,13 +16,12 @@ import time
 from typing import Any, Optional
 
 import torch
+from accelerate.utils import gather_object
 from trl import GRPOTrainer
 
-from .. import estimators
-from ..losses import check_config, policy_loss
+from .. import estimators, losses
 from ..models.capture import capture_logprob_pass
-from ..rollout.offsets import decode_with_offsets
-from ..types import Rollout, RolloutGroup
+from .batch import batch_to_groups, groups_to_batch
 
 #: TRL options whose effect lives in the ``_compute_loss`` this class replaces; set the
 #: equivalent in the recipe's ``loss`` section instead (a flag must never be silently ignored).
@@ -38,26 +37,35 @@ UNSUPPORTED = {
 class HistaGRPOTrainer(GRPOTrainer):
     """GRPOTrainer whose advantages come from ``advantage_estimator`` and whose loss is
     ``loss`` (SPEC §9). ``advantage_estimator``: ``{"name": ..., "gae_lambda": ..., "scale":
-    ..., **estimator parameters}``; ``loss``: ``{"name": ..., **policy_loss parameters}``."""
+    ..., **estimator parameters}``; ``loss``: ``{"name": ..., **policy_loss parameters}``.
+    What is captured and passed on is decided by what the estimator and the loss declare
+    (``needs_hidden`` and its layer, ``needs_text``, ``needs_entropy``, ``needs_ref_logp``)."""
 
     def __init__(self, *args: Any, advantage_estimator: dict, loss: dict, **kwargs: Any):
         est_cfg = dict(advantage_estimator)
-        self.estimator_name = est_cfg.pop("name", "grpo")
+        name = est_cfg.pop("name", "grpo")
         self.gae_lambda = float(est_cfg.pop("gae_lambda", 1.0))
         self.scale = est_cfg.pop("scale", "group")
-        self.estimator = estimators.get(self.estimator_name, **est_cfg)
+        self.estimator = estimators.get(name, **est_cfg)
+        if self.estimator.needs_continuations:
+            raise ValueError(f"estimator {name!r} needs Monte-Carlo continuations of every state, which training "
+                             "does not sample")
+        if self.estimator.needs_model:
+            raise ValueError(f"estimator {name!r} needs a learned model, which this trainer does not provide")
         loss_cfg = dict(loss)
-        self.loss_name = loss_cfg.pop("name", "dapo")
-        self.loss_cfg = loss_cfg
-        self.aggregation = check_config(self.loss_name, loss_cfg)["aggregation"]
+        self.loss = losses.get(loss_cfg.pop("name", "dapo"), **loss_cfg)
         super().__init__(*args, **kwargs)
         for key, (neutral, why) in UNSUPPORTED.items():
             if getattr(self.args, key, neutral) != neutral:
                 raise ValueError(f"GRPOConfig.{key}={getattr(self.args, key)!r} has no effect here: {why}")
-        if float(loss_cfg.get("beta", 0.0)) != float(self.beta):
-            raise ValueError(f"loss.beta={loss_cfg.get('beta', 0.0)} but GRPOConfig.beta={self.beta}: they must agree")
-        self.needs_hidden = self.estimator_name == "hista"
-        self.needs_entropy = self.loss_name == "strace"
+        if self.loss.config["beta"] != float(self.beta):
+            raise ValueError(f"loss.beta={self.loss.config['beta']} but GRPOConfig.beta={self.beta}: they must agree")
+        if self.loss.needs_ref_logp and self.beta == 0.0:
+            raise ValueError(f"loss {self.loss.name!r} needs reference log-probs, which TRL computes only when "
+                             "beta > 0")
+        self.hidden_layer = self.estimator.hidden_layer() if self.estimator.needs_hidden else None
+        with capture_logprob_pass(self.model, layer=self.hidden_layer):
+            pass  # a layer the model does not have fails here, before any step
         self._hista_rewards: Optional[torch.Tensor] = None
         self._cycle_start: Optional[float] = None
         self._estimator_seconds = 0.0
@@ -75,22 +83,22 @@ class HistaGRPOTrainer(GRPOTrainer):
         if mode == "train" and self._cycle_start is not None:
             self._metrics[mode]["estimator/time_frac"].append(self._estimator_seconds / (now - self._cycle_start))
         self._cycle_start = now
-        if not (self.needs_hidden or self.needs_entropy):
+        if self.hidden_layer is None and not self.loss.needs_entropy:
             out = super()._generate_and_score_completions(inputs)
             hidden = entropy = None
         else:
-            with capture_logprob_pass(self.model) as record:
+            with capture_logprob_pass(self.model, layer=self.hidden_layer) as record:
                 out = super()._generate_and_score_completions(inputs)
-                hidden, entropy = record.rows(out["completion_ids"].size(0))
-                if hidden is None:  # TRL skipped the old-log-prob pass (on-policy step): run it once here
+                if not record.calls:  # TRL skipped the old-log-prob pass (on-policy step): run it once here
                     out["old_per_token_logps"] = self._old_logprob_pass(out)
-                    hidden, entropy = record.rows(out["completion_ids"].size(0))
+                hidden, entropy = record.rows(out["completion_ids"].size(0))
         if entropy is not None:
             out["old_entropies"] = entropy[:, -out["completion_ids"].size(1):]
         if mode != "train":  # evaluation keeps TRL's per-response advantages
             return out
         start = time.perf_counter()
-        out["advantages"] = self._token_advantages(out, hidden)
+        problem_ids = [x.get("problem_id") for x in inputs]
+        out["advantages"] = self._token_advantages(out, hidden, None if None in problem_ids else problem_ids)
         self._estimator_seconds = time.perf_counter() - start
         self._metrics[mode]["estimator/seconds"].append(self._estimator_seconds)
         return out
@@ -111,37 +119,26 @@ class HistaGRPOTrainer(GRPOTrainer):
         x = self.accelerator.pad_across_processes(x, dim=1, pad_index=0, pad_first=pad_first)
         return self.accelerator.gather(x)
 
-    def _token_advantages(self, out: dict, hidden: Optional[torch.Tensor]) -> torch.Tensor:
+    def _token_advantages(self, out: dict, hidden: Optional[torch.Tensor],
+                          problem_ids: Optional[list[str]] = None) -> torch.Tensor:
         """Per-token advantages [B_local, T] from the estimator, on whole groups gathered
-        across processes (SPEC §4, §9)."""
+        across processes (SPEC §4, §9); groups are keyed by their problem id."""
         local_b, local_t = out["completion_ids"].shape
         p = out["prompt_ids"].size(1)
         prompt_ids, prompt_mask = self._gather(out["prompt_ids"], True), self._gather(out["prompt_mask"], True)
         completion_ids, completion_mask = self._gather(out["completion_ids"]), self._gather(out["completion_mask"])
-        hidden_p = hidden_c = None
         if hidden is not None:
-            hidden_p, hidden_c = self._gather(hidden[:, :p], True), self._gather(hidden[:, p:])
+            hidden = torch.cat([self._gather(hidden[:, :p], True), self._gather(hidden[:, p:])], dim=1)
+        if problem_ids is not None and self.accelerator.num_processes > 1:
+            problem_ids = gather_object(list(problem_ids))
         rewards = self._hista_rewards.to(completion_ids.device)
-        g = self.num_generations
-        if rewards.numel() != completion_ids.size(0) or rewards.numel() % g:
-            raise RuntimeError(f"{rewards.numel()} rewards for {completion_ids.size(0)} completions in groups of {g}")
         batch_std = float(rewards.std()) if rewards.numel() > 1 else 0.0
-        lengths = completion_mask.sum(dim=1).long().tolist()
-        advantages = torch.zeros(completion_ids.shape, dtype=torch.float32, device=completion_ids.device)
-        for start in range(0, len(lengths), g):
-            rollouts = []
-            for i in range(start, start + g):
-                pm = prompt_mask[i].bool()
-                ids = completion_ids[i, : lengths[i]].tolist()
-                text, offsets = decode_with_offsets(self.processing_class, ids) if self.estimator_name == "numca" \
-                    else ("", None)
-                h = None if hidden_p is None else torch.cat([hidden_p[i][pm], hidden_c[i, : lengths[i]]])
-                rollouts.append(Rollout(prompt_ids=prompt_ids[i][pm].tolist(), completion_ids=ids,
-                                        reward=float(rewards[i]), completion_text=text, offsets=offsets, hidden=h))
-            group = RolloutGroup(rollouts=rollouts, prompt_id=str(start // g))
-            for i, a in enumerate(self.estimator.token_advantages(group, gae_lambda=self.gae_lambda,
-                                                                  scale=self.scale, batch_std=batch_std)):
-                advantages[start + i, : lengths[start + i]] = a.to(advantages.device)
+        groups = batch_to_groups(prompt_ids, prompt_mask, completion_ids, completion_mask, rewards,
+                                 self.num_generations, problem_ids=problem_ids, hidden=hidden,
+                                 tokenizer=self.processing_class if self.estimator.needs_text else None)
+        per_group = [self.estimator.token_advantages(g, gae_lambda=self.gae_lambda, scale=self.scale,
+                                                     batch_std=batch_std) for g in groups]
+        advantages = groups_to_batch(per_group, completion_ids.shape, device=completion_ids.device)
         valid = advantages[completion_mask.bool()]
         if valid.numel():
             self._metrics["train"]["advantages/mean"].append(valid.mean().item())
@@ -155,24 +152,23 @@ class HistaGRPOTrainer(GRPOTrainer):
         prompt_ids, completion_ids = inputs["prompt_ids"], inputs["completion_ids"]
         input_ids = torch.cat([prompt_ids, completion_ids], dim=1)
         attention_mask = torch.cat([inputs["prompt_mask"], inputs["completion_mask"]], dim=1)
-        mask = inputs["completion_mask"] if "tool_mask" not in inputs else inputs["completion_mask"] * inputs["tool_mask"]
+        mask = inputs["completion_mask"]
+        if "tool_mask" in inputs:
+            mask = mask * inputs["tool_mask"]
         logp, entropies, _ = self._get_per_token_logps_and_entropies(
             model, input_ids, attention_mask, completion_ids.size(1), compute_entropy=True
         )
         old_logp = inputs.get("old_per_token_logps")
         old_logp = logp.detach() if old_logp is None else old_logp
-        extra = {}
-        if self.beta != 0.0:
-            extra["ref_logp"] = inputs["ref_per_token_logps"]
-        if "importance_sampling_ratio" in inputs:
-            extra["token_weights"] = inputs["importance_sampling_ratio"]
-        loss, metrics = policy_loss(
-            self.loss_name, logp, old_logp, inputs["advantages"], mask,
-            entropies=inputs.get("old_entropies"), **self.loss_cfg, **extra,
+        loss, metrics = self.loss(
+            logp, old_logp, inputs["advantages"], mask,
+            entropies=inputs.get("old_entropies") if self.loss.needs_entropy else None,
+            ref_logp=inputs["ref_per_token_logps"] if self.loss.needs_ref_logp else None,
+            token_weights=inputs.get("importance_sampling_ratio"),
         )
         mode = "train" if self.model.training else "eval"
         accumulation = self.current_gradient_accumulation_steps if mode == "train" else 1
-        if self.aggregation == "token-mean":
+        if self.loss.aggregation == "token-mean":
             # Same normaliser as TRL's DAPO/CISPO: the tokens of the whole accumulation window.
             normaliser = inputs["num_items_in_batch"].clamp(min=1.0) / self.accelerator.num_processes
             if mode == "train":

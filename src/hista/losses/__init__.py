@@ -1,0 +1,297 @@
+"""Policy losses for RLVR fine-tuning (SPEC §5), registered by name.
+
+    from hista.losses import policy_loss
+    loss, metrics = policy_loss("dapo", logp, old_logp, advantages, mask)
+    loss.backward()
+
+Every loss works on per-token tensors of shape [B, T] (completion tokens, right-padded,
+``mask`` marks the real ones). ``logp`` carries the gradient; ``old_logp``, ``advantages``,
+``entropies`` and ``ref_logp`` are treated as constants. A loss is a function registered with
+``@register(name, aggregation=...)`` that turns the batch into a per-token loss ``L_t`` and an
+importance weight ``w_t`` (:mod:`hista.losses.clipped`, :mod:`hista.losses.eligibility`; other
+packages add theirs through the entry-point group ``hista.losses``); :class:`Loss` adds the
+optional KL term, aggregates and computes the metrics. What a loss needs from its caller is
+declared at registration: ``needs_entropy`` (old-policy entropies), ``needs_ref_logp``
+(reference-policy log-probs), and the advantage scaling it expects (``advantage_scale``).
+See docs/losses.md.
+"""
+
+from __future__ import annotations
+
+import inspect
+from typing import Callable, Optional
+
+import torch
+
+from ..errors import InputError
+from ..registry import Registry
+from .base import Batch, LossOut, clipped_surrogate
+from .traces import discounted_cumsum, high_entropy_tokens, trace_log_ratio
+
+Tensor = torch.Tensor
+
+AGGREGATIONS = ("token-mean", "seq-mean-token-mean", "constant")
+#: keywords every loss accepts besides its own (handled here, not by the loss function)
+COMMON = ("aggregation", "max_len", "beta")
+
+
+def _build(fn: Callable, name: str, cfg: dict) -> "Loss":
+    return Loss(name, fn, cfg)
+
+
+def _adopt(name: str, fn: Callable) -> Callable:
+    if not hasattr(fn, "aggregation"):
+        raise ValueError(f"loss plugin {name!r} names a function without its declarations; decorate it with "
+                         f"@hista.losses.register({name!r}, aggregation=...)")
+    return register(name, aggregation=fn.aggregation, needs_entropy=fn.needs_entropy,
+                    needs_ref_logp=fn.needs_ref_logp, advantage_scale=fn.advantage_scale)(fn)
+
+
+REGISTRY = Registry("loss", __name__, "hista.losses", _build, _adopt)
+
+
+def register(name: str, *, aggregation: str, needs_entropy: bool = False, needs_ref_logp: bool = False,
+             advantage_scale: str = "group", replace: bool = False) -> Callable[[Callable], Callable]:
+    """Decorator registering a loss function ``fn(batch: Batch, *, **params) -> LossOut``
+    under ``name`` (like verl's ``register_policy_loss``), with its default ``aggregation``
+    and what it needs: ``needs_entropy`` (old-policy entropies [B, T]), ``needs_ref_logp``
+    (reference log-probs, whatever ``beta``), and ``advantage_scale`` (the estimator scaling
+    it expects by default: "group", or "none" for Dr. GRPO). Its keyword-only parameters, with
+    their defaults, are its configuration (SPEC §5). A taken name raises unless
+    ``replace=True``."""
+    if aggregation not in AGGREGATIONS:
+        raise ValueError(f"unknown aggregation {aggregation!r}; valid: {', '.join(AGGREGATIONS)}")
+
+    def wrap(fn: Callable) -> Callable:
+        fn.loss_name, fn.aggregation, fn.advantage_scale = name, aggregation, advantage_scale
+        fn.needs_entropy, fn.needs_ref_logp = needs_entropy, needs_ref_logp
+        return REGISTRY.register(name, fn, replace=replace)
+
+    return wrap
+
+
+def names() -> list[str]:
+    """Names of the registered policy losses (SPEC §5)."""
+    return REGISTRY.names()
+
+
+def lookup(name: str) -> Callable:
+    """The registered loss function ``name`` with its declared attributes (``aggregation``,
+    ``needs_entropy``, ``needs_ref_logp``, ``advantage_scale``); SPEC §5."""
+    return REGISTRY.lookup(name)
+
+
+def get(name: str, **cfg) -> "Loss":
+    """The loss ``name`` with keyword configuration ``cfg`` checked and completed with its
+    defaults (SPEC §5): call it on [B, T] tensors."""
+    return REGISTRY.get(name, **cfg)
+
+
+def default_config(name: str) -> dict:
+    """The default keyword configuration of loss ``name``, aggregation included (SPEC §5)."""
+    fn = lookup(name)
+    params = inspect.signature(fn).parameters
+    own = {k: p.default for k, p in params.items() if p.kind is inspect.Parameter.KEYWORD_ONLY}
+    return {**own, "aggregation": fn.aggregation}
+
+
+def aggregate(per_token: Tensor, mask: Tensor, aggregation: str, max_len: Optional[int] = None) -> Tensor:
+    """Reduce a per-token loss to a scalar over the valid tokens (SPEC §5): ``token-mean``
+    = Σ L·m / max(Σ m, 1); ``seq-mean-token-mean`` = mean over all B rows of
+    Σ_t L·m / max(Σ_t m, 1); ``constant`` = Σ L·m / (B · max_len), max_len defaulting to T."""
+    mask = mask.bool()
+    masked = torch.where(mask, per_token, torch.zeros_like(per_token))
+    m = mask.to(per_token.dtype)
+    if aggregation == "token-mean":
+        return masked.sum() / m.sum().clamp(min=1.0)
+    if aggregation == "seq-mean-token-mean":
+        return (masked.sum(-1) / m.sum(-1).clamp(min=1.0)).mean()
+    if aggregation == "constant":
+        length = mask.size(1) if max_len is None else max_len
+        return masked.sum() / (mask.size(0) * length)
+    raise ValueError(f"unknown aggregation {aggregation!r}; valid: {', '.join(AGGREGATIONS)}")
+
+
+def k3_kl(logp: Tensor, ref_logp: Tensor, mask: Tensor) -> Tensor:
+    """Per-token KL estimate to the reference policy, TRL's k3 (SPEC §5):
+    ``exp(ref − logp) − (ref − logp) − 1``, 0 on padding."""
+    diff = torch.where(mask.bool(), ref_logp - logp, torch.zeros_like(logp))
+    return torch.exp(diff) - diff - 1.0
+
+
+def _masked_stats(x: Tensor, mask: Tensor) -> tuple[float, float, float]:
+    values = x.detach()[mask]
+    if values.numel() == 0:
+        return 0.0, 0.0, 0.0
+    values = values.to(torch.float64)
+    return float(values.mean()), float(values.min()), float(values.max())
+
+
+def _check_shape(name: str, t: Tensor, shape: torch.Size) -> None:
+    if not isinstance(t, Tensor):
+        raise ValueError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
+    if t.shape != shape:
+        raise ValueError(f"{name} has shape {tuple(t.shape)}, expected {tuple(shape)} (the shape of logp)")
+
+
+def _check_range(loss: str, key: str, value: float, lo: float, hi: float) -> None:
+    if not lo <= value <= hi:
+        raise ValueError(f"{key}={value} out of range [{lo}, {hi}] for loss {loss!r}")
+
+
+def check_config(name: str, cfg: dict) -> dict:
+    """Validate the keyword configuration of loss ``name`` (names and ranges) and return it
+    completed with the defaults; raises ValueError naming the bad key (SPEC §5)."""
+    cfg = dict(cfg)
+    own = default_config(name)
+    default_aggregation = own.pop("aggregation")
+    unknown = sorted(set(cfg) - set(own) - set(COMMON))
+    if unknown:
+        raise InputError(f"unknown parameter(s) {', '.join(unknown)} for loss {name!r}; "
+                         f"valid: {', '.join(sorted(set(own) | set(COMMON)))}")
+    aggregation = cfg.get("aggregation", default_aggregation)
+    if aggregation not in AGGREGATIONS:
+        raise ValueError(f"unknown aggregation {aggregation!r} for loss {name!r}; valid: {', '.join(AGGREGATIONS)}")
+    max_len = cfg.get("max_len")
+    if max_len is not None:
+        if aggregation != "constant":
+            raise ValueError(f"max_len only applies to aggregation='constant' (loss {name!r} uses {aggregation!r})")
+        if max_len < 1:
+            raise ValueError(f"max_len must be >= 1, got {max_len}")
+    beta = float(cfg.get("beta", 0.0))
+    if beta < 0.0:
+        raise ValueError(f"beta must be >= 0, got {beta}")
+    options = {**own, **cfg}
+    for key in ("eps_low", "eps_high"):
+        if key in options:
+            _check_range(name, key, options[key], 0.0, float("inf"))
+    for key in ("lam", "gamma", "top_entropy_fraction"):
+        if key in options:
+            _check_range(name, key, options[key], 0.0, 1.0)
+    if "cap" in options and not options["cap"] > 0:
+        raise ValueError(f"cap must be > 0 for loss {name!r}, got {options['cap']}")
+    return {**options, "aggregation": aggregation, "beta": beta}
+
+
+class Loss:
+    """A registered policy loss with its checked configuration (SPEC §5). ``loss(logp, old_logp,
+    advantages, mask, entropies=..., ref_logp=..., token_weights=...)`` returns the scalar loss
+    and its metrics; ``needs_entropy`` / ``needs_ref_logp`` say which optional inputs it needs
+    (``needs_ref_logp`` is also true when the configuration adds a KL term, ``beta`` > 0)."""
+
+    def __init__(self, name: str, fn: Callable, cfg: dict):
+        self.name, self.fn = name, fn
+        self.config = check_config(name, cfg)
+        self.aggregation: str = self.config["aggregation"]
+        self.advantage_scale: str = fn.advantage_scale
+        self.needs_entropy: bool = fn.needs_entropy
+        self.needs_ref_logp: bool = fn.needs_ref_logp or self.config["beta"] != 0.0
+
+    def __repr__(self) -> str:
+        return f"Loss({self.name!r}, {self.config})"
+
+    def __call__(self, logp: Tensor, old_logp: Tensor, advantages: Tensor, mask: Tensor, *,
+                 entropies: Optional[Tensor] = None, ref_logp: Optional[Tensor] = None,
+                 token_weights: Optional[Tensor] = None) -> tuple[Tensor, dict[str, float]]:
+        """Scalar loss and metrics (SPEC §5); see :func:`policy_loss` for the arguments."""
+        name, cfg = self.name, dict(self.config)
+        aggregation, max_len, beta = cfg.pop("aggregation"), cfg.pop("max_len", None), cfg.pop("beta")
+        if self.needs_ref_logp and ref_logp is None:
+            why = f"beta={beta}" if beta != 0.0 else "it"
+            raise ValueError(f"{why} needs ref_logp (reference-policy log-probs) for loss {name!r}")
+
+        # Shapes, dtypes, constants.
+        if not isinstance(logp, Tensor) or logp.dim() != 2:
+            raise ValueError(f"logp must be a [B, T] tensor, got shape {tuple(getattr(logp, 'shape', ()))}")
+        if logp.size(0) < 1 or logp.size(1) < 1:
+            raise ValueError(f"logp must have B >= 1 and T >= 1, got shape {tuple(logp.shape)}")
+        shape = logp.shape
+        _check_shape("old_logp", old_logp, shape)
+        _check_shape("mask", mask, shape)
+        if not isinstance(advantages, Tensor):
+            raise ValueError(f"advantages must be a torch.Tensor, got {type(advantages).__name__}")
+        if advantages.shape in ((shape[0],), (shape[0], 1)):
+            advantages = advantages.reshape(shape[0], 1)
+        elif advantages.shape != shape:
+            raise ValueError(f"advantages has shape {tuple(advantages.shape)}, expected {tuple(shape)}, "
+                             f"({shape[0]},) or ({shape[0]}, 1)")
+        if self.needs_entropy and entropies is None:
+            raise ValueError(f"loss {name!r} needs entropies (per-token entropy of the old policy, [B, T])")
+        if entropies is not None:
+            _check_shape("entropies", entropies, shape)
+        if ref_logp is not None:
+            _check_shape("ref_logp", ref_logp, shape)
+        if token_weights is not None and token_weights.shape not in (shape, (shape[0], 1)):
+            raise ValueError(f"token_weights has shape {tuple(token_weights.shape)}, expected {tuple(shape)} or "
+                             f"({shape[0]}, 1)")
+
+        mask = mask.bool()
+        adv = advantages.detach().to(logp.dtype).expand(shape)
+        log_ratio = torch.where(mask, logp - old_logp.detach().to(logp.dtype), torch.zeros_like(logp))
+        batch = Batch(logp, log_ratio, adv, mask, None if entropies is None else entropies.detach())
+
+        out = self.fn(batch, **cfg)
+        per_token = out.loss
+        if token_weights is not None:  # e.g. TRL's vLLM importance-sampling correction
+            per_token = per_token * token_weights.detach().to(per_token.dtype)
+        kl = None
+        if beta != 0.0:
+            kl = k3_kl(logp, ref_logp.detach().to(logp.dtype), mask)
+            per_token = per_token + beta * kl
+        loss = aggregate(per_token, mask, aggregation, max_len)
+
+        with torch.no_grad():
+            n_valid = max(float(mask.sum()), 1.0)
+            mean, lo, hi = _masked_stats(out.ratio, mask)
+            metrics = {
+                "clip_frac_low": float((out.clipped_low & mask).sum()) / n_valid,
+                "clip_frac_high": float((out.clipped_high & mask).sum()) / n_valid,
+                "ratio_mean": mean,
+                "ratio_min": lo,
+                "ratio_max": hi,
+                **out.extra,
+            }
+            if kl is not None:
+                metrics["kl"] = float(torch.where(mask, kl, torch.zeros_like(kl)).sum()) / n_valid
+        return loss, metrics
+
+
+def policy_loss(name: str, logp: Tensor, old_logp: Tensor, advantages: Tensor, mask: Tensor, *,
+                entropies: Optional[Tensor] = None, ref_logp: Optional[Tensor] = None,
+                token_weights: Optional[Tensor] = None, **cfg) -> tuple[Tensor, dict[str, float]]:
+    """Scalar policy loss ``name`` and its metrics (SPEC §5): ``get(name, **cfg)(...)``.
+
+    ``logp``, ``old_logp``, ``mask`` (0/1 or bool, completion tokens, right-padded) are
+    [B, T]; ``advantages`` is [B, T], [B] or [B, 1]; ``entropies`` [B, T] is needed by losses
+    declared with ``needs_entropy`` (``strace``). Only ``logp`` receives gradient. Keyword
+    configuration (defaults per loss, see docs/losses.md): ``eps_low``, ``eps_high``, ``cap``
+    (cispo), ``lam``, ``gamma`` (grpo_lambda), ``trace`` (ptrace), ``top_entropy_fraction``
+    (strace), ``aggregation``, ``max_len`` (constant aggregation), ``beta`` with ``ref_logp``
+    (k3 KL added per token), ``token_weights`` ([B, T] or [B, 1], multiplies the per-token
+    policy loss before the KL term). An unknown name or keyword raises a ValueError. Metrics are
+    python floats over the valid tokens: clip_frac_low, clip_frac_high, ratio_mean/min/max,
+    kept_frac (strace), kl (beta != 0).
+    """
+    return get(name, **cfg)(logp, old_logp, advantages, mask, entropies=entropies, ref_logp=ref_logp,
+                            token_weights=token_weights)
+
+
+__all__ = [
+    "AGGREGATIONS",
+    "Batch",
+    "Loss",
+    "LossOut",
+    "aggregate",
+    "check_config",
+    "clipped_surrogate",
+    "default_config",
+    "discounted_cumsum",
+    "get",
+    "high_entropy_tokens",
+    "k3_kl",
+    "lookup",
+    "names",
+    "policy_loss",
+    "register",
+    "trace_log_ratio",
+]

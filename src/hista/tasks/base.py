@@ -1,0 +1,35 @@
+"""The interface every task source implements (SPEC §7; ARCHITECTURE: the extension contract)."""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from pathlib import Path
+from typing import Optional
+
+
+class TaskSource(ABC):
+    """A source of problem records ``{id, problem, answer, verifier, field}`` (plus an optional
+    ``meta`` dict), named in a spec ``PREFIX:REST`` by the prefix it is registered under with
+    ``@hista.tasks.register(prefix)``. Only ``REST`` reaches the methods below.
+
+    ``example`` lets the contract tests (tests/test_contract_sources.py) load every registered
+    source offline, so a new source is tested the moment it is registered."""
+
+    #: One line saying what the source reads and how ``REST`` is written.
+    description: str = ""
+
+    @abstractmethod
+    def load(self, rest: str, n: Optional[int] = None, seed: int = 0, split: str = "test") -> list[dict]:
+        """Problem records of ``REST`` (SPEC §7): at most ``n`` of them (None: the source's
+        default); ``seed`` and ``split`` are used where the source has such a notion. ``n``,
+        ``seed`` and ``split`` arrive validated by :func:`hista.tasks.load`. Raises InputError."""
+
+    @abstractmethod
+    def check(self, rest: str) -> None:
+        """Validate ``REST`` without downloading anything (SPEC §7); raises InputError."""
+
+    @abstractmethod
+    def example(self, tmp_dir: Path) -> str:
+        """The ``REST`` of a tiny spec this source loads offline, creating any files it needs
+        under ``tmp_dir`` (SPEC §7). Raises NotImplementedError, with the reason, when the
+        source cannot load anything offline here (the contract tests then skip it)."""

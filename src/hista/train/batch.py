@@ -1,0 +1,90 @@
+"""Between a trainer's padded batch tensors and the RolloutGroups estimators read (SPEC §3, §9).
+
+TRL lays a generation batch out as rows of prompt + completion: ``prompt_ids`` [B, P] padded on
+the left, ``completion_ids`` [B, T] padded on the right, a prompt's G rollouts in consecutive
+rows. These two pure functions convert that layout into groups and the estimators' per-token
+advantages back into a [B, T] tensor; no trainer or model is involved.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from typing import Any, Optional, Sequence
+
+import torch
+
+from ..rollout.offsets import decode_with_offsets
+from ..types import Rollout, RolloutGroup
+
+
+def batch_to_groups(
+    prompt_ids: torch.Tensor,
+    prompt_mask: torch.Tensor,
+    completion_ids: torch.Tensor,
+    completion_mask: torch.Tensor,
+    rewards: torch.Tensor,
+    group_size: int,
+    *,
+    problem_ids: Optional[Sequence[Optional[str]]] = None,
+    hidden: Optional[torch.Tensor] = None,
+    tokenizer: Any = None,
+) -> list[RolloutGroup]:
+    """Cut a padded batch into RolloutGroups of ``group_size`` consecutive rows (SPEC §3).
+
+    ``rewards`` [B]; ``hidden`` [B, P + T, H] aligned with the columns of ``prompt_ids`` then
+    ``completion_ids`` (padding dropped: a rollout gets [prompt_len + T_i, H]); ``tokenizer``
+    decodes completion text and token offsets (for estimators that declare ``needs_text``).
+    A group's ``prompt_id`` is its problem id (``problem_ids[row]``), so that value tables kept
+    across steps follow the problem, not the batch slot; without one it is a digest of the
+    prompt's token ids.
+    """
+    batch, width = completion_ids.shape
+    if group_size < 1 or batch % group_size:
+        raise ValueError(f"{batch} rows cannot be cut into groups of {group_size}")
+    if rewards.numel() != batch:
+        raise ValueError(f"{rewards.numel()} rewards for {batch} completions")
+    if problem_ids is not None and len(problem_ids) != batch:
+        raise ValueError(f"{len(problem_ids)} problem ids for {batch} completions")
+    prompt_width = prompt_ids.size(1)
+    if hidden is not None and hidden.shape[:2] != (batch, prompt_width + width):
+        raise ValueError(f"hidden states of shape {tuple(hidden.shape)} for a batch of {batch} x "
+                         f"({prompt_width} + {width}) tokens")
+    lengths = completion_mask.sum(dim=1).long().tolist()
+    groups = []
+    for start in range(0, batch, group_size):
+        rollouts = []
+        for i in range(start, start + group_size):
+            keep = prompt_mask[i].bool()
+            prompt = prompt_ids[i][keep].tolist()
+            ids = completion_ids[i, : lengths[i]].tolist()
+            text, offsets = decode_with_offsets(tokenizer, ids) if tokenizer is not None else ("", None)
+            h = None
+            if hidden is not None:
+                h = torch.cat([hidden[i, :prompt_width][keep], hidden[i, prompt_width: prompt_width + lengths[i]]])
+            rollouts.append(Rollout(prompt_ids=prompt, completion_ids=ids, reward=float(rewards[i]),
+                                    completion_text=text, offsets=offsets, hidden=h))
+        key = problem_ids[start] if problem_ids is not None else None
+        prompt_id = str(key) if key is not None else _digest(rollouts[0].prompt_ids)
+        groups.append(RolloutGroup(rollouts, prompt_id=prompt_id))
+    return groups
+
+
+def groups_to_batch(advantages: Sequence[Sequence[torch.Tensor]], shape: Sequence[int],
+                    device: Optional[torch.device] = None) -> torch.Tensor:
+    """The inverse direction (SPEC §9): per-group lists of per-rollout advantages [T_i] (in the
+    order of :func:`batch_to_groups`) written into a zero-padded float32 tensor of ``shape``
+    [B, T]."""
+    out = torch.zeros(tuple(shape), dtype=torch.float32, device=device)
+    row = 0
+    for group in advantages:
+        for adv in group:
+            out[row, : adv.numel()] = adv.to(out.device)
+            row += 1
+    if row != out.size(0):
+        raise ValueError(f"advantages for {row} rollouts but the batch has {out.size(0)} rows")
+    return out
+
+
+def _digest(token_ids: Sequence[int]) -> str:
+    """A stable id for a prompt without a problem id: a digest of its token ids."""
+    return "prompt-" + hashlib.sha1(",".join(map(str, token_ids)).encode()).hexdigest()[:16]
