@@ -93,21 +93,20 @@ def evaluate(path: str | Path, methods: Sequence[str] = DEFAULT_METHODS, *, mode
                              f"loaded now is revision '{lm.revision}'", path=str(path))
     rows = []
     for record in tqdm(records, desc="sveb eval", unit="case", disable=not progress):
-        hidden = {layer: _hidden(record, lm, layer, path) for layer in layers}
+        # one group per hidden layer in use (None: without hidden states)
+        groups = {None: _group(record, None)}
+        groups.update({layer: _group(record, _hidden(record, lm, layer, path)) for layer in layers})
         state = State(rollout=record["state"]["rollout"], t=record["state"]["t"])
-        values, group_mean = {}, None
+        values = {}
         for m, est in chosen.items():
-            group = _group(record, hidden.get(est.hidden_layer()) if est.needs_hidden else None)
-            group_mean = float(group.rewards.mean())
+            group = groups[est.hidden_layer() if est.needs_hidden else None]
             try:
                 values[m] = float(build_estimator(m).state_values(group, [state])[0])
             except Exception as exc:  # any failure of a method is the method's, named as such
                 raise InputError(f"method {m!r} failed on case {record['key']}: {type(exc).__name__}: {exc}",
                                  path=str(path), field="methods") from None
-        if group_mean is None:
-            group_mean = float(_group(record, None).rewards.mean())
         rows.append({"case_id": record["key"], "field": record["field"], "target": record["target"],
-                     "group_mean": group_mean, "continuations": record["continuations"],
+                     "group_mean": float(groups[None].rewards.mean()), "continuations": record["continuations"],
                      "state": record["state"], "values": values})
     return {
         "hista_version": __version__,

@@ -123,6 +123,19 @@ class Recipe:
         return GRPOConfig(**kwargs)
 
 
+def untrainable(estimator, loss) -> Optional[tuple[str, str]]:
+    """Why training cannot run this estimator and loss (SPEC §9), as (recipe field, message),
+    from what they declare: an estimator that needs Monte-Carlo continuations or a learned model,
+    a loss that needs reference log-probs without a KL term (TRL computes them only when beta >
+    0). None when it can."""
+    if estimator.needs_continuations or estimator.needs_model:
+        what = "Monte-Carlo continuations of every state" if estimator.needs_continuations else "a learned model"
+        return "advantage_estimator.name", f"estimator {estimator.name!r} needs {what}, which training does not provide"
+    if loss.needs_ref_logp and loss.config["beta"] == 0.0:
+        return "loss.beta", f"loss {loss.name!r} needs reference log-probs, which TRL computes only when beta > 0"
+    return None
+
+
 def _lines(text: str) -> dict[str, int]:
     """Line (1-based) of each dotted key in a YAML mapping, for error messages."""
     lines: dict[str, int] = {}
@@ -234,18 +247,15 @@ def validate(data: dict, *, source: str = "<recipe>", lines: Optional[dict[str, 
         loss = losses.get(recipe.loss.get("name"), **{k: v for k, v in recipe.loss.items() if k != "name"})
     except (ValueError, TypeError) as exc:
         raise fail("loss", str(exc)) from None
-    if loss.needs_ref_logp and loss.config["beta"] == 0.0:
-        raise fail("loss.beta", f"loss {loss.name!r} needs reference log-probs, which TRL computes only when beta > 0")
     est = recipe.estimator_config()
     params = {k: v for k, v in est.items() if k not in ("name", "gae_lambda", "scale")}
     try:
         estimator = estimators.get(est["name"], **params)
     except (ValueError, TypeError) as exc:
         raise fail("advantage_estimator", str(exc)) from None
-    if estimator.needs_continuations or estimator.needs_model:
-        what = "Monte-Carlo continuations of every state" if estimator.needs_continuations else "a learned model"
-        raise fail("advantage_estimator.name", f"estimator {est['name']!r} needs {what}, which training does not "
-                   "provide")
+    refusal = untrainable(estimator, loss)
+    if refusal is not None:
+        raise fail(*refusal)
     if est["scale"] not in ("group", "batch", "none"):
         raise fail("advantage_estimator.scale", f"{est['scale']!r}; valid: group, batch, none")
     if not 0.0 <= float(est["gae_lambda"]) <= 1.0:

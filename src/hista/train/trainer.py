@@ -22,6 +22,7 @@ from trl import GRPOTrainer
 from .. import estimators, losses
 from ..models.capture import capture_logprob_pass
 from .batch import batch_to_groups, groups_to_batch
+from .recipe import untrainable
 
 #: TRL options whose effect lives in the ``_compute_loss`` this class replaces; set the
 #: equivalent in the recipe's ``loss`` section instead (a flag must never be silently ignored).
@@ -47,22 +48,17 @@ class HistaGRPOTrainer(GRPOTrainer):
         self.gae_lambda = float(est_cfg.pop("gae_lambda", 1.0))
         self.scale = est_cfg.pop("scale", "group")
         self.estimator = estimators.get(name, **est_cfg)
-        if self.estimator.needs_continuations:
-            raise ValueError(f"estimator {name!r} needs Monte-Carlo continuations of every state, which training "
-                             "does not sample")
-        if self.estimator.needs_model:
-            raise ValueError(f"estimator {name!r} needs a learned model, which this trainer does not provide")
         loss_cfg = dict(loss)
         self.loss = losses.get(loss_cfg.pop("name", "dapo"), **loss_cfg)
+        refusal = untrainable(self.estimator, self.loss)
+        if refusal is not None:
+            raise ValueError(refusal[1])
         super().__init__(*args, **kwargs)
         for key, (neutral, why) in UNSUPPORTED.items():
             if getattr(self.args, key, neutral) != neutral:
                 raise ValueError(f"GRPOConfig.{key}={getattr(self.args, key)!r} has no effect here: {why}")
         if self.loss.config["beta"] != float(self.beta):
             raise ValueError(f"loss.beta={self.loss.config['beta']} but GRPOConfig.beta={self.beta}: they must agree")
-        if self.loss.needs_ref_logp and self.beta == 0.0:
-            raise ValueError(f"loss {self.loss.name!r} needs reference log-probs, which TRL computes only when "
-                             "beta > 0")
         self.hidden_layer = self.estimator.hidden_layer() if self.estimator.needs_hidden else None
         with capture_logprob_pass(self.model, layer=self.hidden_layer):
             pass  # a layer the model does not have fails here, before any step
