@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import copy
 import json
 import math
 import random
 import warnings
 from fractions import Fraction
 from itertools import combinations
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -323,3 +325,15 @@ def test_write_report_on_empty_benchmark(tmp_path):
     paths = write_report(s, [], ["grpo", "hista"], tmp_path)
     assert all(p.read_bytes() for p in paths.values())
     assert paths["differences_plot"].read_bytes()[:8] == PNG_SIGNATURE
+
+
+def test_the_table_says_which_cases_a_method_left_out():
+    """A method without a finite value on a case is named under the table, not dropped silently."""
+    from hista.sveb import metrics, report
+
+    results = json.loads((Path(__file__).parent / "data" / "sveb_results_tiny.json").read_text())
+    rows = copy.deepcopy(results["cases"])
+    assert "left out" not in report.markdown_table(metrics.summarise(rows, list(results["methods"]), n_boot=50))
+    rows[0]["values"]["numca"] = None
+    table = report.markdown_table(metrics.summarise(rows, list(results["methods"]), n_boot=50), results["labels"])
+    assert "left out of a row because the method gave no finite value: Numca (1 of 2 cases)." in table

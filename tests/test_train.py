@@ -35,7 +35,7 @@ def test_dr_grpo_defaults_to_unscaled_advantages():
 
 @pytest.mark.parametrize("overrides, field, needle", [
     (["bogus=1"], "bogus", "unknown key"),
-    (["loss.name=nope"], "loss", "unknown loss"),
+    (["loss.name=nope"], "loss.name", "unknown loss"),
     (["loss.eps_hi=0.3"], "loss", "eps_hi"),
     (["advantage_estimator.alpha_typo=1"], "advantage_estimator", "alpha_typo"),
     (["advantage_estimator.name=critic9"], "advantage_estimator", "critic9"),
@@ -68,7 +68,8 @@ def test_recipe_errors_carry_the_line(tmp_path):
         load_recipe(path)
 
 
-def test_cli_dry_run_and_bad_recipe_exit_codes(capsys):
+def test_cli_dry_run_and_bad_recipe_exit_codes(capsys, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)  # the dry run checks output_dir (runs/cpu-smoke) too: not this checkout's
     assert main(["train", str(SMOKE), "--dry-run"]) == 0
     assert "2 prompts x 8 rollouts" in capsys.readouterr().out
     assert main(["train", str(SMOKE), "loss.name=nope", "--dry-run"]) == 2
@@ -274,9 +275,16 @@ def test_training_resumes_from_its_checkpoint(tmp_path, capsys):
     assert "trained 3 steps (resumed from" in text and "checkpoint-2" in text
     steps = [json.loads(line)["step"] for line in (out / "metrics.jsonl").read_text().splitlines()]
     assert steps == [1, 2, 3]
-    assert main(args + ["trl.max_steps=1"]) == 0  # a fresh run in the same folder starts its own log
+    capsys.readouterr()
+    before = (out / "metrics.jsonl").read_bytes()
+    assert main(args + ["trl.max_steps=1"]) == 2  # a fresh run into an earlier run's folder is refused
+    assert "holds an earlier run (metrics.jsonl, checkpoint-1, checkpoint-2, checkpoint-3, final)" in \
+        capsys.readouterr().err
+    assert (out / "metrics.jsonl").read_bytes() == before
+    assert main(args + ["trl.max_steps=1", "--overwrite"]) == 0  # replaced: a new log, no old checkpoints
     steps = [json.loads(line)["step"] for line in (out / "metrics.jsonl").read_text().splitlines()]
     assert steps == [1]
+    assert sorted(p.name for p in out.glob("checkpoint-*")) == ["checkpoint-1"]
 
 
 @pytest.mark.slow

@@ -4,6 +4,7 @@ outputs went. Bad input exits with code 2 and a message naming the file, line an
 from __future__ import annotations
 
 import argparse
+import math
 import sys
 import time
 from pathlib import Path
@@ -12,37 +13,73 @@ from typing import Optional, Sequence
 from .errors import InputError
 
 
+def _number(kind: type, lo: float, hi: float = math.inf, *, lo_open: bool = False, what: str = ""):
+    """An argparse type: a ``kind`` number in [lo, hi] (or (lo, hi] with ``lo_open``); a value
+    outside is a usage error naming the option (exit 2, SPEC §11)."""
+
+    def parse(text: str):
+        try:
+            value = kind(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not {'an integer' if kind is int else 'a number'}") from None
+        inside = (lo < value if lo_open else lo <= value) and value <= hi and math.isfinite(value)
+        if not inside:
+            raise argparse.ArgumentTypeError(f"{text!r} is out of range: {what}")
+        return value
+
+    return parse
+
+
+POSITIVE = _number(int, 1, what="must be an integer >= 1")
+AT_LEAST_2 = _number(int, 2, what="must be an integer >= 2 (a group needs two rollouts)")
+SEED = _number(int, 0, 2**32 - 1, what="must be an integer in [0, 2^32 - 1]")
+FRACTION = _number(float, 0.0, 1.0, what="must lie in [0, 1]")
+TOP_P = _number(float, 0.0, 1.0, lo_open=True, what="must lie in (0, 1]")
+TEMPERATURE = _number(float, 0.0, what="must be a finite number >= 0 (0 = greedy)")
+
+
+def _device(text: str) -> str:
+    """An argparse type: a torch device this machine has (SPEC §11)."""
+    from .models import check_device
+
+    try:
+        return check_device(text)
+    except InputError as exc:
+        raise argparse.ArgumentTypeError(exc.message) from None
+
+
 def _add_sampling_options(p: argparse.ArgumentParser) -> None:
     from .rollout import SamplingConfig
 
     d = SamplingConfig()
     p.add_argument("--model", default="smollm2-135m-instruct",
                    help="alias (smollm2-135m-instruct, tiny), local path or Hugging Face id (default: %(default)s)")
-    p.add_argument("--device", default=None, help="cpu or cuda (default: cuda if available)")
-    p.add_argument("--temperature", type=float, default=d.temperature,
+    p.add_argument("--device", type=_device, default=None, help="cpu or cuda (default: cuda if available)")
+    p.add_argument("--temperature", type=TEMPERATURE, default=d.temperature,
                    help="sampling temperature, 0 = greedy (default: %(default)s)")
-    p.add_argument("--top-p", type=float, default=d.top_p, help="nucleus sampling threshold (default: %(default)s)")
-    p.add_argument("--max-new-tokens", type=int, default=d.max_new_tokens,
+    p.add_argument("--top-p", type=TOP_P, default=d.top_p, help="nucleus sampling threshold (default: %(default)s)")
+    p.add_argument("--max-new-tokens", type=POSITIVE, default=d.max_new_tokens,
                    help="completion length cap (default: %(default)s)")
-    p.add_argument("--batch-size", type=int, default=d.batch_size,
+    p.add_argument("--batch-size", type=POSITIVE, default=d.batch_size,
                    help="sequences per generate call (default: %(default)s)")
-    p.add_argument("--seed", type=int, default=0, help="random seed: same seed, same samples (default: %(default)s)")
+    p.add_argument("--seed", type=SEED, default=0, help="random seed: same seed, same samples (default: %(default)s)")
 
 
 def cmd_sample(args: argparse.Namespace) -> int:
     """`hista sample`: sample and verify rollouts, print accuracies, write them as JSONL (SPEC §7, §11)."""
     from . import tasks
-    from .jsonio import write_jsonl_atomic
+    from .jsonio import check_output_file, write_jsonl_atomic
     from .models import load
     from .rollout import GenerateEngine, SamplingConfig
     from .rollout.sample import sample_groups
 
+    check_output_file(args.out)
+    config = SamplingConfig(temperature=args.temperature, top_p=args.top_p,
+                            max_new_tokens=args.max_new_tokens, batch_size=args.batch_size)
     problems = [p for spec in args.tasks for p in tasks.load(spec, n=args.problems, seed=args.seed, split=args.split)]
     start = time.time()
     lm = load(args.model, device=args.device)
     print(f"model {lm.name} ({lm.revision}) loaded in {time.time() - start:.1f}s on {lm.device}")
-    config = SamplingConfig(temperature=args.temperature, top_p=args.top_p,
-                            max_new_tokens=args.max_new_tokens, batch_size=args.batch_size)
     start = time.time()
     groups = sample_groups(GenerateEngine(lm, config), problems, args.rollouts, seed=args.seed)
     elapsed = time.time() - start
@@ -105,15 +142,18 @@ def cmd_tasks(args: argparse.Namespace) -> int:
 
 def _filter_tasks(args: argparse.Namespace) -> int:
     from . import tasks
-    from .jsonio import write_jsonl_atomic
+    from .jsonio import check_output_file, write_jsonl_atomic
     from .models import load
     from .rollout import GenerateEngine, SamplingConfig
     from .rollout.sample import policy_accuracy
 
-    problems = tasks.load(args.spec, n=args.n, seed=args.seed, split=args.split)
-    lm = load(args.model, device=args.device)
+    if args.lo > args.hi:
+        raise InputError(f"--lo {args.lo} is above --hi {args.hi}: no accuracy lies in between", field="--lo")
+    check_output_file(args.out)
     config = SamplingConfig(temperature=args.temperature, top_p=args.top_p,
                             max_new_tokens=args.max_new_tokens, batch_size=args.batch_size)
+    problems = tasks.load(args.spec, n=args.n, seed=args.seed, split=args.split)
+    lm = load(args.model, device=args.device)
     accuracies = policy_accuracy(GenerateEngine(lm, config), problems, args.samples, seed=args.seed)
     kept = tasks.filter_by_accuracy([dict(p, accuracy=a) for p, a in zip(problems, accuracies)],
                                     accuracies, args.lo, args.hi)
@@ -157,10 +197,11 @@ def cmd_sveb_build(args: argparse.Namespace) -> int:
 
 def cmd_sveb_eval(args: argparse.Namespace) -> int:
     """`hista sveb eval`: evaluate methods on stored cases, write the results JSON (SPEC §8)."""
-    from .jsonio import write_json_atomic
+    from .jsonio import check_output_file, write_json_atomic
     from .sveb import report
     from .sveb.eval import evaluate
 
+    check_output_file(args.out)
     results = evaluate(args.cases, _methods(args), model=args.model, device=args.device)
     write_json_atomic(args.out, results)
     print(f"sveb eval: {len(results['cases'])} cases -> {args.out}")
@@ -170,14 +211,10 @@ def cmd_sveb_eval(args: argparse.Namespace) -> int:
 
 def cmd_sveb_report(args: argparse.Namespace) -> int:
     """`hista sveb report`: the markdown table, JSON and plots of a results file (SPEC §8)."""
-    import json
+    from .sveb import results
 
-    from .sveb import report
-
-    results = json.loads(Path(args.results).read_text())
-    paths = report.write_report(results["summary"], results["cases"], list(results["methods"]), Path(args.out),
-                                labels=results["labels"])
-    print(report.markdown_table(results["summary"], results["labels"]))
+    paths, table = results.report(args.results, Path(args.out))
+    print(table)
     print("sveb report: " + ", ".join(str(p) for p in paths.values()))
     return 0
 
@@ -205,20 +242,20 @@ def _add_build_options(p: argparse.ArgumentParser, default_preset: str) -> None:
                    help="settings preset; the options below override its fields (default: %(default)s)")
     p.add_argument("--tasks", action="append", metavar="SPEC",
                    help=f"task source, repeatable (preset: {' '.join(d.tasks)})")
-    p.add_argument("--problems", type=int, help=f"problems per task source (preset: {d.problems})")
-    p.add_argument("--rollouts", type=int, help=f"initial rollouts per problem, G (preset: {d.rollouts})")
-    p.add_argument("--continuations", type=int, help=f"continuations per state, M (preset: {d.continuations})")
-    p.add_argument("--states-per-problem", type=int, help=f"states per problem (preset: {d.states_per_problem})")
+    p.add_argument("--problems", type=POSITIVE, help=f"problems per task source (preset: {d.problems})")
+    p.add_argument("--rollouts", type=AT_LEAST_2, help=f"initial rollouts per problem, G (preset: {d.rollouts})")
+    p.add_argument("--continuations", type=POSITIVE, help=f"continuations per state, M (preset: {d.continuations})")
+    p.add_argument("--states-per-problem", type=POSITIVE, help=f"states per problem (preset: {d.states_per_problem})")
     p.add_argument("--split", choices=["train", "test"], help=f"built-in task split (preset: {d.split})")
-    p.add_argument("--lo", type=float, help=f"lowest initial accuracy kept (preset: {d.lo})")
-    p.add_argument("--hi", type=float, help=f"highest initial accuracy kept (preset: {d.hi})")
+    p.add_argument("--lo", type=FRACTION, help=f"lowest initial accuracy kept (preset: {d.lo})")
+    p.add_argument("--hi", type=FRACTION, help=f"highest initial accuracy kept (preset: {d.hi})")
     p.add_argument("--no-filter", action="store_true", help="keep every problem, whatever its accuracy")
     p.add_argument("--model", help=f"alias, local path or Hugging Face id (preset: {d.model})")
-    p.add_argument("--temperature", type=float, help=f"sampling temperature (preset: {d.temperature})")
-    p.add_argument("--top-p", type=float, help=f"nucleus sampling threshold (preset: {d.top_p})")
-    p.add_argument("--max-new-tokens", type=int, help=f"completion length cap (preset: {d.max_new_tokens})")
-    p.add_argument("--batch-size", type=int, help=f"sequences per generate call (preset: {d.batch_size})")
-    p.add_argument("--seed", type=int, help=f"random seed: same seed, same cases (preset: {d.seed})")
+    p.add_argument("--temperature", type=TEMPERATURE, help=f"sampling temperature (preset: {d.temperature})")
+    p.add_argument("--top-p", type=TOP_P, help=f"nucleus sampling threshold (preset: {d.top_p})")
+    p.add_argument("--max-new-tokens", type=POSITIVE, help=f"completion length cap (preset: {d.max_new_tokens})")
+    p.add_argument("--batch-size", type=POSITIVE, help=f"sequences per generate call (preset: {d.batch_size})")
+    p.add_argument("--seed", type=SEED, help=f"random seed: same seed, same cases (preset: {d.seed})")
 
 
 def _add_methods_option(p: argparse.ArgumentParser) -> None:
@@ -227,12 +264,15 @@ def _add_methods_option(p: argparse.ArgumentParser) -> None:
     p.add_argument("--methods", default=",".join(DEFAULT_METHODS),
                    help="comma list of estimator methods, name[-profile][?key=value&...] "
                         "(e.g. hista?layer=-6&interval=10, mc?num=1) (default: %(default)s)")
-    p.add_argument("--device", default=None, help="cpu or cuda for hidden states (default: cuda if available)")
+    p.add_argument("--device", type=_device, default=None,
+                   help="cpu or cuda for hidden states (default: cuda if available)")
 
 
 def cmd_train(args: argparse.Namespace) -> int:
-    """`hista train`: validate a recipe and train with it (SPEC §9, §11)."""
+    """`hista train`: validate a recipe and train with it (SPEC §9, §11). A dry run makes the
+    checks a run makes before it loads anything, the output folder's included."""
     from .train import load_recipe, train
+    from .train.run import check_output_dir
 
     recipe = load_recipe(args.recipe, args.overrides)
     layout = recipe.batch_layout()
@@ -243,10 +283,19 @@ def cmd_train(args: argparse.Namespace) -> int:
     if recipe.accelerate_config:
         print(f"launch on {recipe.world_size} processes: accelerate launch --config_file {recipe.accelerate_config} "
               f"-m hista.cli train {args.recipe}")
+    replaced = check_output_dir(recipe, args.overwrite)
     if args.dry_run:
+        try:
+            recipe.grpo_config()
+        except InputError as exc:  # only a recipe for accelerate launch gets here: the rest was validated
+            print(f"note: {exc}\n  (fine for a recipe meant for accelerate launch: the run checks this on the "
+                  "machine it starts on)")
+        if replaced:
+            print(f"--overwrite: the run would replace the earlier run in {recipe.output_dir} "
+                  f"({', '.join(p.name for p in replaced)}) once it starts")
         print("dry run: the recipe is valid; nothing was trained")
         return 0
-    result = train(recipe)
+    result = train(recipe, overwrite=args.overwrite)
     resumed = f" (resumed from {result['resumed_from']})" if result["resumed_from"] else ""
     print(f"trained {result['global_step']} steps{resumed}\n  checkpoints: {result['output_dir']}\n"
           f"  final model: {result['final_model']}\n  metrics:     {result['metrics']}")
@@ -268,8 +317,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--tasks", action="append", required=True, metavar="SPEC",
                    help="task source, repeatable: builtin:arith[?steps=2&max_value=20], builtin:choice, "
                         "jsonl:PATH, hf:NAME")
-    p.add_argument("--problems", type=int, default=8, help="problems per task source (default: %(default)s)")
-    p.add_argument("--rollouts", type=int, default=4, help="rollouts per problem, G (default: %(default)s)")
+    p.add_argument("--problems", type=POSITIVE, default=8, help="problems per task source (default: %(default)s)")
+    p.add_argument("--rollouts", type=POSITIVE, default=4, help="rollouts per problem, G (default: %(default)s)")
     p.add_argument("--split", default="test", choices=["train", "test"],
                    help="built-in task split (default: %(default)s)")
     p.add_argument("--out", default="runs/sample.jsonl", help="rollouts JSONL (default: %(default)s)")
@@ -318,7 +367,12 @@ def build_parser() -> argparse.ArgumentParser:
                                    "-m hista.cli train RECIPE.yaml")
     p.add_argument("recipe", help="recipe YAML, e.g. recipes/cpu-smoke.yaml")
     p.add_argument("overrides", nargs="*", metavar="KEY=VALUE", help="recipe overrides (dotted keys)")
-    p.add_argument("--dry-run", action="store_true", help="validate the recipe and print its batch layout only")
+    p.add_argument("--dry-run", action="store_true",
+                   help="validate the recipe (types, ranges, GRPOConfig, output folder) and print its batch "
+                        "layout only")
+    p.add_argument("--overwrite", action="store_true",
+                   help="replace an earlier run in output_dir (its metrics.jsonl, checkpoints and final model are "
+                        "removed once the new run starts); without it such a run is refused unless resume=true")
     p.set_defaults(func=cmd_train)
 
     p = sub.add_parser("models", help="list model aliases or prepare the embedded model",
@@ -332,10 +386,10 @@ def build_parser() -> argparse.ArgumentParser:
                                    "(paper: 0.1-0.8 of 20 samples) and write them as JSONL.")
     p.add_argument("action", nargs="?", default="list", choices=["list", "preview", "filter"], help="(default: list)")
     p.add_argument("spec", nargs="?", default="builtin:arith", help="task source (default: %(default)s)")
-    p.add_argument("-n", type=int, default=3, help="problems to preview or to filter (default: %(default)s)")
-    p.add_argument("--samples", type=int, default=20, help="filter: samples per problem (default: %(default)s)")
-    p.add_argument("--lo", type=float, default=0.1, help="filter: lowest accuracy kept (default: %(default)s)")
-    p.add_argument("--hi", type=float, default=0.8, help="filter: highest accuracy kept (default: %(default)s)")
+    p.add_argument("-n", type=POSITIVE, default=3, help="problems to preview or to filter (default: %(default)s)")
+    p.add_argument("--samples", type=POSITIVE, default=20, help="filter: samples per problem (default: %(default)s)")
+    p.add_argument("--lo", type=FRACTION, default=0.1, help="filter: lowest accuracy kept (default: %(default)s)")
+    p.add_argument("--hi", type=FRACTION, default=0.8, help="filter: highest accuracy kept (default: %(default)s)")
     p.add_argument("--out", default="runs/filtered.jsonl", help="filter: output JSONL (default: %(default)s)")
     _add_sampling_options(p)
     p.add_argument("--split", default="test", choices=["train", "test"], help="(default: %(default)s)")
@@ -344,12 +398,20 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
-    """Entry point of the ``hista`` command: bad input exits 2 with a located message (SPEC §11)."""
+    """Entry point of the ``hista`` command (SPEC §11): bad input (an InputError, or an OSError
+    about a path, such as a full disk or a permission) exits 2 with a message naming the file,
+    line and field; any other exception is a bug and keeps its traceback."""
     args = build_parser().parse_args(argv)
     try:
         return args.func(args)
     except InputError as exc:
         print(f"hista: error: {exc}", file=sys.stderr)
+        return 2
+    except OSError as exc:
+        if exc.filename is None:
+            raise
+        where = exc.filename if exc.filename2 is None else f"{exc.filename} -> {exc.filename2}"
+        print(f"hista: error: {where}: {exc.strerror or exc}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print("hista: interrupted", file=sys.stderr)

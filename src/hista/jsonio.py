@@ -5,10 +5,16 @@ from __future__ import annotations
 import json
 import math
 import os
-import tempfile
+import re
+import secrets
+import stat
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Callable, Iterable
+from typing import Any, Callable, Iterable, Optional
+
+from .errors import InputError
+
+_FORBIDDEN_ROOTS = (Path("/proc"), Path("/sys"), Path("/dev"))
 
 
 def _umask() -> int:
@@ -17,25 +23,228 @@ def _umask() -> int:
     return mask
 
 
-def write_atomic(path: str | os.PathLike, write: Callable[[Any], None], mode: str = "w") -> Path:
-    """Call ``write(fh)`` on a temporary file beside ``path``, fsync it, then rename it into
-    place; on any error the temporary file is removed and ``path`` is untouched. The file gets
-    the permissions of any newly created file (0666 minus the umask), not the private mode of
-    a temporary file. Every result file goes through here (SPEC §8, §11)."""
+def _kind(mode: int) -> str:
+    """What a file system entry is, in words."""
+    if stat.S_ISREG(mode):
+        return "a regular file"
+    if stat.S_ISDIR(mode):
+        return "a directory"
+    if stat.S_ISFIFO(mode):
+        return "a FIFO (named pipe)"
+    if stat.S_ISCHR(mode):
+        return "a character device"
+    if stat.S_ISBLK(mode):
+        return "a block device"
+    if stat.S_ISSOCK(mode):
+        return "a socket"
+    return "an unknown kind of file"
+
+
+def _system_root(*paths: Path) -> Optional[Path]:
+    """The first of /proc, /sys, /dev that any of ``paths`` lies under (or is), else None."""
+    for p in paths:
+        for root in _FORBIDDEN_ROOTS:
+            if p == root or root in p.parents:
+                return root
+    return None
+
+
+def _resolve(path: Path) -> Path:
+    """``path`` absolute with every symlink followed (a chain too; a dangling link resolves to
+    the file it names, which a write creates)."""
+    return Path(os.path.realpath(path))
+
+
+def _check_location(path: Path, target: Path, shown: str) -> None:
+    """Raise InputError if ``target`` is under /proc, /sys or /dev, if its nearest existing
+    ancestor is not a directory, or if that directory is not writable."""
+    root = _system_root(Path(os.path.abspath(path)), target)
+    if root is not None:
+        raise InputError(f"refusing to write under {root} (resolves to {target})", path=shown)
+    for parent in target.parents:
+        try:
+            st = os.stat(parent)
+        except (FileNotFoundError, NotADirectoryError):
+            continue  # does not exist (yet) or a component above it is not a directory: go up
+        except OSError as exc:
+            raise InputError(f"cannot check output folder {parent} ({exc.strerror})", path=shown) from None
+        if not stat.S_ISDIR(st.st_mode):
+            raise InputError(f"parent {parent} is not a directory (it is {_kind(st.st_mode)})", path=shown)
+        if not os.access(parent, os.W_OK | os.X_OK):
+            raise InputError(f"folder {parent} is not writable", path=shown)
+        return
+
+
+def check_output_file(path: str | os.PathLike) -> Path:
+    """Preflight for an output file (SPEC §11 output files): check that writing ``path`` can
+    work and cannot damage anything, before any work is done. Raises InputError (exit 2) when
+    ``path``, after following symlinks, exists and is not a regular file (a directory, FIFO,
+    device or socket), when a parent component is not a directory, when it lies under /proc,
+    /sys or /dev, or when the nearest existing folder is not writable. A dangling symlink is
+    fine: its target is created. Returns the resolved path that a write actually replaces."""
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=path.name + ".", suffix=".tmp", dir=path.parent)
+    shown = str(path)
+    target = _resolve(path)
+    _check_location(path, target, shown)
+    try:
+        st = os.stat(target)
+    except FileNotFoundError:
+        return target
+    except NotADirectoryError:  # cannot happen after _check_location, unless the tree changed
+        raise InputError("a parent component is not a directory", path=shown) from None
+    except OSError as exc:  # a symlink loop, permission denied, ...
+        raise InputError(f"cannot check output file ({exc.strerror})", path=shown) from None
+    if not stat.S_ISREG(st.st_mode):
+        via = f" (symlink to {target})" if target != Path(os.path.abspath(path)) else ""
+        raise InputError(f"output path{via} is {_kind(st.st_mode)}, not a regular file", path=shown)
+    return target
+
+
+def check_output_dir(path: str | os.PathLike, names: Iterable[str] = ()) -> Path:
+    """Preflight for an output folder such as a report folder (SPEC §11 output files): raises
+    InputError (exit 2) when ``path``, after following symlinks, exists and is not a directory,
+    lies under /proc, /sys or /dev, has a parent component that is not a directory, or cannot
+    be written (it, or the nearest existing folder above it, is not writable); then checks each
+    of ``names`` inside it with :func:`check_output_file`. Returns the resolved folder."""
+    path = Path(path)
+    shown = str(path)
+    target = _resolve(path)
+    root = _system_root(Path(os.path.abspath(path)), target)
+    if root is not None:
+        raise InputError(f"refusing to write under {root} (resolves to {target})", path=shown)
+    try:
+        st = os.stat(target)
+    except FileNotFoundError:
+        _check_location(path, target, shown)
+    except NotADirectoryError:
+        _check_location(path, target, shown)
+        raise InputError("a parent component is not a directory", path=shown) from None
+    except OSError as exc:
+        raise InputError(f"cannot check output folder ({exc.strerror})", path=shown) from None
+    else:
+        if not stat.S_ISDIR(st.st_mode):
+            raise InputError(f"output folder is {_kind(st.st_mode)}, not a directory", path=shown)
+        if not os.access(target, os.W_OK | os.X_OK):
+            raise InputError(f"folder {target} is not writable", path=shown)
+    for name in names:
+        check_output_file(target / name)
+    return target
+
+
+def _temp_pattern(name: str) -> re.Pattern[str]:
+    """Names of the temporary files of writes to a file called ``name``:
+    ``.{name}.{pid}.{random}.tmp`` (the random part has no dots, so the match is exact)."""
+    return re.compile(r"\." + re.escape(name) + r"\.(\d+)\.[A-Za-z0-9_]+\.tmp")
+
+
+def _pid_alive(pid: int) -> bool:
+    if pid <= 0:
+        return True  # not ours to judge: keep it
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:  # PermissionError: it exists and belongs to someone else
+        return True
+    return True
+
+
+def _remove_stale_temps(target: Path) -> None:
+    """Remove temporary files left beside ``target`` by writers that were killed (their pid
+    is no longer alive); a live process's temporary file is never touched."""
+    pattern = _temp_pattern(target.name)
+    try:
+        entries = list(os.scandir(target.parent))
+    except OSError:
+        return
+    for entry in entries:
+        m = pattern.fullmatch(entry.name)
+        if m is None or _pid_alive(int(m.group(1))):
+            continue
+        try:
+            if entry.is_file(follow_symlinks=False):
+                os.unlink(entry.path)
+        except OSError:
+            pass
+
+
+def _make_temp(target: Path) -> tuple[int, str]:
+    prefix = f".{target.name}.{os.getpid()}."
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0) | getattr(os, "O_NOFOLLOW", 0)
+    for _ in range(100):
+        tmp = str(target.parent / f"{prefix}{secrets.token_hex(6)}.tmp")
+        try:
+            return os.open(tmp, flags, 0o600), tmp
+        except FileExistsError:
+            continue
+    raise FileExistsError(f"no free temporary name beside {target}")
+
+
+def write_atomic(path: str | os.PathLike, write: Callable[[Any], None], mode: str = "w") -> Path:
+    """Call ``write(fh)`` on a temporary file beside the file ``path`` names, fsync it, then
+    rename it into place; on any error the temporary file is removed and the file is untouched
+    (SPEC §8, §11 output files). :func:`check_output_file` runs first, so a directory, FIFO,
+    device, anything under /proc, /sys or /dev, or an unwritable folder is refused with an
+    InputError before ``write`` is called, and only ever a regular file is replaced. A symlink
+    is written through: its target is replaced, in the target's own folder, and the link stays.
+    Missing parent folders are created. The temporary file is ``.{name}.{pid}.{random}.tmp``;
+    ones left by a killed writer (dead pid) are removed on the next write to the same file.
+    The file gets the permissions of any newly created file (0666 minus the umask), not the
+    private mode of a temporary file. Every result file goes through here. Returns ``path``."""
+    path = Path(path)
+    target = check_output_file(path)
+    try:
+        target.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:  # FileExistsError / NotADirectoryError from a file in the way, EROFS, ...
+        raise InputError(f"cannot create folder {target.parent} ({exc.strerror or exc})", path=str(path)) from None
+    _remove_stale_temps(target)
+    fd, tmp = _make_temp(target)
     try:
         os.fchmod(fd, 0o666 & ~_umask())
         with os.fdopen(fd, mode, **({} if "b" in mode else {"encoding": "utf-8"})) as fh:
             write(fh)
             fh.flush()
             os.fsync(fh.fileno())
-        os.replace(tmp, path)
+        try:  # last look: something other than a regular file may have appeared meanwhile
+            st = os.lstat(target)
+        except FileNotFoundError:
+            pass
+        else:
+            if not stat.S_ISREG(st.st_mode):
+                raise InputError(f"output path {target} is now {_kind(st.st_mode)}, not a regular file",
+                                 path=str(path))
+        os.replace(tmp, target)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
     return path
+
+
+def _reject_constant(name: str) -> None:
+    raise ValueError(f"{name} is not a JSON number")
+
+
+def loads(text: str, *, path: Optional[str] = None, line: Optional[int] = None) -> Any:
+    """Parse one strict JSON document, raising an InputError located at ``path:line`` for bad
+    JSON, NaN / Infinity literals, nesting too deep to parse, and lone surrogate escapes (such
+    as ``"\\ud800"``, which no UTF-8 file can hold). Every JSON file a user names is read
+    through here (SPEC §11)."""
+    try:
+        value = json.loads(text, parse_constant=_reject_constant)
+    except json.JSONDecodeError as exc:
+        raise InputError(f"bad JSON ({exc.msg} at column {exc.colno})", path=path, line=line) from None
+    except ValueError as exc:
+        raise InputError(f"bad JSON ({exc})", path=path, line=line) from None
+    except RecursionError:
+        raise InputError("bad JSON (nested too deeply)", path=path, line=line) from None
+    try:
+        json.dumps(value, ensure_ascii=False).encode("utf-8")
+    except UnicodeEncodeError:
+        raise InputError("bad JSON (a string holds a lone surrogate escape such as \\ud800)", path=path,
+                         line=line) from None
+    except RecursionError:
+        raise InputError("bad JSON (nested too deeply)", path=path, line=line) from None
+    return value
 
 
 def jsonable(obj: Any) -> Any:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
@@ -15,7 +16,9 @@ class Rollout:
     ``offsets[k]`` is the (start, end) character span of completion token k inside
     ``completion_text``; ``hidden`` holds one layer's hidden states for prompt + completion
     tokens, shape ``[len(prompt_ids) + len(completion_ids), H]``; ``logprobs`` and
-    ``entropies`` are per completion token under the sampling (old) policy.
+    ``entropies`` are per completion token under the sampling (old) policy. ``reward`` must be
+    finite (a NaN or infinite reward raises ValueError: it would poison every advantage of the
+    group, SPEC §12).
     """
 
     prompt_ids: list[int]
@@ -32,6 +35,8 @@ class Rollout:
         self.prompt_ids = [int(i) for i in self.prompt_ids]
         self.completion_ids = [int(i) for i in self.completion_ids]
         self.reward = float(self.reward)
+        if not math.isfinite(self.reward):
+            raise ValueError(f"Rollout.reward is {self.reward}; rewards must be finite")
         n = len(self.completion_ids)
         for name in ("offsets", "logprobs", "entropies"):
             value = getattr(self, name)

@@ -2,6 +2,7 @@
 step on the tiny model with groups of 4 rollouts split 2 + 2 across the processes. Each rank
 saves what it saw locally and the per-token advantages it kept."""
 
+import os
 import sys
 
 import torch
@@ -50,3 +51,8 @@ torch.save(saved, f"{out_dir}/rank{saved['rank']}.pt")
 # Shut the gloo group down before the interpreter exits; otherwise a rank can abort in teardown.
 trainer.accelerator.wait_for_everyone()
 torch.distributed.destroy_process_group()
+# Leave without the interpreter's teardown: gloo's threads can still abort it ("terminate called
+# without an active exception") on a loaded machine, after all the work above is saved.
+sys.stdout.flush()
+sys.stderr.flush()
+os._exit(0)

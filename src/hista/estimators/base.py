@@ -6,6 +6,7 @@ from __future__ import annotations
 import abc
 import dataclasses
 import json
+import math
 from typing import Any, ClassVar, Optional, Sequence
 
 import torch
@@ -17,11 +18,45 @@ SCALES = ("group", "batch", "none")
 STD_EPS = 1e-4
 
 
-def group_std(rewards: torch.Tensor) -> torch.Tensor:
-    """Unbiased standard deviation of a group's rewards, 0 for a group of fewer than two."""
+def check_finite(values: torch.Tensor, name: str = "rewards") -> torch.Tensor:
+    """Return ``values`` unchanged, or raise ValueError naming ``name`` when it holds a NaN or
+    an infinite entry (SPEC §12, reliability: one NaN reward would silently make every
+    advantage of its group non-finite). Costs one ``torch.isfinite(...).all()``."""
+    values = torch.as_tensor(values)
+    if values.is_floating_point() and not bool(torch.isfinite(values).all()):
+        bad = values[~torch.isfinite(values)].flatten()[0].item()
+        raise ValueError(f"{name} holds {bad} ({int((~torch.isfinite(values)).sum())} non-finite of "
+                         f"{values.numel()}); rewards and values must be finite")
+    return values
+
+
+def _std(rewards: torch.Tensor) -> torch.Tensor:
     if rewards.numel() < 2:
         return torch.zeros((), dtype=torch.float32)
     return rewards.float().std(unbiased=True)
+
+
+def group_std(rewards: torch.Tensor) -> torch.Tensor:
+    """Unbiased standard deviation of a group's rewards, 0 for a group of fewer than two
+    (SPEC §4.1). Non-finite rewards raise ValueError naming ``rewards``."""
+    return _std(check_finite(rewards, "rewards"))
+
+
+def _scale(advantages: list[torch.Tensor], rewards: torch.Tensor, scale: str, batch_std: Optional[float]
+           ) -> list[torch.Tensor]:
+    if scale == "none":
+        return advantages
+    if scale == "group":
+        std = float(_std(rewards))
+    elif scale == "batch":
+        if batch_std is None:
+            raise ValueError('scale="batch" needs batch_std (the reward std over the whole batch)')
+        std = float(batch_std)
+        if not math.isfinite(std):
+            raise ValueError(f"batch_std is {std}; it must be finite (the reward std over the whole batch)")
+    else:
+        raise ValueError(f"unknown scale {scale!r}; valid: {', '.join(SCALES)}")
+    return [a / (std + STD_EPS) for a in advantages]
 
 
 def scale_advantages(
@@ -29,18 +64,9 @@ def scale_advantages(
 ) -> list[torch.Tensor]:
     """Divide per-token advantages by (std + 1e-4) (SPEC §4.1): the group's reward std
     (``scale="group"``), a std given by the caller for the whole batch (``"batch"``,
-    ``batch_std`` required), or leave them unscaled (``"none"``)."""
-    if scale == "none":
-        return advantages
-    if scale == "group":
-        std = float(group_std(rewards))
-    elif scale == "batch":
-        if batch_std is None:
-            raise ValueError('scale="batch" needs batch_std (the reward std over the whole batch)')
-        std = float(batch_std)
-    else:
-        raise ValueError(f"unknown scale {scale!r}; valid: {', '.join(SCALES)}")
-    return [a / (std + STD_EPS) for a in advantages]
+    ``batch_std`` required), or leave them unscaled (``"none"``). Non-finite ``rewards`` or
+    ``batch_std`` raise ValueError naming them."""
+    return _scale(advantages, check_finite(rewards, "rewards"), scale, batch_std)
 
 
 @dataclasses.dataclass
@@ -109,15 +135,17 @@ class Estimator(abc.ABC):
         self, group: RolloutGroup, *, gae_lambda: float = 1.0, scale: str = "group", batch_std: Optional[float] = None
     ) -> list[torch.Tensor]:
         """Per-token advantages of every rollout of ``group``: a list of float32 tensors,
-        ``adv[i].shape == (len(group.rollouts[i].completion_ids),)`` (SPEC §3-4)."""
+        ``adv[i].shape == (len(group.rollouts[i].completion_ids),)`` (SPEC §3-4). A NaN or
+        infinite reward in the group raises ValueError naming ``rewards``."""
         if not 0.0 <= gae_lambda <= 1.0:
             raise ValueError(f"gae_lambda must lie in [0, 1], got {gae_lambda}")
         if scale not in SCALES:
             raise ValueError(f"unknown scale {scale!r}; valid: {', '.join(SCALES)}")
         if len(group.rollouts) == 0:
             return []
+        rewards = check_finite(group.rewards, "rewards")
         raw = self._raw_advantages(group, gae_lambda)
-        return scale_advantages(raw, group.rewards, scale, batch_std)
+        return _scale(raw, rewards, scale, batch_std)
 
     @abc.abstractmethod
     def _raw_advantages(self, group: RolloutGroup, gae_lambda: float) -> list[torch.Tensor]:

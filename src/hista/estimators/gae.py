@@ -6,6 +6,8 @@ from typing import Sequence
 
 import torch
 
+from .base import check_finite
+
 
 def segment_gae(boundaries: Sequence[int], values: torch.Tensor, length: int, gae_lambda: float = 1.0) -> torch.Tensor:
     """Per-token advantages of one rollout from values at segment boundaries.
@@ -14,9 +16,10 @@ def segment_gae(boundaries: Sequence[int], values: torch.Tensor, length: int, ga
     ``values`` = [V_0, ..., V_{K+1}] (V_0 the value before the first token, V_{K+1} the reward).
     Segment j covers tokens [c_{j-1}, c_j); δ_j = V_j − V_{j−1}; A_{K+1} = δ_{K+1},
     A_j = δ_j + λ·A_{j+1}; every token of segment j gets A_j. With λ = 1, A_j = R − V_{j−1};
-    with λ = 0, A_j = δ_j. Returns a float32 tensor [T] on ``values``' device.
+    with λ = 0, A_j = δ_j. Returns a float32 tensor [T] on ``values``' device. A NaN or
+    infinite entry of ``values`` (the last one is the reward) raises ValueError naming ``values``.
     """
-    values = values.to(torch.float32)
+    values = check_finite(values.to(torch.float32), "values")
     bounds = torch.as_tensor(list(boundaries), dtype=torch.long, device=values.device)
     if bounds.numel() != values.numel():
         raise ValueError(f"{bounds.numel()} boundaries but {values.numel()} values")

@@ -9,7 +9,7 @@ import torch
 
 from ..types import RolloutGroup, State
 from . import register
-from .base import Estimator, EstimatorConfig
+from .base import Estimator, EstimatorConfig, check_finite
 
 
 @dataclasses.dataclass
@@ -30,8 +30,9 @@ class GroupMean(Estimator):
     config_class = GroupMeanConfig
 
     def baselines(self, group: RolloutGroup) -> torch.Tensor:
-        """The baseline b_i of every rollout [G] (SPEC §4.1)."""
-        rewards = group.rewards
+        """The baseline b_i of every rollout [G] (SPEC §4.1); a non-finite reward raises
+        ValueError naming ``rewards``."""
+        rewards = check_finite(group.rewards, "rewards")
         weights = torch.ones_like(rewards)
         if self.config.length_weighted:
             weights = torch.tensor([float(len(r.completion_ids)) for r in group.rollouts])

@@ -35,7 +35,7 @@ import torch
 
 from ..types import Rollout, RolloutGroup, State
 from . import register
-from .base import Estimator, EstimatorConfig
+from .base import Estimator, EstimatorConfig, check_finite
 from .gae import segment_gae
 from .min_distance import node_distances, query_distances
 
@@ -173,7 +173,8 @@ def knn_average(dist: torch.Tensor, valid: torch.Tensor, rewards: torch.Tensor, 
     V = Σ w r / Σ w, or ``fallback`` (the group mean) when every weight is 0. Candidates within a
     relative ``TIE_RTOL`` of the k-th distance share the remaining places equally (the mean over
     tie-breaking orders), so that the estimate does not depend on the order of the rollouts or on
-    rounding noise."""
+    rounding noise. Non-finite ``rewards`` raise ValueError naming ``rewards``."""
+    check_finite(rewards, "rewards")
     inf = torch.tensor(float("inf"), device=dist.device)
     d = torch.where(torch.isnan(dist), inf, dist).clamp_min(min_distance)
     d = torch.where(valid, d, inf)
@@ -296,7 +297,7 @@ class Hista(Estimator):
             tokens, counts = self._nodes(r, int(e.shape[0]))
             node_tokens.append(tokens)
             node_vectors.append(counts)
-        rewards = group.rewards.to(device)
+        rewards = check_finite(group.rewards, "rewards").to(device)
         return PreparedGroup(vectors, stacked, node_tokens, node_vectors, rewards, self._group_mean(rewards))
 
     # --- step 5: estimates at nodes

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import math
 from typing import Optional, Sequence
 
 import torch
@@ -37,6 +38,9 @@ class MonteCarlo(Estimator):
         rewards = list(rewards)[: self.config.num]
         if not rewards:
             raise ValueError(f"Monte Carlo needs at least one continuation reward at {where}")
+        if not all(math.isfinite(float(r)) for r in rewards):
+            raise ValueError(f"continuation rewards at {where} hold a non-finite value {rewards}; "
+                             "rewards must be finite")
         return sum(float(r) for r in rewards) / len(rewards)
 
     def state_values(self, group: RolloutGroup, states: Sequence[State]) -> torch.Tensor:

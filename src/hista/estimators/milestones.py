@@ -33,6 +33,7 @@ Two parsers:
 from __future__ import annotations
 
 import bisect
+import math
 import re
 from fractions import Fraction
 from typing import Iterable, NamedTuple, Optional, Sequence
@@ -181,6 +182,10 @@ class ValueTable:
         return len(self.stats)
 
     def add(self, keys: Iterable[str], reward: float) -> None:
+        """Add one response's ``reward`` to every macro state of the chain of ``keys`` (SPEC
+        §4.2); a NaN or infinite reward raises ValueError naming ``reward``."""
+        if not math.isfinite(float(reward)):
+            raise ValueError(f"reward is {float(reward)}; rewards must be finite")
         for state in state_chain(keys):
             entry = self.stats.setdefault(state, [0.0, 0.0])
             entry[0] += 1.0

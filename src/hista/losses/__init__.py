@@ -95,11 +95,46 @@ def default_config(name: str) -> dict:
     return {**own, "aggregation": fn.aggregation}
 
 
+def check_mask(mask: Tensor) -> Tensor:
+    """The token mask of SPEC §5 as a bool tensor: ``mask`` must be bool or hold only 0 and 1
+    (a fractional, negative or NaN entry would otherwise count as a valid token); anything else
+    raises ValueError naming ``mask``. Costs one ``.all()`` for a non-bool mask, none for bool."""
+    if not isinstance(mask, Tensor):
+        raise ValueError(f"mask must be a torch.Tensor, got {type(mask).__name__}")
+    if mask.dtype == torch.bool:
+        return mask
+    binary = (mask == 0) | (mask == 1)
+    if not bool(binary.all()):
+        bad = mask[~binary].flatten()[0].item()
+        raise ValueError(f"mask must be bool or hold only 0 and 1, got {bad} "
+                         f"({int((~binary).sum())} of {mask.numel()} entries are neither)")
+    return mask.bool()
+
+
+def _check_finite(mask: Tensor, tensors: list[tuple[str, Tensor]]) -> None:
+    """Raise ValueError naming the first of ``tensors`` (each broadcastable to ``mask``) that
+    holds a NaN or an infinite value at a valid token (SPEC §12); padding is not read. One
+    ``.all()`` for all of them together."""
+    finite = torch.ones_like(mask)
+    for _, t in tensors:
+        finite = finite & torch.isfinite(t)
+    if bool((finite | ~mask).all()):
+        return
+    for name, t in tensors:
+        bad = ~torch.isfinite(t) & mask
+        if bool(bad.any()):
+            where = tuple(int(i) for i in bad.nonzero()[0])
+            value = t.expand(mask.shape)[where].item()
+            raise ValueError(f"{name} holds {value} at valid token {where} ({int(bad.sum())} non-finite valid "
+                             f"tokens); {name} must be finite where mask is 1")
+
+
 def aggregate(per_token: Tensor, mask: Tensor, aggregation: str, max_len: Optional[int] = None) -> Tensor:
     """Reduce a per-token loss to a scalar over the valid tokens (SPEC §5): ``token-mean``
     = Σ L·m / max(Σ m, 1); ``seq-mean-token-mean`` = mean over all B rows of
-    Σ_t L·m / max(Σ_t m, 1); ``constant`` = Σ L·m / (B · max_len), max_len defaulting to T."""
-    mask = mask.bool()
+    Σ_t L·m / max(Σ_t m, 1); ``constant`` = Σ L·m / (B · max_len), max_len defaulting to T.
+    ``mask`` is bool or 0/1 (anything else raises ValueError naming ``mask``)."""
+    mask = check_mask(mask)
     masked = torch.where(mask, per_token, torch.zeros_like(per_token))
     m = mask.to(per_token.dtype)
     if aggregation == "token-mean":
@@ -114,8 +149,8 @@ def aggregate(per_token: Tensor, mask: Tensor, aggregation: str, max_len: Option
 
 def k3_kl(logp: Tensor, ref_logp: Tensor, mask: Tensor) -> Tensor:
     """Per-token KL estimate to the reference policy, TRL's k3 (SPEC §5):
-    ``exp(ref − logp) − (ref − logp) − 1``, 0 on padding."""
-    diff = torch.where(mask.bool(), ref_logp - logp, torch.zeros_like(logp))
+    ``exp(ref − logp) − (ref − logp) − 1``, 0 on padding. ``mask`` is bool or 0/1."""
+    diff = torch.where(check_mask(mask), ref_logp - logp, torch.zeros_like(logp))
     return torch.exp(diff) - diff - 1.0
 
 
@@ -225,8 +260,16 @@ class Loss:
             raise ValueError(f"token_weights has shape {tuple(token_weights.shape)}, expected {tuple(shape)} or "
                              f"({shape[0]}, 1)")
 
-        mask = mask.bool()
+        mask = check_mask(mask)
         adv = advantages.detach().to(logp.dtype).expand(shape)
+        inputs = [("advantages", adv), ("old_logp", old_logp.detach())]
+        if self.needs_entropy:
+            inputs.append(("entropies", entropies.detach()))
+        if beta != 0.0:
+            inputs.append(("ref_logp", ref_logp.detach()))
+        if token_weights is not None:
+            inputs.append(("token_weights", token_weights.detach()))
+        _check_finite(mask, inputs)
         log_ratio = torch.where(mask, logp - old_logp.detach().to(logp.dtype), torch.zeros_like(logp))
         batch = Batch(logp, log_ratio, adv, mask, None if entropies is None else entropies.detach())
 
@@ -268,7 +311,10 @@ def policy_loss(name: str, logp: Tensor, old_logp: Tensor, advantages: Tensor, m
     (cispo), ``lam``, ``gamma`` (grpo_lambda), ``trace`` (ptrace), ``top_entropy_fraction``
     (strace), ``aggregation``, ``max_len`` (constant aggregation), ``beta`` with ``ref_logp``
     (k3 KL added per token), ``token_weights`` ([B, T] or [B, 1], multiplies the per-token
-    policy loss before the KL term). An unknown name or keyword raises a ValueError. Metrics are
+    policy loss before the KL term). An unknown name or keyword raises a ValueError, and so do
+    a ``mask`` that is not bool or 0/1 and a NaN or infinite value of ``advantages``,
+    ``old_logp``, ``entropies`` (when the loss needs them), ``ref_logp`` (when ``beta`` != 0) or
+    ``token_weights`` at a valid token, naming the argument (SPEC §12). Metrics are
     python floats over the valid tokens: clip_frac_low, clip_frac_high, ratio_mean/min/max,
     kept_frac (strace), kl (beta != 0).
     """
@@ -283,6 +329,7 @@ __all__ = [
     "LossOut",
     "aggregate",
     "check_config",
+    "check_mask",
     "clipped_surrogate",
     "default_config",
     "discounted_cumsum",

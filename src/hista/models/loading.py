@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import importlib.metadata
 import importlib.util
+import json
 import os
 import shutil
 import tempfile
@@ -19,6 +20,7 @@ from typing import Any, Optional
 
 import torch
 
+from .. import hub
 from ..errors import InputError
 
 EMBEDDED = "smollm2-135m-instruct"
@@ -51,6 +53,96 @@ def cache_dir() -> Path:
     return Path(os.environ.get("HISTA_CACHE") or Path.home() / ".cache" / "hista")
 
 
+def _cache_folder(*parts: str) -> Path:
+    """``cache_dir() / parts...``, after checking that no part of it that exists is something
+    other than a directory (an InputError naming ``HISTA_CACHE`` instead of a FileExistsError
+    or NotADirectoryError later)."""
+    root = cache_dir()
+    env = os.environ.get("HISTA_CACHE")
+    label = f"HISTA_CACHE={env}" if env else f"hista's cache folder {root} (HISTA_CACHE unset)"
+    for k in range(len(parts) + 1):
+        path = root.joinpath(*parts[:k])
+        if (path.exists() or path.is_symlink()) and not path.is_dir():
+            if k == 0:
+                raise InputError(f"{label} is not a directory; point HISTA_CACHE at a folder (or unset it)")
+            raise InputError(f"{label}: {path} is not a directory; remove it or point HISTA_CACHE at "
+                             f"another folder")
+    return root.joinpath(*parts)
+
+
+def _safetensors_problem(file: Path) -> Optional[str]:
+    """Why ``file`` is not a complete safetensors file (None when its header is sound and the
+    file is exactly as long as the header says). Reads the header only."""
+    try:
+        size = file.stat().st_size
+        with open(file, "rb") as fh:
+            head = fh.read(8)
+            if len(head) < 8:
+                return f"is truncated ({size} bytes, too short for a safetensors header)"
+            n = int.from_bytes(head, "little")
+            if n > size - 8:
+                return f"is truncated ({size} bytes; its header alone claims {n + 8})"
+            header = json.loads(fh.read(n).decode("utf-8"))
+    except (OSError, ValueError) as exc:  # JSON and UTF-8 errors are ValueErrors
+        return f"is damaged (its header cannot be read: {exc})"
+    if not isinstance(header, dict):
+        return "is damaged (its header is not a JSON object)"
+    end = 0
+    for key, info in header.items():
+        if key == "__metadata__":
+            continue
+        try:
+            end = max(end, int(info["data_offsets"][1]))
+        except (TypeError, KeyError, IndexError, ValueError):
+            return f"is damaged (header entry {key!r} has no valid data_offsets)"
+    expected = 8 + n + end
+    if size < expected:
+        return f"is truncated ({size} bytes of the {expected} its header describes)"
+    if size > expected:
+        return f"is damaged ({size} bytes, {size - expected} more than its header describes)"
+    return None
+
+
+def check_weights(folder: Path, fix: str) -> None:
+    """Raise an InputError naming the first ``*.safetensors`` file in ``folder`` that is
+    truncated or has a damaged header, followed by ``fix`` (how to repair it); SPEC §7, §12.
+    Reads only the headers, so it costs milliseconds."""
+    for file in sorted(Path(folder).glob("*.safetensors")):
+        problem = _safetensors_problem(file)
+        if problem is not None:
+            raise InputError(f"{problem}; {fix}", path=str(file))
+
+
+def check_device(name: str) -> str:
+    """Check a ``--device`` value without loading anything (SPEC §7, §11): ``cpu``, ``cuda``,
+    ``cuda:N`` or ``mps`` as torch parses them, and the device must exist here. Returns the
+    normalised name (``str(torch.device(name))``); raises InputError(field="device") for an
+    unparsable name, another device type, or a CUDA/MPS device this machine does not have."""
+    valid = "use cpu, cuda, cuda:N or mps"
+    if not isinstance(name, str) or not name.strip():
+        raise InputError(f"empty device name; {valid}", field="device")
+    try:
+        device = torch.device(name.strip().lower())
+    except (RuntimeError, ValueError, TypeError):
+        raise InputError(f"unknown device {name!r}; {valid}", field="device") from None
+    if device.type == "cuda":
+        if not torch.cuda.is_available():
+            raise InputError(f"{name!r}: cuda requested but no CUDA device is available; use --device cpu",
+                             field="device")
+        count = torch.cuda.device_count()
+        if device.index is not None and device.index >= count:
+            raise InputError(f"{name!r}: no such CUDA device; this machine has {count} (cuda:0 to cuda:{count - 1})",
+                             field="device")
+    elif device.type == "mps":
+        mps = getattr(torch.backends, "mps", None)
+        if mps is None or not mps.is_available():
+            raise InputError(f"{name!r}: mps requested but no MPS device is available; use --device cpu",
+                             field="device")
+    elif device.type != "cpu":
+        raise InputError(f"unsupported device {name!r}; {valid}", field="device")
+    return str(device)
+
+
 def _embedded_gguf_dir() -> Path:
     spec = importlib.util.find_spec(EMBEDDED_PACKAGE)  # locates the package without importing it
     if spec is None or not spec.submodule_search_locations:
@@ -75,8 +167,12 @@ def _embedded_revision() -> str:
 def _atomic_save(target: Path, save) -> None:
     """Write a folder through ``save(tmp_folder)`` then rename it into place, so a crash never
     leaves a half-written cache entry."""
-    target.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=target.name + ".", dir=target.parent))
+    try:
+        target.parent.mkdir(parents=True, exist_ok=True)
+        tmp = Path(tempfile.mkdtemp(prefix=target.name + ".", dir=target.parent))
+    except OSError as exc:
+        raise InputError(f"cannot write to hista's cache: {exc.strerror or exc}; set HISTA_CACHE to a writable "
+                         "folder", path=str(target.parent), field="HISTA_CACHE") from None
     try:
         save(tmp)
         try:
@@ -89,11 +185,13 @@ def _atomic_save(target: Path, save) -> None:
 
 def prepare_embedded(progress: bool = True) -> Path:
     """Return the safetensors folder of the embedded model, converting the GGUF file the first
-    time (SPEC §7)."""
+    time (SPEC §7). A ``HISTA_CACHE`` that is not a directory, or a converted copy whose
+    ``model.safetensors`` is truncated or damaged, raises an InputError that says how to fix it."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    target = cache_dir() / "models" / EMBEDDED
+    target = _cache_folder("models", EMBEDDED)
     if (target / "config.json").is_file():
+        check_weights(target, _reconvert_hint(target))
         return target
     source = _embedded_gguf_dir()
     if progress:
@@ -113,11 +211,15 @@ def prepare_embedded(progress: bool = True) -> Path:
     return target
 
 
+def _reconvert_hint(target: Path) -> str:
+    return f"remove the folder {target} (rm -r) and hista converts the embedded model again on the next load"
+
+
 def tokenizer_for_tiny():
-    """The SmolLM2 tokenizer (real, offline), used by the ``tiny`` model."""
+    """The SmolLM2 tokenizer (real, offline), used by the ``tiny`` model (SPEC §7)."""
     from transformers import AutoTokenizer
 
-    target = cache_dir() / "tokenizers" / EMBEDDED
+    target = _cache_folder("tokenizers", EMBEDDED)
     if not (target / "tokenizer_config.json").is_file():
         model_dir = cache_dir() / "models" / EMBEDDED
         if (model_dir / "tokenizer_config.json").is_file():
@@ -155,41 +257,68 @@ def build_tiny(seed: int = 0, hidden_size: int = 64, layers: int = 2) -> LoadedM
     return LoadedModel(model, tok, "tiny", f"tiny-seed{seed}-h{hidden_size}-l{layers}")
 
 
+def _load_error(name_or_path: str, source: Any, local: bool, offline: bool, exc: Exception) -> InputError:
+    """The InputError for a failed ``from_pretrained`` (SPEC §7, §11)."""
+    detail = f"{type(exc).__name__}: {str(exc).strip().splitlines()[0] if str(exc).strip() else ''}"
+    if local:
+        return InputError(f"could not load a model from this path ({detail}); a model folder holds config.json, "
+                          "the tokenizer files and complete weights as save_pretrained writes them", path=str(source))
+    if offline:
+        why = f"the Hugging Face hub ({hub.endpoint()}) cannot be reached"
+        if hub.env_offline():
+            why += " (offline mode is set: HF_HUB_OFFLINE)"
+        return InputError(f"could not load model '{name_or_path}': {why} and the model is not in the local Hugging "
+                          f"Face cache. Download it once where the hub is reachable, or pass a local folder "
+                          f"({detail})", field="model")
+    return InputError(f"could not load model '{name_or_path}' from the Hugging Face hub ({hub.endpoint()}): "
+                      f"no such model, or no access to it ({detail})", field="model")
+
+
 def load(name_or_path: str, *, device: Optional[str] = None, dtype: Optional[torch.dtype] = None) -> LoadedModel:
     """Load a causal LM and its tokenizer by alias, local path or Hugging Face id (SPEC §7).
 
     Aliases: ``smollm2-135m-instruct`` (embedded default) and ``tiny`` (tests). An unknown
     name that is neither a path nor a hub id (``owner/name``) raises an InputError that lists
-    the aliases.
+    the aliases. ``device`` is checked first by :func:`check_device` (default: cuda when
+    available, else cpu). A hub id is fetched only when the hub answers the probe of
+    :mod:`hista.hub`; otherwise (or with ``HF_HUB_OFFLINE=1``) it is read from the local
+    Hugging Face cache only, so a model that is not cached fails at once. Truncated or damaged
+    safetensors files, in hista's cache or in a local folder, raise an InputError naming the
+    file and the fix.
     """
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-
-    device = device or ("cuda" if torch.cuda.is_available() else "cpu")
+    device = check_device(device) if device is not None else ("cuda" if torch.cuda.is_available() else "cpu")
     if name_or_path == "tiny":
         loaded = build_tiny()
     else:
+        from transformers import AutoModelForCausalLM, AutoTokenizer
+
+        offline, local = False, True
         if name_or_path == EMBEDDED:
             source, revision = prepare_embedded(), _embedded_revision()
         elif Path(name_or_path).exists():
             source, revision = Path(name_or_path), f"path:{Path(name_or_path).resolve()}"
+            if source.is_dir():
+                check_weights(source, "the model's weights are incomplete: copy or download the model again")
         elif "/" in name_or_path:
-            source, revision = name_or_path, name_or_path
+            source, revision, local = name_or_path, name_or_path, False
+            offline = hub.offline()
         else:
             valid = "\n".join(f"  {k:24s} {v}" for k, v in ALIASES.items())
             raise InputError(
                 f"unknown model '{name_or_path}': not a local path, a Hugging Face id (owner/name) "
                 f"or an alias. Valid aliases:\n{valid}"
             )
+        from safetensors import SafetensorError
+
+        options = {"local_files_only": True} if offline else {}
         try:
-            tok = AutoTokenizer.from_pretrained(source)
+            tok = AutoTokenizer.from_pretrained(source, **options)
             model = AutoModelForCausalLM.from_pretrained(
-                source, dtype=dtype or (torch.bfloat16 if device == "cuda" else torch.float32)
+                source, dtype=dtype or (torch.bfloat16 if torch.device(device).type == "cuda" else torch.float32),
+                **options,
             )
-        except OSError as exc:
-            raise InputError(
-                f"could not load model '{name_or_path}' (no local copy and the Hugging Face hub "
-                f"could not be reached or has no such model): {exc}"
-            ) from exc
+        except (OSError, ValueError, SafetensorError) as exc:
+            raise _load_error(name_or_path, source, local, offline, exc) from exc
         revision = getattr(model.config, "_commit_hash", None) or revision
         model.eval()
         loaded = LoadedModel(model, tok, name_or_path, str(revision))

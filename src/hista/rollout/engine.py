@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import math
+import numbers
 from dataclasses import asdict, dataclass
 from typing import Callable, Optional, Sequence
 
 import torch
 
+from ..errors import InputError
 from ..models import LoadedModel
 from ..types import Rollout
 from .offsets import decode_with_offsets
@@ -19,7 +22,12 @@ SYSTEM_PROMPT = (
 
 @dataclass
 class SamplingConfig:
-    """Sampling settings of a rollout engine; recorded in every result file."""
+    """Sampling settings of a rollout engine (SPEC §7); recorded in every result file.
+
+    ``temperature``: finite, ≥ 0 (0 = greedy); ``top_p``: in (0, 1]; ``max_new_tokens`` and
+    ``batch_size``: integers ≥ 1. A value out of range raises an InputError whose field is the
+    setting's name (the CLI option ``--temperature``, ``--top-p``, ``--max-new-tokens``,
+    ``--batch-size``)."""
 
     temperature: float = 0.7
     top_p: float = 1.0
@@ -27,7 +35,28 @@ class SamplingConfig:
     batch_size: int = 64
     system_prompt: str = SYSTEM_PROMPT
 
+    def __post_init__(self) -> None:
+        def number(name: str) -> float:
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, numbers.Real):
+                raise InputError(f"must be a number, got {value!r}", field=name)
+            if not math.isfinite(value):
+                raise InputError(f"must be a finite number, got {value!r}", field=name)
+            return float(value)
+
+        if number("temperature") < 0:
+            raise InputError(f"must be >= 0 (0 = greedy), got {self.temperature!r}", field="temperature")
+        if not 0.0 < number("top_p") <= 1.0:
+            raise InputError(f"must lie in (0, 1], got {self.top_p!r}", field="top_p")
+        for name in ("max_new_tokens", "batch_size"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 1:
+                raise InputError(f"must be an integer >= 1, got {value!r}", field=name)
+        if not isinstance(self.system_prompt, str):
+            raise InputError(f"must be a string, got {type(self.system_prompt).__name__}", field="system_prompt")
+
     def to_dict(self) -> dict:
+        """The settings as a JSON-ready dict (recorded in result files; SPEC §7)."""
         return asdict(self)
 
 

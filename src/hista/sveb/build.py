@@ -17,6 +17,7 @@ from tqdm.auto import tqdm
 
 from .. import __version__, tasks
 from ..errors import InputError
+from ..jsonio import check_output_file
 from ..models import LoadedModel, load
 from ..rewards import verify
 from ..rollout import GenerateEngine, SamplingConfig
@@ -45,6 +46,29 @@ class BuildConfig:
     top_p: float = 1.0
     max_new_tokens: int = 256
     batch_size: int = 64
+
+    def __post_init__(self) -> None:
+        """Check every field (SPEC §8), so that no setting silently builds nothing: an
+        InputError names the field."""
+        if isinstance(self.tasks, str) or not self.tasks or not all(isinstance(t, str) and t for t in self.tasks):
+            raise InputError(f"must be a non-empty list of task specs, got {self.tasks!r}", field="tasks")
+        if not isinstance(self.model, str) or not self.model:
+            raise InputError(f"must be a model name, got {self.model!r}", field="model")
+        least = {"problems": 1, "rollouts": 2, "continuations": 1, "states_per_problem": 1, "seed": 0,
+                 "max_new_tokens": 2}
+        for name, low in least.items():
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < low:
+                why = " (a state needs a completion of 2 tokens)" if name == "max_new_tokens" else ""
+                raise InputError(f"must be an integer >= {low}{why}, got {value!r}", field=name)
+        for name in ("lo", "hi"):
+            value = getattr(self, name)
+            if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float))
+                                      or not 0.0 <= value <= 1.0):
+                raise InputError(f"must be an accuracy in [0, 1] or None, got {value!r}", field=name)
+        if self.lo is not None and self.hi is not None and self.lo > self.hi:
+            raise InputError(f"lo {self.lo} is above hi {self.hi}: no problem could be kept", field="lo")
+        self.sampling()  # temperature, top_p, batch_size
 
     def sampling(self) -> SamplingConfig:
         return SamplingConfig(temperature=self.temperature, top_p=self.top_p,
@@ -75,6 +99,7 @@ def build(config: BuildConfig, out: str | Path, *, lm: Optional[LoadedModel] = N
     records.
     """
     out = Path(out)
+    check_output_file(out)
     problems = [p for spec in config.tasks
                 for p in tasks.load(spec, n=config.problems, seed=config.seed, split=config.split)]
     existing = cases.read(out, repair=True)

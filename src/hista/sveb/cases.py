@@ -10,17 +10,20 @@ rewards and the target (their mean).
 
 from __future__ import annotations
 
+import fcntl
 import json
+import math
 import os
+import stat
 from pathlib import Path
 from typing import Any, Iterator
 
 from ..errors import InputError
+from ..jsonio import check_output_file, loads
+from .schema import Where, is_int, is_unit, kind, short
 
-CASE_FIELDS = {"kind": str, "key": str, "settings": dict, "problem": dict, "prompt_ids": list,
-               "rollouts": list, "state": dict, "continuations": list, "target": (int, float)}
-SKIP_FIELDS = {"kind": str, "key": str, "settings": dict}
-ROLLOUT_FIELDS = {"completion_ids": list, "completion_text": str, "offsets": list, "reward": (int, float)}
+#: How far a case's ``target`` may be from the mean of its continuation rewards.
+TARGET_TOLERANCE = 1e-9
 
 
 def dumps(record: dict[str, Any]) -> str:
@@ -30,69 +33,214 @@ def dumps(record: dict[str, Any]) -> str:
 
 def append(path: Path, record: dict[str, Any]) -> None:
     """Append one record with a single write and fsync it, so a crash loses at most the line
-    being written (which ``read(..., repair=True)`` then drops)."""
-    with open(path, "a", encoding="utf-8") as fh:
+    being written (which ``read(..., repair=True)`` then drops). Only ever a regular file is
+    appended to (SPEC §11 output files): :func:`hista.jsonio.check_output_file` refuses a
+    FIFO, device, directory or system path with an InputError, and the file is opened
+    non-blocking and checked again with ``fstat``, so the call can never hang on a FIFO that
+    appears in between. A symlink is followed."""
+    target = check_output_file(path)
+    flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0)
+    try:
+        fd = os.open(target, flags, 0o666)
+    except OSError as exc:  # ENXIO: a FIFO without a reader appeared after the check
+        raise InputError(f"cannot append ({exc.strerror})", path=str(path)) from None
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise InputError("output path is not a regular file", path=str(path))
+        fcntl.fcntl(fd, fcntl.F_SETFL, fcntl.fcntl(fd, fcntl.F_GETFL) & ~os.O_NONBLOCK)
+    except BaseException:
+        os.close(fd)
+        raise
+    with os.fdopen(fd, "a", encoding="utf-8") as fh:
         fh.write(dumps(record))
         fh.flush()
         os.fsync(fh.fileno())
 
 
+_MAX_TOKEN_ID = 2**31 - 1  # no vocabulary is larger; bigger ints cannot index a model's embeddings
+
+
+def _require(record: dict, name: str, types: type | tuple[type, ...], where: Where, prefix: str = "") -> Any:
+    """``record[name]`` when present and of ``types`` (never a boolean for a number)."""
+    if name not in record:
+        where.fail("missing", prefix + name)
+    value = record[name]
+    if isinstance(value, bool) and bool not in (types if isinstance(types, tuple) else (types,)):
+        where.fail(f"expected {_type_names(types)}, got a boolean", prefix + name)
+    if not isinstance(value, types):
+        where.fail(f"expected {_type_names(types)}, got {kind(value)}", prefix + name)
+    return value
+
+
+def _type_names(types: type | tuple[type, ...]) -> str:
+    names = {str: "a string", dict: "an object", list: "a list", int: "an integer", float: "a number"}
+    types = types if isinstance(types, tuple) else (types,)
+    return " or ".join(dict.fromkeys(names.get(t, t.__name__) for t in types))
+
+
+def _text(record: dict, name: str, where: Where, prefix: str = "") -> str:
+    value = _require(record, name, str, where, prefix)
+    if not value:
+        where.fail("must not be empty", prefix + name)
+    return value
+
+
+def _token_ids(value: Any, field: str, where: Where, *, allow_empty: bool = True) -> list[int]:
+    if not isinstance(value, list):
+        where.fail(f"expected a list of token ids, got {kind(value)}", field)
+    if not value and not allow_empty:
+        where.fail("must not be empty", field)
+    for k, token in enumerate(value):
+        if not is_int(token) or not 0 <= token <= _MAX_TOKEN_ID:
+            where.fail(f"expected a token id (an integer from 0 to {_MAX_TOKEN_ID}), got {short(token)}",
+                       f"{field}[{k}]")
+    return value
+
+
+def _rollout(rollout: Any, k: int, where: Where) -> None:
+    prefix = f"rollouts[{k}]."
+    if not isinstance(rollout, dict):
+        where.fail(f"expected an object, got {kind(rollout)}", f"rollouts[{k}]")
+    if "completion_ids" not in rollout:
+        where.fail("missing", prefix + "completion_ids")
+    ids = _token_ids(rollout["completion_ids"], prefix + "completion_ids", where)
+    text = _require(rollout, "completion_text", str, where, prefix)
+    offsets = _require(rollout, "offsets", list, where, prefix)
+    if len(offsets) != len(ids):
+        where.fail(f"has {len(offsets)} spans but the completion has {len(ids)} tokens", prefix + "offsets")
+    for j, span in enumerate(offsets):
+        if not (isinstance(span, list) and len(span) == 2 and all(is_int(x) for x in span)):
+            where.fail(f"expected a [start, end] pair of integers, got {short(span)}", f"{prefix}offsets[{j}]")
+        start, end = span
+        if not 0 <= start <= end <= len(text):
+            where.fail(f"span [{start}, {end}] is not within the completion text (0 <= start <= end <= "
+                       f"{len(text)})", f"{prefix}offsets[{j}]")
+    if "reward" not in rollout:
+        where.fail("missing", prefix + "reward")
+    if not is_unit(rollout["reward"]):
+        where.fail(f"expected a number in [0, 1], got {short(rollout['reward'])}", prefix + "reward")
+
+
+def _check_case(record: dict, where: Where) -> None:
+    settings = record["settings"]
+    for name in ("model", "revision"):
+        _require(settings, name, str, where, "settings.")
+    _require(record, "problem", dict, where)
+    field = _text(record, "field", where)
+    if field == "all":
+        where.fail("'all' is reserved for the pooled column of the report", "field")
+    if "prompt_ids" not in record:
+        where.fail("missing", "prompt_ids")
+    _token_ids(record["prompt_ids"], "prompt_ids", where, allow_empty=False)
+    rollouts = _require(record, "rollouts", list, where)
+    if len(rollouts) < 2:
+        where.fail(f"a group needs at least 2 rollouts, got {len(rollouts)}", "rollouts")
+    for k, rollout in enumerate(rollouts):
+        _rollout(rollout, k, where)
+
+    state = _require(record, "state", dict, where)
+    i = _require(state, "rollout", int, where, "state.")
+    if not 0 <= i < len(rollouts):
+        where.fail(f"rollout index {i} is not in 0..{len(rollouts) - 1}", "state.rollout")
+    t = _require(state, "t", int, where, "state.")
+    length = len(rollouts[i]["completion_ids"])
+    if not 0 <= t <= length:
+        where.fail(f"position {t} is not in 0..{length} (the length of rollout {i})", "state.t")
+
+    conts = _require(record, "continuations", list, where)
+    if not conts:
+        where.fail("no continuation rewards", "continuations")
+    for k, reward in enumerate(conts):
+        if not is_unit(reward):
+            where.fail(f"expected a number in [0, 1], got {short(reward)}", f"continuations[{k}]")
+    if "target" not in record:
+        where.fail("missing", "target")
+    target = record["target"]
+    if not is_unit(target):
+        where.fail(f"expected a number in [0, 1], got {short(target)}", "target")
+    mean = math.fsum(conts) / len(conts)
+    if abs(target - mean) > TARGET_TOLERANCE:
+        where.fail(f"{target!r} is not the mean of the continuation rewards ({mean!r})", "target")
+
+
 def _check(record: Any, path: Path, line: int) -> dict[str, Any]:
+    """``record`` if it is a valid case or skip record (see :func:`read`), else an InputError
+    naming ``path:line`` and the first bad field."""
+    where = Where(path, line)
     if not isinstance(record, dict):
-        raise InputError("expected a JSON object", path=str(path), line=line)
-    kind = record.get("kind")
-    fields = CASE_FIELDS if kind == "case" else SKIP_FIELDS if kind == "skip" else None
-    if fields is None:
-        raise InputError(f"unknown record kind {kind!r} (expected 'case' or 'skip')", path=str(path), line=line,
-                         field="kind")
-    for name, types in fields.items():
-        if name not in record:
-            raise InputError("missing", path=str(path), line=line, field=name)
-        if not isinstance(record[name], types):
-            raise InputError(f"wrong type {type(record[name]).__name__}", path=str(path), line=line, field=name)
-    if kind == "case":
-        for k, rollout in enumerate(record["rollouts"]):
-            for name, types in ROLLOUT_FIELDS.items():
-                if not isinstance(rollout, dict) or not isinstance(rollout.get(name), types):
-                    raise InputError("missing or of the wrong type", path=str(path), line=line,
-                                     field=f"rollouts[{k}].{name}")
-        state = record["state"]
-        if not (isinstance(state.get("rollout"), int) and isinstance(state.get("t"), int)
-                and 0 <= state["rollout"] < len(record["rollouts"])
-                and 0 <= state["t"] <= len(record["rollouts"][state["rollout"]]["completion_ids"])):
-            raise InputError(f"invalid state {state}", path=str(path), line=line, field="state")
-        if not record["continuations"]:
-            raise InputError("no continuation rewards", path=str(path), line=line, field="continuations")
+        where.fail(f"expected a JSON object, got {kind(record)}")
+    if "kind" not in record:
+        where.fail("missing", "kind")
+    what = record["kind"]
+    if what not in ("case", "skip"):
+        where.fail(f"unknown record kind {short(what)} (expected 'case' or 'skip')", "kind")
+    _text(record, "key", where)
+    _require(record, "settings", dict, where)
+    if what == "case":
+        _check_case(record, where)
     return record
 
 
 def read(path: str | os.PathLike, *, repair: bool = False) -> list[dict[str, Any]]:
-    """Read and validate every record of a case file. A bad line raises an InputError naming
-    ``file:line`` and the field. With ``repair=True`` (used by ``build`` when resuming its own
-    file) an unterminated last line, the trace of a crash mid-write, is cut off instead."""
+    """Read and validate every record of a case file (SPEC §8); a missing file has none.
+
+    The file must be UTF-8 JSON lines, each ending in a newline, with strict JSON (no NaN or
+    Infinity). Every record has ``kind`` ("case" or "skip"), a non-empty ``key`` that no other
+    line repeats, and ``settings`` (an object). A case also has: ``settings.model`` and
+    ``settings.revision`` (strings), ``problem`` (an object), ``field`` (a non-empty string
+    other than "all"), ``prompt_ids`` (token ids), at least 2 ``rollouts`` each with
+    ``completion_ids`` (token ids), ``completion_text``, ``offsets`` (one [start, end] span per
+    token, 0 <= start <= end <= len(completion_text)) and ``reward`` in [0, 1]; ``state``
+    (``rollout``, an index into rollouts, and ``t``, 0 <= t <= that rollout's length); a
+    non-empty list of ``continuations`` rewards in [0, 1], and ``target`` equal to their mean
+    (within 1e-9). Numbers are never booleans. The first violation raises an InputError
+    naming ``file:line`` and the field (``rollouts[3].offsets[2]``).
+
+    With ``repair=True`` (used by ``build`` when resuming its own file) an unterminated last
+    line, the trace of a crash mid-write, is cut off instead. A path that is not a regular
+    file (a directory, a FIFO) is refused without opening it.
+    """
     path = Path(path)
-    if not path.exists():
+    try:
+        info = os.stat(path)
+    except FileNotFoundError:
         return []
-    raw = path.read_bytes()
-    if repair and raw and not raw.endswith(b"\n"):
-        keep = raw.rfind(b"\n") + 1
-        with open(path, "r+b") as fh:
-            fh.truncate(keep)
-        raw = raw[:keep]
-    return list(_records(raw.decode("utf-8", errors="replace"), path))
+    except OSError as exc:
+        raise InputError(f"cannot read the case file ({exc.strerror or exc})", path=str(path)) from None
+    if not stat.S_ISREG(info.st_mode):
+        raise InputError("is not a regular file", path=str(path))
+    try:
+        raw = path.read_bytes()
+        if repair and raw and not raw.endswith(b"\n"):
+            keep = raw.rfind(b"\n") + 1
+            with open(path, "r+b") as fh:
+                fh.truncate(keep)
+            raw = raw[:keep]
+    except OSError as exc:
+        raise InputError(f"cannot read the case file ({exc.strerror or exc})", path=str(path)) from None
+    return list(_records(raw, path))
 
 
-def _records(text: str, path: Path) -> Iterator[dict[str, Any]]:
-    lines = text.split("\n")
-    if lines and lines[-1] == "":
+def _records(raw: bytes, path: Path) -> Iterator[dict[str, Any]]:
+    lines = raw.split(b"\n")
+    if lines and lines[-1] == b"":
         lines.pop()
     elif lines:
         raise InputError("truncated last line (no newline at the end)", path=str(path), line=len(lines))
-    for number, line in enumerate(lines, start=1):
+    seen: dict[str, int] = {}
+    for number, data in enumerate(lines, start=1):
+        try:
+            line = data.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            raise InputError(f"not UTF-8 (byte 0x{data[exc.start]:02x} at byte {exc.start + 1} of the line)",
+                             path=str(path), line=number) from None
         if not line.strip():
             raise InputError("empty line", path=str(path), line=number)
-        try:
-            record = json.loads(line)
-        except json.JSONDecodeError as exc:
-            raise InputError(f"bad JSON ({exc.msg} at column {exc.colno})", path=str(path), line=number) from None
-        yield _check(record, path, number)
+        record = _check(loads(line, path=str(path), line=number), path, number)
+        key = record["key"]
+        if key in seen:
+            raise InputError(f"key {short(key)} is already used on line {seen[key]}", path=str(path), line=number,
+                             field="key")
+        seen[key] = number
+        yield record

@@ -5,6 +5,7 @@ the cases, texts and offsets are stored, and the continuation rewards are the st
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 from typing import Optional, Sequence
 
@@ -18,6 +19,7 @@ from ..models import LoadedModel, forward, load
 from ..types import Rollout, RolloutGroup, State
 from . import cases, metrics
 from .presets import DEFAULT_METHODS
+from .results import MAX_VALUE
 
 
 def parse_method(spec: str) -> tuple[str, Optional[str], dict]:
@@ -105,9 +107,16 @@ def evaluate(path: str | Path, methods: Sequence[str] = DEFAULT_METHODS, *, mode
             except Exception as exc:  # any failure of a method is the method's, named as such
                 raise InputError(f"method {m!r} failed on case {record['key']}: {type(exc).__name__}: {exc}",
                                  path=str(path), field="methods") from None
+            if math.isfinite(values[m]) and abs(values[m]) > MAX_VALUE:  # NaN and inf are stored as null
+                raise InputError(f"method {m!r} gave the value {values[m]!r} on case {record['key']}, beyond "
+                                 f"the {MAX_VALUE:g} a results file holds", path=str(path), field="methods")
         rows.append({"case_id": record["key"], "field": record["field"], "target": record["target"],
                      "group_mean": float(groups[None].rewards.mean()), "continuations": record["continuations"],
                      "state": record["state"], "values": values})
+    try:
+        summary = metrics.summarise(rows, methods, n_boot=n_boot)
+    except (ValueError, OverflowError) as exc:  # e.g. an MCS@n row too costly to enumerate exactly
+        raise InputError(f"cannot summarise the cases: {exc}", path=str(path)) from None
     return {
         "hista_version": __version__,
         "cases_file": str(path),
@@ -115,7 +124,7 @@ def evaluate(path: str | Path, methods: Sequence[str] = DEFAULT_METHODS, *, mode
         "methods": {m: est.to_dict() for m, est in chosen.items()},
         "labels": {m: method_label(m, est) for m, est in chosen.items()},
         "cases": rows,
-        "summary": metrics.summarise(rows, methods, n_boot=n_boot),
+        "summary": summary,
     }
 
 

@@ -7,7 +7,7 @@ import dataclasses
 from pathlib import Path
 from typing import Any, Optional, Sequence, Union
 
-from ..jsonio import write_json_atomic
+from ..jsonio import check_output_dir, write_json_atomic
 from . import report
 from .build import BuildConfig, build
 from .eval import evaluate
@@ -24,6 +24,7 @@ def run(settings: Union[str, BuildConfig] = "quick", out: Union[str, Path] = "ru
     config = preset(settings) if isinstance(settings, str) else settings
     config = dataclasses.replace(config, **(overrides or {}))
     out = Path(out)
+    check_output_dir(out, ("cases.jsonl", "results.json", "report.md", "report.json", "mae.png", "differences.png"))
     cases_path, results_path = out / "cases.jsonl", out / "results.json"
     counts = build(config, cases_path, progress=progress)
     results = evaluate(cases_path, methods, device=device, progress=progress)

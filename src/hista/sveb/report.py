@@ -14,7 +14,7 @@ import os
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
-from ..jsonio import write_atomic, write_json_atomic
+from ..jsonio import check_output_dir, write_atomic, write_json_atomic
 
 __all__ = ["markdown_table", "plot_mae", "plot_differences", "write_report"]
 
@@ -129,7 +129,20 @@ def markdown_table(summary: dict, labels: dict[str, str] | None = None) -> str:
                 text = f"**{text}**"
             cells.append(text)
         lines.append(f"| {_label(labels, r)} | " + " | ".join(cells) + " |")
+    # a method that gave no finite value on some cases: say so rather than drop them silently
+    missing = [(r, _skipped(rows[r])) for r in names if not _is_mcs(summary, r)]
+    total = counts.get("all", "?")
+    missing = [f"{_label(labels, r)} ({n} of {total} cases)" for r, n in missing if n]
+    if missing:
+        lines += ["", "Cases left out of a row because the method gave no finite value: " + ", ".join(missing) + "."]
     return "\n".join(lines) + "\n"
+
+
+def _skipped(row: Mapping[str, Any]) -> int:
+    """Cases a method row left out (no finite value): its ``all`` cell's count, else the sum."""
+    if "all" in row:
+        return int(row["all"].get("skipped") or 0)
+    return sum(int(cell.get("skipped") or 0) for cell in row.values())
 
 
 def _pearson_table(summary: Mapping[str, Any], labels: Mapping[str, str] | None) -> str:
@@ -296,14 +309,16 @@ def write_report(
     and ``differences.png``. Each file is written atomically. Returns
     ``{"markdown", "json", "mae_plot", "differences_plot"}`` -> path."""
     out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
-    labels = dict(labels or {})
     paths = {
         "markdown": out / "report.md",
         "json": out / "report.json",
         "mae_plot": out / "mae.png",
         "differences_plot": out / "differences.png",
     }
+    # SPEC §11: a bad folder or a non-regular file in the way fails here, before any plotting
+    check_output_dir(out, [p.name for p in paths.values()])
+    out.mkdir(parents=True, exist_ok=True)
+    labels = dict(labels or {})
     plot_mae(summary, paths["mae_plot"], labels=labels)
     plot_differences(records, methods, paths["differences_plot"], labels=labels)
 

@@ -92,7 +92,9 @@ def load(spec: str, n: Optional[int] = None, seed: int = 0, split: str = "test")
     first ``n`` rows, default all).  ``seed`` and ``split`` (``train``, ``test``,
     ``validation``) drive the built-in generators; for ``hf:`` ``split`` is the dataset split
     unless the spec names one with ``@SPLIT``; a ``jsonl:`` file is used as it is.
-    Raises :class:`hista.errors.InputError` for any bad spec, option or input file.
+    Raises :class:`hista.errors.InputError` for any bad spec, option or input file, and for a
+    source that holds no problems (an empty file, one with only blank lines, an empty dataset
+    split) unless ``n=0`` asked for none, so callers fail before loading a model.
     """
     source, rest = _source(spec)
     if n is not None:
@@ -100,7 +102,11 @@ def load(spec: str, n: Optional[int] = None, seed: int = 0, split: str = "test")
     check_seed(seed)
     if not isinstance(split, str) or not split.strip():
         raise InputError(f"split must be a non-empty string, got {split!r}", field="split")
-    return source.load(rest, n, seed, split)
+    records = source.load(rest, n, seed, split)
+    if not records and n != 0:
+        raise InputError(f"task source {spec.strip()!r} holds no problems (an empty file, only blank lines, or "
+                         f"an empty split); give it at least one problem record", field="spec")
+    return records
 
 
 def check_spec(spec: str) -> None:

@@ -6,7 +6,8 @@ mapping; any other dataset (a hub id ``owner/name`` or a local dataset folder) i
 generically when it has a ``problem`` or ``question`` column and an ``answer`` column.
 
 Network: before loading, the hub endpoint (``HF_ENDPOINT``, default https://huggingface.co) is
-probed with a short timeout (``HISTA_HF_TIMEOUT`` seconds, default 5).  When it cannot be
+probed with a short timeout (``HISTA_HF_TIMEOUT`` seconds, default 5; :mod:`hista.hub`, shared
+with model loading).  When it cannot be
 reached, or ``HF_HUB_OFFLINE=1`` is set, the dataset is loaded in offline mode (from the local
 cache only), so a missing dataset fails in about a second with an InputError instead of
 minutes of retries.
@@ -17,14 +18,12 @@ from __future__ import annotations
 import contextlib
 import importlib.util
 import json
-import os
 import re
-import urllib.error
-import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator, Optional
 
+from hista import hub
 from hista.errors import InputError
 from hista.tasks import register
 from hista.tasks.base import TaskSource
@@ -158,34 +157,13 @@ def parse_spec(rest: str) -> tuple[str, Optional[str], Optional[str]]:
 
 
 # ---------------------------------------------------------------------------------------------
-# Hub access (kept in small functions so tests can replace them).
+# Hub access: the probe shared with model loading (hista.hub), bound to module names here so
+# tests can replace them.
 
-def _endpoint() -> str:
-    return os.environ.get("HF_ENDPOINT", "https://huggingface.co").rstrip("/")
-
-
-def _timeout() -> float:
-    try:
-        return float(os.environ.get("HISTA_HF_TIMEOUT", "5"))
-    except ValueError:
-        return 5.0
-
-
-def _env_offline() -> bool:
-    return any(os.environ.get(v, "").strip().upper() in ("1", "ON", "YES", "TRUE")
-               for v in ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE", "TRANSFORMERS_OFFLINE"))
-
-
-def _hub_reachable() -> bool:
-    """True when the hub endpoint answers an HTTP request within the timeout."""
-    try:
-        req = urllib.request.Request(_endpoint() + "/api/status", method="HEAD")
-        with urllib.request.urlopen(req, timeout=_timeout()):
-            return True
-    except urllib.error.HTTPError:
-        return True  # it answered
-    except Exception:  # noqa: BLE001 - DNS failure, refused, timeout, proxy error ...
-        return False
+_endpoint = hub.endpoint
+_timeout = hub.timeout
+_env_offline = hub.env_offline
+_hub_reachable = hub.reachable
 
 
 @contextlib.contextmanager

@@ -19,6 +19,7 @@ from typing import Any, Optional
 
 from hista import rewards
 from hista.errors import InputError
+from hista.jsonio import loads
 from hista.tasks import register
 from hista.tasks.base import TaskSource
 
@@ -115,12 +116,7 @@ def read(path: str, n: Optional[int] = None) -> list[dict]:
                                  line=lineno) from None
             if not text.strip():
                 continue
-            try:
-                obj = json.loads(text)
-            except json.JSONDecodeError as exc:
-                raise InputError(f"bad JSON: {exc.msg} at column {exc.colno}", path=path,
-                                 line=lineno) from None
-            rec = parse_record(obj, path=path, line=lineno, stem=p.stem)
+            rec = parse_record(loads(text, path=path, line=lineno), path=path, line=lineno, stem=p.stem)
             if rec["id"] in seen:
                 raise InputError(
                     f"duplicate id {rec['id']!r} (first used on line {seen[rec['id']]})",

@@ -20,13 +20,18 @@ A recipe has these top-level keys (all but ``model`` and ``tasks`` optional)::
 from __future__ import annotations
 
 import dataclasses
+import math
+import os
+import re
+import typing
 from pathlib import Path
-from typing import Any, Optional, Union
+from typing import Any, Callable, Optional, Union
 
 import yaml
 
 from ..errors import InputError
 from ..rollout.engine import SYSTEM_PROMPT
+from .typecheck import kind, type_error
 
 #: GRPOConfig fields the recipe sets from its own sections; writing them under ``trl`` would
 #: either clash or be ignored, so it is an error that says where they belong.
@@ -38,14 +43,79 @@ OWNED = {
 }
 #: TRL's defaults for the fields the batch arithmetic needs.
 TRL_DEFAULTS = {"per_device_train_batch_size": 8, "gradient_accumulation_steps": 1, "num_generations": 8}
+#: Splits the built-in task generators know.
+SPLITS = ("train", "test", "validation")
+#: GRPOConfig settings whose validity depends on the machine (a GPU with bf16 / tf32). A recipe
+#: laid out for ``accelerate launch`` is validated without them; the run checks them where it runs.
+MACHINE_SETTINGS = {"bf16": False, "bf16_full_eval": False, "tf32": None}
+
+
+# ---- ranges ------------------------------------------------------------------------------
+
+def _finite(v: float) -> bool:
+    return math.isfinite(v)
+
+
+#: Range checks of top-level recipe fields, applied after the type check (null passes where
+#: the type allows it): field -> (check, what it must be).
+RECIPE_RANGES: dict[str, tuple[Callable[[Any], bool], str]] = {
+    "model": (lambda v: bool(v.strip()), "must be a model alias, local path or Hugging Face id, not empty"),
+    "tasks": (lambda v: (bool(v.strip()) if isinstance(v, str) else bool(v) and all(s.strip() for s in v)),
+              "must be a task spec or a non-empty list of task specs"),
+    "problems": (lambda v: v >= 1, "must be >= 1 (or null: all)"),
+    "split": (lambda v: v in SPLITS, f"must be one of {', '.join(SPLITS)}"),
+    "seed": (lambda v: 0 <= v < 2**32, "must lie in [0, 2**32)"),
+    "output_dir": (lambda v: bool(v.strip()), "must not be empty"),
+    "world_size": (lambda v: v >= 1, "must be a positive integer"),
+    "accelerate_config": (lambda v: bool(v.strip()), "must be a file path (or null)"),
+}
+
+#: Range checks of common GRPOConfig fields, applied after the type check: field -> (check, text).
+TRL_RANGES: dict[str, tuple[Callable[[Any], bool], str]] = {
+    "max_steps": (lambda v: v >= 1 or v == -1, "must be >= 1, or -1 (train for num_train_epochs)"),
+    "learning_rate": (lambda v: _finite(v) and v >= 0, "must be a finite number >= 0"),
+    "temperature": (lambda v: _finite(v) and v > 0, "must be > 0"),
+    "top_p": (lambda v: 0 < v <= 1, "must lie in (0, 1]"),
+    "max_completion_length": (lambda v: v >= 1, "must be >= 1"),
+    "max_prompt_length": (lambda v: v >= 1, "must be >= 1 (or null)"),
+    "num_train_epochs": (lambda v: _finite(v) and v > 0, "must be > 0"),
+    "per_device_train_batch_size": (lambda v: v >= 1, "must be >= 1"),
+    "gradient_accumulation_steps": (lambda v: v >= 1, "must be >= 1"),
+    "steps_per_generation": (lambda v: v >= 1, "must be >= 1 (or null)"),
+    "generation_batch_size": (lambda v: v >= 1, "must be >= 1 (or null)"),
+    "num_generations": (lambda v: v >= 2, "must be >= 2: a group needs at least 2 rollouts"),
+    "num_iterations": (lambda v: v >= 1, "must be >= 1"),
+    "save_steps": (lambda v: _finite(v) and v > 0, "must be > 0"),
+    "logging_steps": (lambda v: _finite(v) and v > 0, "must be > 0"),
+    "warmup_ratio": (lambda v: 0 <= v <= 1, "must lie in [0, 1]"),
+    "warmup_steps": (lambda v: _finite(v) and v >= 0, "must be >= 0"),
+    "weight_decay": (lambda v: _finite(v) and v >= 0, "must be a finite number >= 0"),
+    "max_grad_norm": (lambda v: v >= 0, "must be >= 0"),
+}
+
+
+def _check(value: Any, hint: Any, ranges: dict, name: str) -> Optional[str]:
+    """The type error or range error of one value, or None."""
+    problem = type_error(value, hint)
+    if problem is None and value is not None and name in ranges:
+        check, text = ranges[name]
+        try:
+            ok = check(value)
+        except TypeError:  # a value of a type the annotation did not tell
+            ok = False
+        if not ok:
+            problem = f"{value!r}: {text}"
+    return problem
 
 
 @dataclasses.dataclass
 class Recipe:
-    """One training run (SPEC §9): model, data, estimator, loss and TRL settings."""
+    """One training run (SPEC §9): model, data, estimator, loss and TRL settings. Every field
+    is type- and range-checked when the recipe is built (``RECIPE_RANGES``); ``validate`` checks
+    the sections and locates errors in the recipe file."""
 
     model: str
-    tasks: Union[str, list]
+    tasks: Union[str, list[str]]
     problems: Optional[int] = None
     split: str = "train"
     seed: int = 0
@@ -58,15 +128,40 @@ class Recipe:
     loss: dict = dataclasses.field(default_factory=lambda: {"name": "dapo"})
     trl: dict = dataclasses.field(default_factory=dict)
     source: str = "<recipe>"
+    #: where each dotted key was written: (file, line); for error messages, not configuration
+    lines: dict = dataclasses.field(default_factory=dict, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        hints = typing.get_type_hints(Recipe)
+        for f in dataclasses.fields(self):
+            if f.name in ("source", "lines"):
+                continue
+            problem = _check(getattr(self, f.name), hints[f.name], RECIPE_RANGES, f.name)
+            if problem is not None:
+                raise self.error(f.name, problem)
+
+    def error(self, field: str, message: str) -> InputError:
+        """An InputError about ``field`` (a dotted key), located at the file and line where the
+        recipe sets it (the recipe file itself when the key came from an override or a default)."""
+        path, line = self.lines.get(field, (self.source, None))
+        return InputError(message, path=path, line=line, field=field)
 
     def to_dict(self) -> dict:
         out = dataclasses.asdict(self)
         out.pop("source")
+        out.pop("lines")
         return out
 
     @property
     def task_specs(self) -> list[str]:
         return [self.tasks] if isinstance(self.tasks, str) else list(self.tasks)
+
+    @property
+    def is_launch_plan(self) -> bool:
+        """Whether the recipe is laid out for ``accelerate launch`` (an accelerate config or
+        several processes): a plan for other machines, whose precision settings (bf16, tf32)
+        are checked where it runs, not where it is validated."""
+        return self.accelerate_config is not None or self.world_size > 1
 
     def estimator_config(self) -> dict:
         """The advantage_estimator section with the scale default filled in: the scaling the
@@ -85,7 +180,7 @@ class Recipe:
         per_step = t["per_device_train_batch_size"] * t["gradient_accumulation_steps"] * self.world_size
         steps = t.get("steps_per_generation") or t["gradient_accumulation_steps"]
         if t.get("generation_batch_size") is not None:
-            if "steps_per_generation" in t:
+            if t.get("steps_per_generation") is not None:
                 raise InputError("set trl.generation_batch_size or trl.steps_per_generation, not both",
                                  field="trl.generation_batch_size")
             gen = t["generation_batch_size"]
@@ -106,8 +201,12 @@ class Recipe:
         return {"rollouts_per_optimizer_step": per_step, "generation_batch": gen, "prompts_per_generation": gen // g,
                 "num_generations": g}
 
-    def grpo_config(self):
-        """The TRL GRPOConfig of this recipe (SPEC §9)."""
+    def grpo_config(self, *, portable: bool = False):
+        """The TRL GRPOConfig of this recipe (SPEC §9), built as a run on this machine builds it.
+        Whatever GRPOConfig refuses becomes an InputError naming the ``trl`` field where it can
+        be told; bf16 on a machine without a CUDA GPU gets a message that says what to change.
+        ``portable``: leave out the settings that depend on the machine (``MACHINE_SETTINGS``),
+        to check the rest of a recipe meant for other machines."""
         from trl import GRPOConfig
 
         from ..losses import default_config
@@ -120,7 +219,33 @@ class Recipe:
         kwargs["loss_type"] = "dapo" if loss.get("aggregation") == "token-mean" else "grpo"
         kwargs["epsilon"] = float(loss.get("eps_low", 0.2))
         kwargs["epsilon_high"] = float(loss.get("eps_high", loss.get("cap", 0.2)))
-        return GRPOConfig(**kwargs)
+        if portable:
+            kwargs.update(MACHINE_SETTINGS)
+        try:
+            return GRPOConfig(**kwargs)
+        except Exception as exc:  # noqa: BLE001 - every refusal of these user settings is an input error
+            raise self._config_error(exc) from None
+
+    def _config_error(self, exc: Exception) -> InputError:
+        """GRPOConfig's refusal as an InputError about the ``trl`` field it concerns."""
+        text = str(exc)
+        if "support bf16" in text:
+            if self.trl.get("bf16") or self.trl.get("bf16_full_eval"):
+                key = "bf16" if self.trl.get("bf16") else "bf16_full_eval"
+                return self.error(f"trl.{key}", f"{key} needs a CUDA GPU with bf16 support; this machine has none: "
+                                  f"remove trl.{key} for CPU runs (or set trl.use_cpu: true to train in bf16 on "
+                                  "the CPU)")
+            return self.error("trl.bf16", "TRL turns bf16 on when trl.bf16 is not set, and bf16 needs a CUDA GPU "
+                              "with bf16 support; this machine has none: set trl.bf16: false for CPU runs")
+        field = "trl"
+        named = [k for k in self.trl if re.search(rf"(?<![A-Za-z0-9_]){re.escape(str(k))}(?![A-Za-z0-9_])", text)]
+        if not named:  # "nope is not a valid SchedulerType": the field is the one holding that value
+            named = [k for k, v in self.trl.items() if isinstance(v, str) and v.strip()
+                     and re.search(rf"(?<![A-Za-z0-9_]){re.escape(v)}(?![A-Za-z0-9_])", text)]
+        if len(named) == 1:
+            field = f"trl.{named[0]}"
+        kind = "" if isinstance(exc, ValueError) else f"{type(exc).__name__}: "
+        return self.error(field, f"GRPOConfig refuses these settings: {kind}{text}")
 
 
 def untrainable(estimator, loss) -> Optional[tuple[str, str]]:
@@ -149,18 +274,18 @@ def _lines(text: str) -> dict[str, int]:
 
     try:
         walk(yaml.compose(text), "")
-    except yaml.YAMLError:
+    except (yaml.YAMLError, RecursionError):
         pass
     return lines
 
 
-def _set(data: dict, dotted: str, value: Any) -> None:
+def _set(data: dict, dotted: str, value: Any, source: str) -> None:
     parts = dotted.split(".")
     node = data
     for part in parts[:-1]:
         node = node.setdefault(part, {})
         if not isinstance(node, dict):
-            raise InputError(f"cannot set {dotted}: {part} is not a mapping", field=dotted)
+            raise InputError(f"cannot set {dotted}: {part} is not a mapping", path=source, field=dotted)
     node[parts[-1]] = value
 
 
@@ -171,110 +296,223 @@ def _merge(base: dict, top: dict) -> dict:
     return out
 
 
-def _read(path: Path, seen: tuple = ()) -> tuple[dict, dict[str, int]]:
-    """The mapping of one recipe file with its ``base`` chain merged in, and key lines."""
+def _text(path: Path) -> str:
+    """A recipe or config file as text: UTF-8, errors located."""
     try:
-        text = path.read_text()
+        raw = path.read_bytes()
     except OSError as exc:
-        raise InputError(f"cannot read recipe: {exc.strerror}", path=str(path)) from None
+        raise InputError(f"cannot read: {exc.strerror or exc}", path=str(path)) from None
     try:
-        data = yaml.safe_load(text) or {}
+        return raw.decode("utf-8").removeprefix("\ufeff")
+    except UnicodeDecodeError as exc:
+        raise InputError(f"not UTF-8 text (byte {raw[exc.start]:#04x} at offset {exc.start})", path=str(path),
+                         line=raw[:exc.start].count(b"\n") + 1) from None
+
+
+def _yaml(text: str, path: str) -> Any:
+    try:
+        return yaml.safe_load(text)
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
-        raise InputError(f"not valid YAML: {getattr(exc, 'problem', exc)}", path=str(path),
+        raise InputError(f"not valid YAML: {getattr(exc, 'problem', None) or exc}", path=path,
                          line=None if mark is None else mark.line + 1) from None
+    except RecursionError:
+        raise InputError("not valid YAML: nested too deeply", path=path) from None
+
+
+def _read(path: Path, seen: tuple = ()) -> tuple[dict, dict[str, tuple[str, int]]]:
+    """The mapping of one recipe file with its ``base`` chain merged in, and where each dotted
+    key was written (file, line)."""
+    text = _text(path)
+    data = _yaml(text, str(path))
+    if data is None:
+        data = {}
     if not isinstance(data, dict):
-        raise InputError("a recipe is a YAML mapping", path=str(path))
-    lines = _lines(text)
+        raise InputError(f"a recipe is a YAML mapping, not {kind(data)}", path=str(path))
+    where = {key: (str(path), line) for key, line in _lines(text).items()}
     base = data.pop("base", None)
     if base is not None:
-        base_path = (path.parent / str(base)).resolve()
-        if base_path in seen:
-            raise InputError(f"base {base!r} includes itself", path=str(path), line=lines.get("base"), field="base")
-        if not base_path.exists():
-            raise InputError(f"base recipe {base_path} does not exist", path=str(path), line=lines.get("base"),
-                             field="base")
-        parent, _ = _read(base_path, seen + (base_path,))
+        if not isinstance(base, str) or not base.strip():
+            raise InputError(f"expected a path to another recipe, got {kind(base)}", path=str(path),
+                             line=where.get("base", (None, None))[1], field="base")
+        base_path = Path(os.path.normpath(path.parent / base))
+        line = where.get("base", (None, None))[1]
+        if base_path.resolve() in seen:
+            raise InputError(f"base {base!r} includes itself", path=str(path), line=line, field="base")
+        if not base_path.is_file():
+            raise InputError(f"base recipe {base_path} does not exist", path=str(path), line=line, field="base")
+        parent, parent_where = _read(base_path, seen + (base_path.resolve(),))
         data = _merge(parent, data)
-    return data, lines
+        where = {**parent_where, **where}
+    where.pop("base", None)
+    return data, where
 
 
 def load_recipe(path: Union[str, Path], overrides: Optional[list[str]] = None) -> Recipe:
     """Read a YAML recipe (merged over its ``base`` recipes), apply ``key=value`` overrides
-    (dotted keys, YAML values), and validate it: unknown keys, estimator and loss parameters,
-    TRL fields, batch arithmetic (SPEC §9). Errors are InputErrors naming the file, line and
-    field."""
+    (dotted keys, YAML values), and validate it (``validate``, SPEC §9). Errors are InputErrors
+    naming the file, line and field."""
     path = Path(path)
-    data, lines = _read(path)
+    data, where = _read(path, (path.resolve(),))
     for item in overrides or []:
         key, sep, raw = item.partition("=")
+        key = key.strip()
         if not sep or not key:
-            raise InputError(f"override {item!r} is not key=value", field=item)
-        _set(data, key.strip(), yaml.safe_load(raw) if raw else "")
-        lines.pop(key.strip(), None)
-    return validate(data, source=str(path), lines=lines)
+            raise InputError(f"override {item!r} is not key=value", path=str(path), field=item)
+        try:
+            value = yaml.safe_load(raw) if raw else ""
+        except yaml.YAMLError as exc:
+            raise InputError(f"override {item!r}: the value is not valid YAML "
+                             f"({getattr(exc, 'problem', None) or exc})", path=str(path), field=key) from None
+        except RecursionError:
+            raise InputError(f"override {item!r}: the value is nested too deeply", path=str(path),
+                             field=key) from None
+        _set(data, key, value, str(path))
+        for name in [n for n in where if n == key or n.startswith(key + ".")]:
+            del where[name]  # the override replaced what the file says there
+    return validate(data, source=str(path), lines=where)
 
 
-def validate(data: dict, *, source: str = "<recipe>", lines: Optional[dict[str, int]] = None) -> Recipe:
-    """Build a Recipe from a mapping and check every field (SPEC §9)."""
+def _param_hints(fn_or_class: Any) -> dict[str, Any]:
+    try:
+        return typing.get_type_hints(fn_or_class)
+    except Exception:  # noqa: BLE001 - an annotation that does not resolve is simply not checked
+        return {}
+
+
+def validate(data: dict, *, source: str = "<recipe>",
+             lines: Optional[dict[str, Union[int, tuple[str, int]]]] = None) -> Recipe:
+    """Build a Recipe from a mapping and check every field (SPEC §9), so that what passes here
+    is what a run accepts: the type and range of each top-level field; the estimator and the
+    loss and the types of their parameters; task specs (without downloading); each ``trl``
+    value against the type of its GRPOConfig field and the range of the common ones; the
+    accelerate config; the batch arithmetic; and finally the GRPOConfig itself, built as the
+    run builds it (on this machine, or without its precision settings for a recipe laid out
+    for ``accelerate launch``, see ``Recipe.is_launch_plan``). ``lines``: where each dotted
+    key was written, as a line of ``source`` or a (file, line) pair."""
     import trl
     from trl import GRPOConfig
 
     from .. import estimators, losses, tasks
+    from .trainer import UNSUPPORTED
 
-    lines = lines or {}
+    where = {k: (v if isinstance(v, tuple) else (source, v)) for k, v in (lines or {}).items()}
 
     def fail(field: str, message: str) -> InputError:
-        return InputError(message, path=source, line=lines.get(field), field=field)
+        path, line = where.get(field, (source, None))
+        return InputError(message, path=path, line=line, field=field)
 
-    fields = {f.name for f in dataclasses.fields(Recipe)} - {"source"}
+    if not isinstance(data, dict):
+        raise InputError(f"a recipe is a YAML mapping, not {kind(data)}", path=source)
+    fields = {f.name for f in dataclasses.fields(Recipe)} - {"source", "lines"}
     for key in data:
         if key not in fields:
-            raise fail(key, f"unknown key; valid: {', '.join(sorted(fields))}")
+            raise fail(str(key), f"unknown key; valid: {', '.join(sorted(fields))}")
     for key in ("model", "tasks"):
-        if not data.get(key):
+        if data.get(key) is None:
             raise fail(key, "required")
     for section in ("advantage_estimator", "loss", "trl"):
-        if section in data and not isinstance(data[section], dict):
-            raise fail(section, "must be a mapping")
-    recipe = Recipe(**data, source=source)
+        if section in data:
+            if not isinstance(data[section], dict):
+                raise fail(section, f"must be a mapping, not {kind(data[section])}")
+            for key in data[section]:
+                if not isinstance(key, str):
+                    raise fail(f"{section}.{key}", f"keys must be strings, not {kind(key)}")
+    try:
+        recipe = Recipe(**data, source=source, lines=where)
+    except InputError as exc:
+        raise fail(exc.field, exc.message) from None
+
     for spec in recipe.task_specs:
         try:
             tasks.check_spec(spec)
-        except InputError as exc:
-            raise fail("tasks", exc.message) from None
+        except InputError as exc:  # a task file's own error keeps its file, line and field
+            raise fail("tasks", str(exc) if exc.path else exc.message) from None
+
+    # the loss: its name, the types of its parameters, then its own range checks
+    name = recipe.loss.setdefault("name", "dapo")
+    if not isinstance(name, str) or name not in losses.names():
+        raise fail("loss.name", f"unknown loss {name!r}; valid: {', '.join(losses.names())}")
+    own = _param_hints(losses.lookup(name))
+    hints = {"aggregation": str, "max_len": Optional[int], "beta": float,
+             **{k: own.get(k, Any) for k in losses.default_config(name) if k != "aggregation"}}
+    for key, value in recipe.loss.items():
+        if key in hints and key != "name" and (problem := type_error(value, hints[key])) is not None:
+            raise fail(f"loss.{key}", problem)
     try:
-        loss = losses.get(recipe.loss.get("name"), **{k: v for k, v in recipe.loss.items() if k != "name"})
+        loss = losses.get(name, **{k: v for k, v in recipe.loss.items() if k != "name"})
     except (ValueError, TypeError) as exc:
-        raise fail("loss", str(exc)) from None
+        raise fail("loss", str(exc) if not isinstance(exc, InputError) else exc.message) from None
+
+    # the estimator: gae_lambda and scale, the types of its parameters, then its own checks
     est = recipe.estimator_config()
+    lam = est["gae_lambda"]
+    if (problem := type_error(lam, float)) is not None:
+        raise fail("advantage_estimator.gae_lambda", problem)
+    if not 0.0 <= lam <= 1.0:
+        raise fail("advantage_estimator.gae_lambda", f"{lam!r}: must lie in [0, 1]")
+    if not isinstance(est["scale"], str) or est["scale"] not in ("group", "batch", "none"):
+        raise fail("advantage_estimator.scale", f"{est['scale']!r}; valid: group, batch, none")
     params = {k: v for k, v in est.items() if k not in ("name", "gae_lambda", "scale")}
+    try:
+        cls = estimators.estimator_class(est["name"], params.get("profile"))
+    except (ValueError, TypeError):
+        cls = None  # estimators.get below says what is wrong
+    if cls is not None:
+        hints = _param_hints(cls.config_class)
+        for key, value in params.items():
+            if key in hints and (problem := type_error(value, hints[key])) is not None:
+                raise fail(f"advantage_estimator.{key}", problem)
     try:
         estimator = estimators.get(est["name"], **params)
     except (ValueError, TypeError) as exc:
-        raise fail("advantage_estimator", str(exc)) from None
+        raise fail("advantage_estimator", str(exc) if not isinstance(exc, InputError) else exc.message) from None
     refusal = untrainable(estimator, loss)
     if refusal is not None:
         raise fail(*refusal)
-    if est["scale"] not in ("group", "batch", "none"):
-        raise fail("advantage_estimator.scale", f"{est['scale']!r}; valid: group, batch, none")
-    if not 0.0 <= float(est["gae_lambda"]) <= 1.0:
-        raise fail("advantage_estimator.gae_lambda", "must lie in [0, 1]")
+
+    # TRL: field names, then each value against its GRPOConfig annotation and common ranges
     known = {f.name for f in dataclasses.fields(GRPOConfig)}
-    for key in recipe.trl:
+    trl_hints = _param_hints(GRPOConfig)
+    for key, value in recipe.trl.items():
         if key in OWNED:
             raise fail(f"trl.{key}", f"set by the recipe; use {OWNED[key]}")
         if key not in known:
             raise fail(f"trl.{key}", f"not a GRPOConfig field (TRL {trl.__version__})")
-    if not isinstance(recipe.world_size, int) or recipe.world_size < 1:
-        raise fail("world_size", "must be a positive integer")
-    if recipe.accelerate_config and Path(recipe.accelerate_config).is_file():
-        launch = yaml.safe_load(Path(recipe.accelerate_config).read_text()) or {}
-        if launch.get("num_processes") != recipe.world_size:
-            raise fail("world_size", f"{recipe.world_size}, but {recipe.accelerate_config} launches "
-                       f"{launch.get('num_processes')} processes")
+        if key in UNSUPPORTED and value != UNSUPPORTED[key][0]:
+            raise fail(f"trl.{key}", f"{value!r} has no effect with hista's losses: {UNSUPPORTED[key][1]}")
+        if value is None and key in TRL_DEFAULTS:  # the batch arithmetic needs a number
+            raise fail(f"trl.{key}", f"must be a number, not null (TRL's default is {TRL_DEFAULTS[key]})")
+        problem = _check(value, trl_hints.get(key, Any), TRL_RANGES, key)
+        if problem is not None:
+            raise fail(f"trl.{key}", problem)
+    if recipe.trl.get("bf16") and recipe.trl.get("fp16"):
+        raise fail("trl.fp16", "set at most one of trl.bf16 and trl.fp16")
+
+    if recipe.accelerate_config is not None:
+        config = Path(recipe.accelerate_config)
+        if not config.is_file():
+            raise fail("accelerate_config", f"{config} is not a file (paths are relative to the current directory, "
+                                            "as for accelerate launch)")
+        try:
+            launch = _yaml(_text(config), str(config))
+        except InputError as exc:
+            raise fail("accelerate_config", f"{config}: {exc.message}") from None
+        processes = launch.get("num_processes") if isinstance(launch, dict) else None
+        if isinstance(processes, bool) or not isinstance(processes, int):
+            raise fail("accelerate_config", f"{config} does not set num_processes (an integer)")
+        if processes != recipe.world_size:
+            raise fail("world_size", f"{recipe.world_size}, but {config} launches {processes} processes")
     try:
         recipe.batch_layout()
     except InputError as exc:
         raise fail(exc.field or "trl", exc.message) from None
+
+    # GRPOConfig as the run builds it
+    try:
+        recipe.grpo_config()
+    except InputError:
+        if not recipe.is_launch_plan:
+            raise
+        recipe.grpo_config(portable=True)  # this machine cannot run it; the rest must still hold
     return recipe

@@ -1,8 +1,15 @@
-"""Run a training recipe end to end: data, reward, model, trainer, resume (SPEC §9)."""
+"""Run a training recipe end to end: data, reward, model, trainer, resume (SPEC §9).
+
+Nothing in ``output_dir`` is created or changed until the recipe, the GRPOConfig, the data
+and the model have all been checked or loaded; an earlier run there is continued
+(``resume: true``), replaced once the new run has started (``overwrite=True``), or refused."""
 
 from __future__ import annotations
 
 import json
+import os
+import re
+import shutil
 import time
 from pathlib import Path
 from typing import Any
@@ -11,9 +18,12 @@ import yaml
 from transformers import TrainerCallback
 
 from .. import rewards, tasks
-from ..jsonio import jsonable
+from ..jsonio import jsonable, write_atomic
 from ..rollout.engine import chat_messages
 from .recipe import Recipe
+
+#: TRL's checkpoint folders, as transformers' ``get_last_checkpoint`` recognises them.
+CHECKPOINT = re.compile(r"^checkpoint-(\d+)$")
 
 
 def build_dataset(recipe: Recipe):
@@ -26,6 +36,8 @@ def build_dataset(recipe: Recipe):
         for rec in tasks.load(spec, n=recipe.problems, seed=recipe.seed, split=recipe.split):
             rows.append({"prompt": chat_messages(rec["problem"], recipe.system_prompt), "answer": str(rec["answer"]),
                          "verifier": rec["verifier"], "problem_id": str(rec["id"])})
+    if not rows:
+        raise recipe.error("tasks", f"no problems in {', '.join(recipe.task_specs)}")
     return Dataset.from_list(rows)
 
 
@@ -64,32 +76,100 @@ class MetricsLog(TrainerCallback):
         print(f"step {state.global_step}/{state.max_steps}: " + ", ".join(parts), flush=True)
 
 
-def train(recipe: Recipe) -> dict:
-    """Train with the recipe's estimator and loss; resume from the last checkpoint in
-    ``output_dir`` when ``recipe.resume`` is true. Returns where outputs went and the final
-    metrics (SPEC §9)."""
+def earlier_run(out: Path) -> list[Path]:
+    """What an earlier run left in ``out``: ``metrics.jsonl``, ``checkpoint-N/`` (in step
+    order) and ``final/``; empty when ``out`` holds none of them or does not exist."""
+    if not out.is_dir():
+        return []
+    checkpoints = sorted((p for p in out.iterdir() if CHECKPOINT.match(p.name) and p.is_dir()),
+                         key=lambda p: int(CHECKPOINT.match(p.name).group(1)))
+    metrics, final = out / "metrics.jsonl", out / "final"
+    return [*([metrics] if metrics.exists() else []), *checkpoints, *([final] if final.exists() else [])]
+
+
+def check_output_dir(recipe: Recipe, overwrite: bool = False) -> list[Path]:
+    """Check that a run of ``recipe`` may write to its ``output_dir`` and return what of an
+    earlier run it will replace (SPEC §9): an output_dir (or a folder above it) that is a file,
+    or that cannot be written, is an error; an earlier run there (``metrics.jsonl``,
+    ``checkpoint-N``, ``final``) is continued with ``resume: true`` (which needs a checkpoint
+    to continue from), replaced with ``overwrite`` (the returned paths, removed only once the
+    new run has started), and otherwise refused. Reads only; ``--dry-run`` runs it too."""
+    out = Path(recipe.output_dir)
+    if recipe.resume and overwrite:
+        raise recipe.error("resume", "resume=true continues the earlier run and --overwrite replaces it: choose one")
+    for folder in (out, *out.parents):
+        if folder.exists() or folder.is_symlink():
+            if not folder.is_dir():
+                what = "is" if folder == out else f"lies under {folder}, which is"
+                raise recipe.error("output_dir", f"{out} {what} not a folder")
+            if not os.access(folder, os.W_OK | os.X_OK):
+                raise recipe.error("output_dir", f"{folder} is not writable")
+            break
+    found = earlier_run(out)
+    if not found:
+        return []
+    names = ", ".join(p.name for p in found)
+    if recipe.resume:
+        if any(CHECKPOINT.match(p.name) for p in found):
+            return []
+        raise recipe.error("resume", f"resume=true, but {out} holds no checkpoint to continue from, only an earlier "
+                           f"run's {names}: pass --overwrite (without resume=true) to replace it, or choose another "
+                           "output_dir")
+    if not overwrite:
+        raise recipe.error("output_dir", f"{out} holds an earlier run ({names}): set resume=true to continue it, "
+                           "pass --overwrite to replace it, or choose another output_dir")
+    return found
+
+
+class ReplaceEarlierRun(TrainerCallback):
+    """Removes an earlier run's files (``check_output_dir(..., overwrite=True)``) when the new
+    run begins, after the model, data and trainer are ready, so that a run that fails to start
+    leaves them as they were (SPEC §9)."""
+
+    def __init__(self, paths: list[Path]):
+        self.paths = list(paths)
+
+    def on_train_begin(self, args, state, control, **kwargs):
+        if not state.is_world_process_zero:
+            return
+        for path in self.paths:
+            if path.is_dir() and not path.is_symlink():
+                shutil.rmtree(path)
+            else:
+                path.unlink(missing_ok=True)
+        if self.paths:
+            print(f"replaced the earlier run in {self.paths[0].parent}: removed "
+                  f"{', '.join(p.name for p in self.paths)}", flush=True)
+
+
+def train(recipe: Recipe, overwrite: bool = False) -> dict:
+    """Train with the recipe's estimator and loss (SPEC §9). Checks everything before it
+    touches ``output_dir``: the output folder (``check_output_dir``), the GRPOConfig on this
+    machine (bf16 without a GPU, ...), the data, the model; then resumes from the last
+    checkpoint there when ``recipe.resume`` is true, or starts afresh, replacing an earlier
+    run's files once training begins when ``overwrite`` is true. Returns where outputs went and
+    the final metrics."""
     import trl
     from transformers.trainer_utils import get_last_checkpoint
 
     from .trainer import HistaGRPOTrainer
 
-    out = Path(recipe.output_dir)
-    out.mkdir(parents=True, exist_ok=True)
-    metrics = out / "metrics.jsonl"
-    checkpoint = get_last_checkpoint(str(out)) if recipe.resume else None
-    if recipe.resume and checkpoint is None:
-        print(f"resume: no checkpoint in {out}, starting from step 0", flush=True)
-    if checkpoint is None:
-        metrics.unlink(missing_ok=True)  # a fresh run must not mix its steps with an earlier run's
+    replaced = check_output_dir(recipe, overwrite)
     config = recipe.grpo_config()
     dataset = build_dataset(recipe)
     model, tokenizer = _model(recipe)
-    (out / "recipe.yaml").write_text(yaml.safe_dump(
-        {**recipe.to_dict(), "versions": {"trl": trl.__version__}}, sort_keys=False))
+    out = Path(recipe.output_dir)
+    metrics = out / "metrics.jsonl"
+    checkpoint = get_last_checkpoint(str(out)) if recipe.resume and out.is_dir() else None
+    if recipe.resume and checkpoint is None:
+        print(f"resume: no checkpoint in {out}, starting from step 0", flush=True)
     trainer = HistaGRPOTrainer(
         model=model, reward_funcs=[correct], args=config, train_dataset=dataset, processing_class=tokenizer,
-        advantage_estimator=recipe.estimator_config(), loss=recipe.loss, callbacks=[MetricsLog(metrics)],
+        advantage_estimator=recipe.estimator_config(), loss=recipe.loss,
+        callbacks=[ReplaceEarlierRun(replaced), MetricsLog(metrics)],
     )
+    text = yaml.safe_dump({**recipe.to_dict(), "versions": {"trl": trl.__version__}}, sort_keys=False)
+    write_atomic(out / "recipe.yaml", lambda fh: fh.write(text))
     result = trainer.train(resume_from_checkpoint=checkpoint)
     trainer.save_model(str(out / "final"))
     return {"output_dir": str(out), "final_model": str(out / "final"), "metrics": str(metrics),

@@ -1,0 +1,236 @@
+"""The SVEB results file (SPEC §8): the JSON object ``sveb eval`` writes and ``sveb report``
+reads, checked against its schema on read.
+
+A results file holds ``methods`` (method spec -> estimator configuration), ``labels`` (method
+spec -> display name), ``cases`` (one row per case: ``case_id``, ``field``, ``target``,
+``group_mean``, ``continuations`` and ``values``, method -> state value or null) and the
+``summary`` computed from those rows by :func:`hista.sveb.metrics.summarise`. The summary is a
+deterministic function of the rows and of its ``n_boot``, ``seed`` and ``mcs_rows``, so the
+report recomputes it (:func:`summarise`) instead of trusting the stored numbers: only the rows
+and those three settings need a schema.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import re
+import stat
+from pathlib import Path
+from typing import Any, Optional
+
+from ..errors import InputError
+from ..jsonio import loads
+from . import metrics
+from .schema import Where, is_unit, kind, short
+
+__all__ = ["read", "summarise", "report", "MAX_N_BOOT", "MAX_MCS_N", "MAX_VALUE"]
+
+#: Largest ``summary.n_boot`` accepted (the bootstrap's cost grows with it).
+MAX_N_BOOT = 1_000_000
+#: Largest n of an ``MCS@n`` row accepted.
+MAX_MCS_N = 1000
+#: Largest magnitude of a stored state value: far beyond any reward, and small enough that
+#: sums over any number of cases stay finite.
+MAX_VALUE = 1e300
+#: How far a row's ``target`` may be from the mean of its continuation rewards.
+TARGET_TOLERANCE = 1e-9
+_MCS_ROW = re.compile(r"MCS@([1-9][0-9]*)")
+
+
+def _is_value(value: Any) -> bool:
+    """A JSON number (not a boolean) of magnitude at most MAX_VALUE; NaN compares false."""
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and -MAX_VALUE <= value <= MAX_VALUE
+
+
+def _get(obj: dict, name: str, types: type, what: str, where: Where, prefix: str = "") -> Any:
+    if name not in obj:
+        where.fail("missing", prefix + name)
+    value = obj[name]
+    if not isinstance(value, types) or isinstance(value, bool):
+        where.fail(f"expected {what}, got {kind(value)}", prefix + name)
+    return value
+
+
+def _name(value: Any, field: str, where: Where) -> str:
+    if not isinstance(value, str):
+        where.fail(f"expected a string, got {kind(value)}", field)
+    if not value:
+        where.fail("must not be empty", field)
+    return value
+
+
+def _mcs(summary: dict, where: Where) -> list[int]:
+    """The n of each MCS@n row of the stored summary (default 1, 2, 3)."""
+    if "mcs_rows" not in summary:
+        return [1, 2, 3]
+    rows = summary["mcs_rows"]
+    if not isinstance(rows, list):
+        where.fail(f"expected a list of 'MCS@n' names, got {kind(rows)}", "summary.mcs_rows")
+    out = []
+    for k, row in enumerate(rows):
+        match = _MCS_ROW.fullmatch(row) if isinstance(row, str) else None
+        if match is None or int(match.group(1)) > MAX_MCS_N:
+            where.fail(f"expected 'MCS@n' with 1 <= n <= {MAX_MCS_N}, got {short(row)}", f"summary.mcs_rows[{k}]")
+        out.append(int(match.group(1)))
+    if len(set(out)) != len(out):
+        where.fail("names a row twice", "summary.mcs_rows")
+    return out
+
+
+def _row(row: Any, k: int, methods: dict, seen: dict[str, int], where: Where) -> None:
+    prefix = f"cases[{k}]."
+    if not isinstance(row, dict):
+        where.fail(f"expected an object, got {kind(row)}", f"cases[{k}]")
+    for name in ("case_id", "field"):
+        if name not in row:
+            where.fail("missing", prefix + name)
+        _name(row[name], prefix + name, where)
+    case_id = row["case_id"]
+    if case_id in seen:
+        where.fail(f"case {short(case_id)} is already cases[{seen[case_id]}]", prefix + "case_id")
+    seen[case_id] = k
+    if row["field"] == "all":
+        where.fail("'all' is reserved for the pooled column of the report", prefix + "field")
+    for name in ("target", "group_mean"):
+        if name not in row:
+            where.fail("missing", prefix + name)
+        if not is_unit(row[name]):
+            where.fail(f"expected a number in [0, 1], got {short(row[name])}", prefix + name)
+    conts = _get(row, "continuations", list, "a list of rewards", where, prefix)
+    if not conts:
+        where.fail("no continuation rewards", prefix + "continuations")
+    for j, reward in enumerate(conts):
+        if not is_unit(reward):
+            where.fail(f"expected a number in [0, 1], got {short(reward)}", f"{prefix}continuations[{j}]")
+    mean = math.fsum(conts) / len(conts)
+    if abs(row["target"] - mean) > TARGET_TOLERANCE:
+        where.fail(f"{row['target']!r} is not the mean of the continuation rewards ({mean!r})", prefix + "target")
+    values = _get(row, "values", dict, "an object (method -> value)", where, prefix)
+    for method in methods:
+        if method not in values:
+            where.fail("missing", f"{prefix}values.{method}")
+        value = values[method]
+        if value is not None and not _is_value(value):
+            where.fail(f"expected a finite number (|value| <= {MAX_VALUE:g}) or null, got {short(value)}",
+                       f"{prefix}values.{method}")
+    for method in values:
+        if method not in methods:
+            where.fail("is not one of the file's methods", f"{prefix}values.{method}")
+
+
+def _validate(data: Any, where: Where) -> dict[str, Any]:
+    if not isinstance(data, dict):
+        where.fail(f"expected a JSON object, got {kind(data)}")
+    methods = _get(data, "methods", dict, "an object (method -> configuration)", where)
+    if not methods:
+        where.fail("no methods", "methods")
+    for method, config in methods.items():
+        if not method:
+            where.fail("a method name must not be empty", "methods")
+        if not isinstance(config, dict):
+            where.fail(f"expected an object (the estimator configuration), got {kind(config)}", f"methods.{method}")
+    labels = _get(data, "labels", dict, "an object (method -> label)", where)
+    for key, label in labels.items():
+        if not isinstance(label, str):
+            where.fail(f"expected a string, got {kind(label)}", f"labels.{key}")
+    summary = _get(data, "summary", dict, "an object", where)
+    n_boot = _get(summary, "n_boot", int, "an integer", where, "summary.")
+    if not 1 <= n_boot <= MAX_N_BOOT:
+        where.fail(f"expected 1 to {MAX_N_BOOT} resamples, got {n_boot}", "summary.n_boot")
+    seed = _get(summary, "seed", int, "an integer", where, "summary.")
+    if not 0 <= seed < 2**64:
+        where.fail(f"expected an integer from 0 to 2**64 - 1, got {short(seed)}", "summary.seed")
+    mcs = _mcs(summary, where)
+    for method in methods:
+        if method in {f"MCS@{n}" for n in mcs}:
+            where.fail("clashes with the name of an MCS@n row", f"methods.{method}")
+    rows = _get(data, "cases", list, "a list of case rows", where)
+    if not rows:
+        where.fail("holds no cases", "cases")
+    seen: dict[str, int] = {}
+    for k, row in enumerate(rows):
+        _row(row, k, methods, seen, where)
+    return data
+
+
+def read(path: str | os.PathLike) -> dict[str, Any]:
+    """Read a results file written by ``sveb eval`` and check it against its schema (SPEC §8);
+    returns the parsed object unchanged.
+
+    The file must be one strict UTF-8 JSON object (no NaN or Infinity) with ``methods``
+    (a non-empty object, method spec -> configuration object), ``labels`` (method -> string),
+    ``summary`` (an object whose ``n_boot``, 1..MAX_N_BOOT, ``seed``, a non-negative integer,
+    and optional ``mcs_rows``, names ``MCS@n``, are what :func:`summarise` reuses) and
+    ``cases``, a non-empty list of rows, each with a unique non-empty ``case_id``, a non-empty
+    ``field`` other than "all", ``target`` and ``group_mean`` in [0, 1], a non-empty list of
+    ``continuations`` in [0, 1] whose mean is the target (within 1e-9), and ``values`` holding
+    exactly the file's methods, each a number (|value| <= MAX_VALUE) or null. Numbers are never booleans. A
+    missing, unreadable, empty, non-UTF-8, malformed or invalid file raises an InputError
+    naming the file and the field (``cases[4].values.hista``).
+    """
+    path = Path(path)
+    where = Where(path)
+    try:
+        info = os.stat(path)
+    except FileNotFoundError:
+        where.fail("does not exist")
+    except OSError as exc:
+        where.fail(f"cannot read the results file ({exc.strerror or exc})")
+    if not stat.S_ISREG(info.st_mode):
+        where.fail("is not a regular file")
+    try:
+        raw = path.read_bytes()
+    except OSError as exc:
+        where.fail(f"cannot read the results file ({exc.strerror or exc})")
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        line = raw[: exc.start].count(b"\n") + 1
+        raise InputError(f"not UTF-8 (byte 0x{raw[exc.start]:02x})", path=str(path), line=line) from None
+    if not text.strip():
+        where.fail("is empty (expected the JSON object written by sveb eval)")
+    try:
+        data = loads(text, path=str(path))
+    except InputError:
+        try:  # locate the error: the line of a malformed document
+            json.loads(text)
+            line = None
+        except json.JSONDecodeError as exc:
+            line = exc.lineno
+        except Exception:
+            line = None
+        data = loads(text, path=str(path), line=line)  # raises, now located at the line
+    return _validate(data, where)
+
+
+def summarise(results: dict[str, Any], *, path: Optional[str | os.PathLike] = None) -> dict:
+    """The summary of a results object (as :func:`read` returns it), recomputed from its case
+    rows with :func:`hista.sveb.metrics.summarise` and the stored ``n_boot``, ``seed`` and
+    ``mcs_rows`` (SPEC §8). For a file written by ``sveb eval`` it equals the stored summary
+    (NaN where the file has null). A row set the metrics cannot handle (an MCS@n too costly to
+    enumerate exactly) raises an InputError naming ``path``."""
+    summary = results["summary"]
+    mcs = _mcs(summary, Where(Path(path or "results")))
+    try:
+        return metrics.summarise(results["cases"], list(results["methods"]), mcs=mcs, n_boot=summary["n_boot"],
+                                 seed=summary["seed"])
+    except (ValueError, OverflowError) as exc:
+        raise InputError(f"cannot summarise the cases: {exc}", path=None if path is None else str(path),
+                         field="cases") from None
+
+
+def report(path: str | os.PathLike, out: str | os.PathLike) -> tuple[dict[str, Path], str]:
+    """``sveb report`` (SPEC §8): read and check the results file ``path`` (:func:`read`),
+    recompute its summary from the case rows (:func:`summarise`) and write ``report.md``,
+    ``report.json`` and the plots into the folder ``out``
+    (:func:`hista.sveb.report.write_report`). Returns the paths written and the markdown MAE
+    table (Table 4 layout) to print. Nothing is written when the file is invalid."""
+    from . import report as sveb_report
+
+    results = read(path)
+    summary = summarise(results, path=path)
+    labels = results["labels"]
+    paths = sveb_report.write_report(summary, results["cases"], list(results["methods"]), Path(out), labels=labels)
+    return paths, sveb_report.markdown_table(summary, labels)

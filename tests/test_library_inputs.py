@@ -1,0 +1,325 @@
+"""Library functions reject bad inputs with a ValueError / InputError naming them (SPEC §12,
+issue "Reliability"): non-finite rewards and advantages, non-binary masks, sampling settings
+out of range, a damaged model cache, an unreachable hub, an unknown device, an empty task
+source."""
+
+from __future__ import annotations
+
+import math
+import shutil
+import time
+
+import pytest
+import torch
+
+from hista import estimators, losses, tasks
+from hista.errors import InputError
+from hista.estimators.base import group_std, scale_advantages
+from hista.estimators.gae import segment_gae
+from hista.estimators.hista import knn_average
+from hista.models import check_device, check_weights
+from hista.rollout import SamplingConfig
+from hista.types import Rollout, RolloutGroup
+
+BAD = [math.nan, math.inf, -math.inf]
+
+
+# --- rewards ----------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("reward", BAD)
+def test_rollout_rejects_a_non_finite_reward(reward):
+    with pytest.raises(ValueError, match=r"Rollout\.reward is (nan|inf|-inf); rewards must be finite"):
+        Rollout(prompt_ids=[1], completion_ids=[2, 3], reward=reward)
+
+
+def _group(rewards, length=3):
+    return RolloutGroup([Rollout(prompt_ids=[1], completion_ids=list(range(length)), reward=r) for r in rewards])
+
+
+@pytest.mark.parametrize("reward", BAD)
+def test_a_reward_made_non_finite_after_construction_is_caught_by_the_estimator(reward):
+    group = _group([1.0, 0.0, 1.0])
+    group.rollouts[1].reward = reward
+    with pytest.raises(ValueError, match="rewards"):
+        estimators.get("grpo").token_advantages(group)
+    with pytest.raises(ValueError, match="rewards"):
+        estimators.get("grpo").baselines(group)
+
+
+@pytest.mark.parametrize("reward", BAD)
+def test_reward_tensor_helpers_reject_non_finite_rewards(reward):
+    rewards = torch.tensor([1.0, reward, 0.0])
+    with pytest.raises(ValueError, match="rewards"):
+        group_std(rewards)
+    with pytest.raises(ValueError, match="rewards"):
+        scale_advantages([torch.ones(3)], rewards)
+    with pytest.raises(ValueError, match="rewards"):
+        knn_average(torch.ones(1, 3), torch.ones(1, 3, dtype=torch.bool), rewards, torch.tensor([2]), 1.0, 1.0, 0.5)
+    with pytest.raises(ValueError, match="values"):
+        segment_gae([0, 2, 3], torch.tensor([0.5, 0.5, reward]), 3)
+    with pytest.raises(ValueError, match="batch_std"):
+        scale_advantages([torch.ones(3)], torch.tensor([1.0, 0.0]), "batch", batch_std=reward)
+
+
+def test_continuation_rewards_must_be_finite():
+    from hista.types import State
+
+    with pytest.raises(ValueError, match="non-finite"):
+        estimators.get("mc").state_values(_group([1.0, 0.0]), [State(rollout=0, t=1, continuations=[1.0, math.nan])])
+
+
+def test_finite_rewards_give_the_same_advantages_as_before():
+    group = _group([1.0, 0.0, 0.0, 1.0])
+    adv = estimators.get("grpo").token_advantages(group)
+    std = torch.tensor([1.0, 0.0, 0.0, 1.0]).std(unbiased=True).item()
+    assert adv[0].tolist() == pytest.approx([0.5 / (std + 1e-4)] * 3)
+    assert adv[1].tolist() == pytest.approx([-0.5 / (std + 1e-4)] * 3)
+
+
+# --- losses -----------------------------------------------------------------------------------
+
+
+def _batch(B=2, T=4, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    old = -torch.rand(B, T, generator=g) - 0.1
+    logp = (old + 0.05 * torch.randn(B, T, generator=g)).requires_grad_(True)
+    return {
+        "logp": logp,
+        "old_logp": old,
+        "advantages": torch.randn(B, T, generator=g),
+        "mask": torch.ones(B, T),
+        "entropies": torch.rand(B, T, generator=g),
+        "ref_logp": old.clone(),
+    }
+
+
+@pytest.mark.parametrize("name", losses.names())
+@pytest.mark.parametrize("value", [0.5, -1.0, 2.0, math.nan])
+def test_every_loss_rejects_a_non_binary_mask(name, value):
+    b = _batch()
+    b["mask"][0, 1] = value
+    with pytest.raises(ValueError, match="mask"):
+        losses.policy_loss(name, **b)
+
+
+@pytest.mark.parametrize("name", losses.names())
+def test_every_loss_accepts_bool_and_0_1_masks_alike(name):
+    b = _batch()
+    b["mask"][1, 2:] = 0
+    as_float, _ = losses.policy_loss(name, **b)
+    as_bool, _ = losses.policy_loss(name, **{**b, "mask": b["mask"].bool()})
+    as_long, _ = losses.policy_loss(name, **{**b, "mask": b["mask"].long()})
+    assert as_float.item() == as_bool.item() == as_long.item()
+
+
+@pytest.mark.parametrize("name", losses.names())
+@pytest.mark.parametrize("value", BAD)
+def test_every_loss_rejects_non_finite_advantages(name, value):
+    b = _batch()
+    b["advantages"][1, 0] = value
+    with pytest.raises(ValueError, match="advantages"):
+        losses.policy_loss(name, **b)
+    per_sequence = _batch()
+    per_sequence["advantages"] = torch.tensor([0.5, value])
+    with pytest.raises(ValueError, match="advantages"):
+        losses.policy_loss(name, **per_sequence)
+
+
+@pytest.mark.parametrize("name", losses.names())
+def test_every_loss_rejects_non_finite_old_logp_and_ignores_padding(name):
+    b = _batch()
+    b["old_logp"][0, 3] = math.nan
+    with pytest.raises(ValueError, match="old_logp"):
+        losses.policy_loss(name, **b)
+    b["mask"][0, 3] = 0  # padding is never read: NaN there is fine
+    b["advantages"][0, 3] = math.nan
+    loss, _ = losses.policy_loss(name, **b)
+    assert torch.isfinite(loss)
+
+
+def test_ref_logp_and_entropies_must_be_finite_where_used():
+    b = _batch()
+    b["ref_logp"][0, 0] = math.inf
+    with pytest.raises(ValueError, match="ref_logp"):
+        losses.policy_loss("grpo", beta=0.1, **b)
+    losses.policy_loss("grpo", **b)  # beta = 0: ref_logp is not used
+    b = _batch()
+    b["entropies"][1, 1] = math.nan
+    with pytest.raises(ValueError, match="entropies"):
+        losses.policy_loss("strace", **b)
+
+
+def test_aggregate_and_check_mask_reject_a_fractional_mask():
+    with pytest.raises(ValueError, match="mask"):
+        losses.aggregate(torch.ones(1, 3), torch.tensor([[1.0, 0.5, 0.0]]), "token-mean")
+    assert losses.check_mask(torch.tensor([[1, 0]])).dtype == torch.bool
+
+
+# --- sampling settings ------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("field, value", [
+    ("temperature", -0.1), ("temperature", math.nan), ("temperature", math.inf), ("temperature", "hot"),
+    ("top_p", 0.0), ("top_p", 1.5), ("top_p", -0.5), ("top_p", math.nan),
+    ("max_new_tokens", 0), ("max_new_tokens", 2.5), ("max_new_tokens", True),
+    ("batch_size", 0), ("batch_size", -3), ("batch_size", 1.0),
+])
+def test_sampling_config_rejects_values_out_of_range(field, value):
+    with pytest.raises(InputError) as err:
+        SamplingConfig(**{field: value})
+    assert err.value.field == field
+
+
+def test_sampling_config_accepts_its_limits():
+    SamplingConfig(temperature=0.0, top_p=1.0, max_new_tokens=1, batch_size=1)
+    SamplingConfig(temperature=2, top_p=1e-6)
+
+
+# --- models -----------------------------------------------------------------------------------
+
+
+def test_hista_cache_that_is_a_file(tmp_path, monkeypatch):
+    from hista.models import load, prepare_embedded
+
+    cache = tmp_path / "cachefile"
+    cache.write_text("keep me\n")
+    monkeypatch.setenv("HISTA_CACHE", str(cache))
+    with pytest.raises(InputError, match=r"HISTA_CACHE=.*cachefile is not a directory"):
+        prepare_embedded(progress=False)
+    with pytest.raises(InputError, match="is not a directory"):
+        load("smollm2-135m-instruct", device="cpu")
+    assert cache.read_text() == "keep me\n"
+
+
+def test_hista_cache_whose_models_folder_is_a_file(tmp_path, monkeypatch):
+    from hista.models import prepare_embedded
+
+    (tmp_path / "models").write_text("x")
+    monkeypatch.setenv("HISTA_CACHE", str(tmp_path))
+    with pytest.raises(InputError, match=r"models is not a directory"):
+        prepare_embedded(progress=False)
+
+
+@pytest.fixture(scope="module")
+def real_embedded():
+    from hista.models import prepare_embedded
+
+    return prepare_embedded(progress=False)
+
+
+def _truncated_copy(real, target):
+    target.mkdir(parents=True)
+    for item in real.iterdir():
+        if item.name != "model.safetensors":
+            shutil.copy(item, target / item.name)
+    with open(real / "model.safetensors", "rb") as fh:
+        (target / "model.safetensors").write_bytes(fh.read(1 << 20))
+    return target / "model.safetensors"
+
+
+def test_truncated_safetensors_in_the_cache(real_embedded, tmp_path, monkeypatch):
+    from hista.models import load
+
+    weights = _truncated_copy(real_embedded, tmp_path / "models" / "smollm2-135m-instruct")
+    monkeypatch.setenv("HISTA_CACHE", str(tmp_path))
+    with pytest.raises(InputError, match="truncated") as err:
+        load("smollm2-135m-instruct", device="cpu")
+    assert err.value.path == str(weights)
+    assert "remove the folder" in str(err.value) and str(weights.parent) in str(err.value)
+    assert weights.stat().st_size == 1 << 20  # nothing was changed
+
+
+def test_truncated_safetensors_in_a_local_model_folder(real_embedded, tmp_path):
+    from hista.models import load
+
+    weights = _truncated_copy(real_embedded, tmp_path / "mymodel")
+    with pytest.raises(InputError, match="truncated") as err:
+        load(str(tmp_path / "mymodel"), device="cpu")
+    assert err.value.path == str(weights)
+
+
+def test_check_weights_accepts_the_real_file_and_rejects_damage(real_embedded, tmp_path):
+    check_weights(real_embedded, "fix")
+    (tmp_path / "a.safetensors").write_bytes(b"\x01\x02")
+    with pytest.raises(InputError, match="a.safetensors.*truncated"):
+        check_weights(tmp_path, "fix")
+    (tmp_path / "a.safetensors").write_bytes((10).to_bytes(8, "little") + b"not json!!")
+    with pytest.raises(InputError, match="damaged"):
+        check_weights(tmp_path, "fix")
+
+
+def test_a_folder_that_is_not_a_model(tmp_path):
+    from hista.models import load
+
+    with pytest.raises(InputError) as err:
+        load(str(tmp_path), device="cpu")
+    assert err.value.path == str(tmp_path)
+
+
+def test_unknown_hub_id_fails_fast_offline(monkeypatch):
+    from hista.models import load
+
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    start = time.monotonic()
+    with pytest.raises(InputError, match="cannot be reached") as err:
+        load("nosuchowner/nosuchmodel", device="cpu")
+    assert time.monotonic() - start < 10
+    assert "nosuchowner/nosuchmodel" in str(err.value) and "not in the local Hugging Face cache" in str(err.value)
+
+
+def test_unreachable_hub_loads_from_the_cache_only(monkeypatch):
+    from hista import hub
+    from hista.models import load
+
+    for var in hub.OFFLINE_VARIABLES:
+        monkeypatch.delenv(var, raising=False)
+    monkeypatch.setattr(hub, "reachable", lambda: False)
+    start = time.monotonic()
+    with pytest.raises(InputError, match="cannot be reached"):
+        load("nosuchowner/nosuchmodel", device="cpu")
+    assert time.monotonic() - start < 10
+
+
+def test_the_hub_probe_is_shared_with_hf_datasets():
+    from hista import hub
+    from hista.tasks import hf
+
+    assert hf._hub_reachable is hub.reachable and hf._env_offline is hub.env_offline
+
+
+def test_check_device(monkeypatch):
+    assert check_device("cpu") == "cpu"
+    assert check_device(" CPU ") == "cpu"
+    for bad in ("bogus", "", "cuda:x", "meta"):
+        with pytest.raises(InputError) as err:
+            check_device(bad)
+        assert err.value.field == "device"
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    for name in ("cuda", "cuda:0"):
+        with pytest.raises(InputError, match="cuda requested but no CUDA device is available") as err:
+            check_device(name)
+        assert err.value.field == "device"
+
+
+def test_load_checks_the_device_before_loading(monkeypatch):
+    from hista.models import load, loading
+
+    monkeypatch.setattr(loading, "build_tiny", lambda: pytest.fail("loaded a model for a bad device"))
+    with pytest.raises(InputError) as err:
+        load("tiny", device="bogus")
+    assert err.value.field == "device"
+
+
+# --- task sources -----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("content", ["", "\n\n", "  \n\t\n"])
+def test_an_empty_task_file_holds_no_problems(tmp_path, content):
+    path = tmp_path / "empty.jsonl"
+    path.write_text(content)
+    for n in (None, 5):
+        with pytest.raises(InputError, match="holds no problems") as err:
+            tasks.load(f"jsonl:{path}", n=n)
+        assert str(path) in str(err.value)
+    assert tasks.load(f"jsonl:{path}", n=0) == []
