@@ -1,10 +1,14 @@
-"""Generation throughput of the rollout engine vs the model's raw forward (prefill) throughput.
+"""Generation throughput of the rollout engine vs the model's forward (prefill) throughput.
 
-    python bench/generation.py [--model smollm2-135m-instruct] [--new-tokens 32]
+    python bench/generation.py [--model smollm2-135m-instruct] [--new-tokens 32] [--batches 1,16,64]
 
-Prints generated tokens/s at batch 1, 16 and 64 (EOS disabled so every row decodes the same
-number of tokens) and, in the same run, prefill tokens/s of one forward pass over
-prompt + completion, with the ratio between the two (SPEC §12).
+For each batch size, in one run on one machine: tokens/s of hista's engine
+(:func:`hista.rollout.engine.sample_continuations`, every row continuing the same prompt, as the
+G rollouts of one problem do), tokens/s of transformers' ``generate`` (what the engine used
+before), both with EOS ignored so that every row decodes ``--new-tokens`` tokens, and tokens/s
+of one forward pass over prompt + completion (:func:`hista.models.forward`: hidden states and
+log-probs of every token, as SVEB and training compute them). Ratios are engine / prefill and
+engine / generate (SPEC §12).
 """
 
 from __future__ import annotations
@@ -16,6 +20,13 @@ import torch
 
 from hista.models import forward, load
 from hista.rollout import prompt_ids
+from hista.rollout.engine import sample_continuations
+
+
+def _timed(fn, *args, **kwargs) -> tuple[float, object]:
+    start = time.perf_counter()
+    out = fn(*args, **kwargs)
+    return time.perf_counter() - start, out
 
 
 def main() -> None:
@@ -23,29 +34,32 @@ def main() -> None:
     ap.add_argument("--model", default="smollm2-135m-instruct")
     ap.add_argument("--new-tokens", type=int, default=32)
     ap.add_argument("--batches", default="1,16,64")
+    ap.add_argument("--temperature", type=float, default=0.7)
     args = ap.parse_args()
 
     lm = load(args.model)
-    print(f"model {lm.name} on {lm.device}, torch threads {torch.get_num_threads()}")
+    pad, n = lm.tokenizer.pad_token_id, args.new_tokens
+    print(f"model {lm.name} on {lm.device}, torch {torch.__version__}, threads {torch.get_num_threads()}")
     _, prompt = prompt_ids(lm, "Start with 7. Add 5. Then multiply by 2. What number do you get?")
-    print(f"prompt {len(prompt)} tokens, {args.new_tokens} new tokens per row\n")
-    print(f"{'batch':>5s} {'gen s':>8s} {'gen tok/s':>10s} {'prefill tok/s':>14s} {'prefill/gen':>12s}")
+    print(f"prompt {len(prompt)} tokens, {n} new tokens per row, temperature {args.temperature}\n")
+    print(f"{'batch':>5s} {'engine tok/s':>13s} {'generate tok/s':>15s} {'prefill tok/s':>14s} "
+          f"{'engine/prefill':>15s} {'engine/generate':>16s}")
     for batch in [int(b) for b in args.batches.split(",")]:
+        generator = torch.Generator(device=lm.device).manual_seed(0)
+        engine_s, rows = _timed(sample_continuations, lm.model, [prompt], [0] * batch, max_new_tokens=n,
+                                temperature=args.temperature, top_p=1.0, eos=[], pad=pad, generator=generator,
+                                ignore_eos=True)
         ids = torch.tensor([prompt] * batch, device=lm.device)
         torch.manual_seed(0)
-        start = time.perf_counter()
         with torch.no_grad():
-            seqs = lm.model.generate(input_ids=ids, attention_mask=torch.ones_like(ids), do_sample=True,
-                                     top_k=0, max_new_tokens=args.new_tokens, min_new_tokens=args.new_tokens,
-                                     pad_token_id=lm.tokenizer.pad_token_id)
-        gen_s = time.perf_counter() - start
-        gen_rate = batch * args.new_tokens / gen_s
-        completions = [row[len(prompt):].tolist() for row in seqs.cpu()]
-        start = time.perf_counter()
-        forward(lm, [prompt] * batch, completions, batch_size=min(batch, 16))
-        pre_s = time.perf_counter() - start
-        pre_rate = batch * (len(prompt) + args.new_tokens) / pre_s
-        print(f"{batch:5d} {gen_s:8.2f} {gen_rate:10.1f} {pre_rate:14.1f} {pre_rate / gen_rate:11.1f}x", flush=True)
+            generate_s, _ = _timed(lm.model.generate, input_ids=ids, attention_mask=torch.ones_like(ids),
+                                   do_sample=True, temperature=args.temperature, top_k=0, max_new_tokens=n,
+                                   min_new_tokens=n, pad_token_id=pad)
+        prefill_s, _ = _timed(forward, lm, [prompt] * batch, [r[0] for r in rows], batch_size=min(batch, 16))
+        engine, generate = batch * n / engine_s, batch * n / generate_s
+        prefill = batch * (len(prompt) + n) / prefill_s
+        print(f"{batch:5d} {engine:13.1f} {generate:15.1f} {prefill:14.1f} {engine / prefill:14.0%} "
+              f"{engine / generate:15.2f}x", flush=True)
 
 
 if __name__ == "__main__":

@@ -69,3 +69,17 @@ def test_cli_unknown_model_exits_2(capsys):
     assert main(["sample", "--model", "nope", "--tasks", "builtin:arith", "--problems", "1"]) == 2
     err = capsys.readouterr().err
     assert "smollm2-135m-instruct" in err and "tiny" in err
+
+
+def test_hidden_states_without_the_output_head_equal_those_of_forward(tiny):
+    """``hidden_states`` (no logits; a shared prompt encoded once) gives the hidden states
+    ``forward`` gives, for any layer, with shared and distinct prompts and an empty completion."""
+    from hista.models import forward, hidden_states
+
+    prompts = [[1, 2, 3, 4], [5, 6], [1, 2, 3, 4], [1, 2, 3, 4]]
+    completions = [[7, 8, 9], [10, 11, 12, 13, 14], [15], []]
+    for layer in (-1, -2, 0, 1):
+        got = hidden_states(tiny, prompts, completions, layer=layer, batch_size=2)
+        for a, b in zip(forward(tiny, prompts, completions, layer=layer).hidden, got):
+            assert a.shape == b.shape
+            torch.testing.assert_close(a, b, atol=1e-5, rtol=0)

@@ -199,13 +199,13 @@ def test_hista_layer_in_sveb_eval(built, tmp_path, monkeypatch):
     from hista.sveb import eval as sveb_eval
 
     layers = []
-    original = sveb_eval.forward
+    original = sveb_eval.hidden_states
 
     def spy(*args, layer=-1, **kw):
         layers.append(layer)
         return original(*args, layer=layer, **kw)
 
-    monkeypatch.setattr(sveb_eval, "forward", spy)
+    monkeypatch.setattr(sveb_eval, "hidden_states", spy)
     varied = tmp_path / "varied.jsonl"  # the tiny model never answers: give the rollouts mixed rewards
     records = [json.loads(line) for line in built.read_text().splitlines()]
     for record in records:

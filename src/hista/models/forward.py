@@ -3,6 +3,7 @@ states are computed once, where the log-probs are computed)."""
 
 from __future__ import annotations
 
+import inspect
 from dataclasses import dataclass
 from typing import Optional, Sequence
 
@@ -19,6 +20,64 @@ class ForwardOutput:
     logprobs: list[torch.Tensor]
     entropies: list[torch.Tensor]
     hidden: Optional[list[torch.Tensor]]
+
+
+def _padded(prompts: list[list[int]], comps: list[list[int]], pad: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Right-padded input ids and attention mask of prompt + completion rows."""
+    width = max(len(p) + len(c) for p, c in zip(prompts, comps))
+    ids = torch.full((len(prompts), width), pad, dtype=torch.long)
+    mask = torch.zeros((len(prompts), width), dtype=torch.long)
+    for row, (p, c) in enumerate(zip(prompts, comps)):
+        ids[row, : len(p) + len(c)] = torch.tensor(p + c, dtype=torch.long)
+        mask[row, : len(p) + len(c)] = 1
+    return ids, mask
+
+
+def cache_argument(model) -> str:
+    """The name under which this transformers version's ``forward`` takes a KV cache:
+    ``cache`` (5.2x) or ``past_key_values`` (earlier) (SPEC §7)."""
+    return "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"
+
+
+@torch.no_grad()
+def hidden_states(lm: LoadedModel, prompt_ids: Sequence[Sequence[int]], completion_ids: Sequence[Sequence[int]],
+                  *, layer: int = -1, batch_size: int = 8) -> list[torch.Tensor]:
+    """The hidden states of ``layer`` (as in :func:`forward`) for every prompt + completion
+    position, ``[len(prompt) + len(completion), H]`` per sequence, float32 on the CPU (SPEC
+    §4.3, §8). Runs the model without its output head (no vocabulary logits, log-probs or
+    entropies), and encodes a prompt that several sequences share once: its KV cache is copied
+    to each of them, as when the G rollouts of one problem are evaluated together."""
+    if len(prompt_ids) != len(completion_ids):
+        raise ValueError(f"{len(prompt_ids)} prompts but {len(completion_ids)} completions")
+    from transformers import DynamicCache
+
+    model, pad, device = lm.model.base_model, lm.tokenizer.pad_token_id or 0, lm.device
+    by_prompt: dict[tuple, list[int]] = {}
+    for row, prompt in enumerate(prompt_ids):
+        by_prompt.setdefault(tuple(prompt), []).append(row)
+    out: list[Optional[torch.Tensor]] = [None] * len(prompt_ids)
+    for prompt, rows in by_prompt.items():
+        rows.sort(key=lambda r: -len(completion_ids[r]))  # similar lengths share a micro-batch: less padding
+        for start in range(0, len(rows), batch_size):
+            chunk = rows[start : start + batch_size]
+            comps = [list(completion_ids[r]) for r in chunk]
+            cache = DynamicCache(config=lm.model.config)
+            head = model(input_ids=torch.tensor([prompt], device=device), use_cache=True, output_hidden_states=True,
+                         **{cache_argument(model): cache}).hidden_states[layer][0].float().cpu()
+            width = max(len(c) for c in comps)
+            if width == 0:
+                for r in chunk:
+                    out[r] = head.clone()
+                continue
+            cache.batch_select_indices(torch.zeros(len(chunk), dtype=torch.long, device=device))
+            ids = torch.tensor([c + [pad] * (width - len(c)) for c in comps], device=device)
+            mask = torch.tensor([[1] * (len(prompt) + len(c)) + [0] * (width - len(c)) for c in comps], device=device)
+            positions = torch.arange(len(prompt), len(prompt) + width, device=device).expand(len(chunk), -1)
+            tail = model(input_ids=ids, attention_mask=mask, position_ids=positions, use_cache=True,
+                         output_hidden_states=True, **{cache_argument(model): cache}).hidden_states[layer]
+            for k, (r, c) in enumerate(zip(chunk, comps)):
+                out[r] = torch.cat([head, tail[k, : len(c)].float().cpu()])
+    return out
 
 
 @torch.no_grad()
@@ -48,12 +107,7 @@ def forward(
         prompts = [list(p) for p in prompt_ids[start : start + batch_size]]
         comps = [list(c) for c in completion_ids[start : start + batch_size]]
         lengths = [len(p) + len(c) for p, c in zip(prompts, comps)]
-        width = max(lengths)
-        ids = torch.full((len(prompts), width), pad, dtype=torch.long)
-        mask = torch.zeros((len(prompts), width), dtype=torch.long)
-        for row, (p, c) in enumerate(zip(prompts, comps)):
-            ids[row, : len(p) + len(c)] = torch.tensor(p + c, dtype=torch.long)
-            mask[row, : len(p) + len(c)] = 1
+        ids, mask = _padded(prompts, comps, pad)
         out = lm.model(
             input_ids=ids.to(device),
             attention_mask=mask.to(device),

@@ -11,6 +11,7 @@ import torch
 
 from ..errors import InputError
 from ..models import LoadedModel
+from ..models.forward import cache_argument
 from ..types import Rollout
 from .offsets import decode_with_offsets
 
@@ -82,35 +83,124 @@ def prompt_ids(lm: LoadedModel, problem: str, system_prompt: str = SYSTEM_PROMPT
     return text, list(ids)
 
 
-class _SampledLogprobs:
-    """Logits processor that records log p(sampled token) at the sampling temperature.
+def _top_p_filter(logits: torch.Tensor, top_p: float) -> torch.Tensor:
+    """Nucleus filtering as transformers' TopPLogitsWarper does it: drop the tokens of lowest
+    probability whose cumulative probability stays within ``1 - top_p``, keeping at least one."""
+    ordered, order = torch.sort(logits, descending=False, dim=-1)
+    remove = ordered.softmax(dim=-1).cumsum(dim=-1) <= 1 - top_p
+    remove[..., -1:] = False
+    return logits.masked_fill(remove.scatter(1, order, remove), float("-inf"))
 
-    At each step it keeps the step's log-softmax and, at the next step, reads off the token
-    that was sampled (now the last input id). Memory O(batch x vocab), not O(steps x vocab).
-    """
 
-    def __init__(self, temperature: float):
-        self.temperature = max(temperature, 1e-6)
-        self.previous: Optional[torch.Tensor] = None
-        self.steps: list[torch.Tensor] = []
+def _reserved_cache(config, capacity: int):
+    """A transformers ``DynamicCache`` whose full-attention layers write each step's keys and
+    values into a buffer reserved for ``capacity`` positions instead of concatenating them onto
+    the cache (a concatenation copies the whole cache at every step)."""
+    from transformers.cache_utils import DynamicCache, DynamicLayer
 
-    def __call__(self, input_ids: torch.Tensor, scores: torch.Tensor) -> torch.Tensor:
-        self._collect(input_ids[:, -1])
-        self.previous = torch.log_softmax(scores.float() / self.temperature, dim=-1)
-        return scores
+    class ReservedLayer(DynamicLayer):
+        def update(self, key_states, value_states, *args, **kwargs):
+            if not self.is_initialized:
+                self.lazy_initialization(key_states, value_states)
+            start, end = self.get_seq_length(), self.get_seq_length() + key_states.shape[-2]
+            if start == 0:
+                shape = (*key_states.shape[:2], max(capacity, end), key_states.shape[-1])
+                self.k_buffer, self.v_buffer = key_states.new_empty(shape), value_states.new_empty(shape)
+            self.k_buffer[:, :, start:end] = key_states
+            self.v_buffer[:, :, start:end] = value_states
+            self.keys, self.values = self.k_buffer[:, :, :end], self.v_buffer[:, :, :end]
+            return self.keys, self.values
 
-    def _collect(self, tokens: torch.Tensor) -> None:
-        if self.previous is not None:
-            self.steps.append(self.previous.gather(-1, tokens[:, None]).squeeze(-1).cpu())
+        def batch_select_indices(self, indices):
+            if self.get_seq_length() > 0:
+                end = self.get_seq_length()
+                self.k_buffer, self.v_buffer = self.k_buffer[indices], self.v_buffer[indices]
+                self.keys, self.values = self.k_buffer[:, :, :end], self.v_buffer[:, :, :end]
 
-    def finish(self, sequences: torch.Tensor) -> torch.Tensor:
-        self._collect(sequences[:, -1])
-        self.previous = None
-        return torch.stack(self.steps, dim=1) if self.steps else torch.zeros(sequences.shape[0], 0)
+    cache = DynamicCache(config=config)
+    cache.layers = [ReservedLayer() if type(layer) is DynamicLayer else layer for layer in cache.layers]
+    return cache
+
+
+def _draw(probs: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
+    """One token per row of ``probs`` [B, V] by inverse-CDF sampling: a uniform number per row
+    placed in the row's cumulative distribution (float64, so that no probability is lost to
+    rounding). Draws exactly from ``probs`` (a zero-probability token is never chosen), like
+    ``torch.multinomial``, at a fraction of its cost on CPU, which draws V exponentials per row."""
+    cdf = probs.double().cumsum(dim=-1)
+    u = torch.rand(probs.shape[0], 1, generator=generator, dtype=torch.float64, device=probs.device) * cdf[:, -1:]
+    return torch.searchsorted(cdf, u, right=True).clamp(max=probs.shape[-1] - 1)
+
+
+@torch.no_grad()
+def sample_continuations(model, prefixes: Sequence[Sequence[int]], sources: Sequence[int], *, max_new_tokens: int,
+                         temperature: float, top_p: float, eos: Sequence[int], pad: int,
+                         generator: torch.Generator, ignore_eos: bool = False) -> list[tuple[list[int], list[float]]]:
+    """Sample one completion per row, row r continuing ``prefixes[sources[r]]`` (SPEC §7).
+
+    Each distinct prefix is encoded once (left-padded, logits at its last position only) and
+    its KV cache is copied to every row that continues it, the prefix caching of vLLM. Each
+    step then feeds one token per unfinished row; a row stops after an EOS token, and finished
+    rows are dropped from the batch (and the cache) as they accumulate. Sampling is
+    transformers' ``do_sample`` with ``temperature``, ``top_p`` and no top-k (greedy when
+    ``temperature`` is 0), drawn from ``generator``. Returns per row the completion ids (up to
+    and including the EOS) and log p(token) under softmax(logits / temperature) before top-p,
+    the old-policy log-probs of SPEC §3."""
+    device = next(model.parameters()).device
+    width = max(len(p) for p in prefixes)
+    ids = torch.tensor([[pad] * (width - len(p)) + list(p) for p in prefixes], device=device)
+    mask = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in prefixes], device=device)
+    positions = (mask.cumsum(-1) - 1).clamp(min=0)
+    cache = _reserved_cache(model.config, width + max_new_tokens)
+    cache_arg = cache_argument(model)
+    logits = model(input_ids=ids, attention_mask=mask, position_ids=positions, use_cache=True, logits_to_keep=1,
+                   **{cache_arg: cache}).logits[:, -1].float()
+    rows = torch.tensor(list(sources), device=device)
+    cache.batch_select_indices(rows)
+    logits, mask, position = logits[rows], mask[rows], positions[rows, -1:] + 1
+    alive = list(range(len(rows)))  # original row of each batch row
+    tokens: list[list[int]] = [[] for _ in alive]
+    logps: list[list[float]] = [[] for _ in alive]
+    stop = torch.tensor(sorted(set(eos)) or [-1], device=device)
+    finished = torch.zeros(len(alive), dtype=torch.bool, device=device)
+    scale = max(temperature, 1e-6)
+    for step in range(max_new_tokens):
+        logits = logits / scale
+        logp = torch.log_softmax(logits, dim=-1)
+        if temperature > 0:
+            chosen = _draw(logp.exp() if top_p >= 1.0 else _top_p_filter(logits, top_p).softmax(dim=-1), generator)
+        else:
+            chosen = logits.argmax(dim=-1, keepdim=True)
+        chosen_logp = logp.gather(-1, chosen)
+        for k, (t, lp) in enumerate(zip(chosen[:, 0].tolist(), chosen_logp[:, 0].tolist())):
+            tokens[alive[k]].append(t)
+            logps[alive[k]].append(lp)
+        if step == max_new_tokens - 1:
+            break
+        if not ignore_eos:
+            finished |= torch.isin(chosen[:, 0], stop)
+        done = int(finished.sum())
+        if done == len(alive):
+            break
+        if done and done * 8 >= len(alive):  # drop finished rows once they are an eighth of the batch
+            index = (~finished).nonzero()[:, 0]
+            cache.batch_select_indices(index)
+            chosen, mask, position, finished = chosen[index], mask[index], position[index], finished[index]
+            alive = [alive[k] for k in index.tolist()]
+        mask = torch.cat([mask, mask.new_ones(len(alive), 1)], dim=1)
+        logits = model(input_ids=chosen, attention_mask=mask, position_ids=position, use_cache=True,
+                       logits_to_keep=1, **{cache_arg: cache}).logits[:, -1].float()
+        position = position + 1
+    out = []
+    for row_tokens, row_logps in zip(tokens, logps):
+        length = len(row_tokens) if ignore_eos else _completion_length(row_tokens, eos)
+        out.append((row_tokens[:length], row_logps[:length]))
+    return out
 
 
 class GenerateEngine:
-    """transformers-``generate`` rollout engine (CPU or CUDA). ``generate`` returns, for each
+    """The rollout engine (CPU or CUDA; SPEC §7): transformers models driven by
+    :func:`sample_continuations`, which encodes each distinct prompt once. ``generate`` returns, for each
     prompt, ``n`` Rollouts with prompt/completion ids, completion text, per-token character
     offsets and old log-probs (SPEC §3, §7). Results are a deterministic function of the
     seed, the prompts, ``n`` and the batch size."""
@@ -154,42 +244,16 @@ class GenerateEngine:
         eos = _eos_ids(self.lm)
         for b, start in enumerate(range(0, len(rows), cfg.batch_size)):
             chunk = rows[start : start + cfg.batch_size]
-            batch_prompts = [prompts[i] for i, _ in chunk]
-            width = max(len(p) for p in batch_prompts)
-            pad = tok.pad_token_id
-            ids = torch.tensor([[pad] * (width - len(p)) + p for p in batch_prompts])
-            mask = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in batch_prompts])
-            recorder = _SampledLogprobs(cfg.temperature)
-            torch.manual_seed(seed * 1_000_003 + b)
-            sample = cfg.temperature > 0
-            seqs = self.lm.model.generate(
-                input_ids=ids.to(self.lm.device),
-                attention_mask=mask.to(self.lm.device),
+            distinct = sorted({i for i, _ in chunk})
+            generator = torch.Generator(device=self.lm.device).manual_seed(seed * 1_000_003 + b)
+            samples = sample_continuations(
+                self.lm.model, [prompts[i] for i in distinct], [distinct.index(i) for i, _ in chunk],
                 max_new_tokens=max_new_tokens if max_new_tokens is not None else cfg.max_new_tokens,
-                do_sample=sample,
-                temperature=cfg.temperature if sample else None,
-                top_p=cfg.top_p if sample else None,
-                top_k=0 if sample else None,
-                pad_token_id=pad,
-                eos_token_id=eos,
-                logits_processor=[recorder],
-            ).cpu()
-            logprobs = recorder.finish(seqs)
-            for row, (i, _) in enumerate(chunk):
-                completion = seqs[row, width:].tolist()
-                length = _completion_length(completion, eos)
-                completion = completion[:length]
+                temperature=cfg.temperature, top_p=cfg.top_p, eos=eos, pad=tok.pad_token_id, generator=generator)
+            for (i, _), (completion, logprobs) in zip(chunk, samples):
                 text, offsets = decode_with_offsets(tok, completion)
-                out[i].append(
-                    Rollout(
-                        prompt_ids=prompts[i],
-                        completion_ids=completion,
-                        completion_text=text,
-                        offsets=offsets,
-                        prompt_text=texts[i],
-                        logprobs=logprobs[row, :length].tolist(),
-                    )
-                )
+                out[i].append(Rollout(prompt_ids=prompts[i], completion_ids=completion, completion_text=text,
+                                      offsets=offsets, prompt_text=texts[i], logprobs=logprobs))
             if progress:
                 progress(len(chunk))
         return out

@@ -15,7 +15,7 @@ from tqdm.auto import tqdm
 from .. import __version__, estimators
 from ..errors import InputError
 from ..estimators import Estimator
-from ..models import LoadedModel, forward, load
+from ..models import LoadedModel, hidden_states, load
 from ..types import Rollout, RolloutGroup, State
 from . import cases, metrics
 from .presets import DEFAULT_METHODS
@@ -132,8 +132,8 @@ def _hidden(record: dict, lm: LoadedModel, layer: int, path: str | Path) -> list
     """Hidden states of ``layer`` for prompt + completion of every stored rollout of a case."""
     stored = record["rollouts"]
     try:
-        return forward(lm, [record["prompt_ids"]] * len(stored), [r["completion_ids"] for r in stored],
-                       layer=layer).hidden
+        return hidden_states(lm, [record["prompt_ids"]] * len(stored), [r["completion_ids"] for r in stored],
+                             layer=layer)
     except IndexError:
         raise InputError(f"layer {layer} does not exist in {lm.name}: methods need hidden states of layer "
                          f"{layer}", path=str(path), field="methods") from None
