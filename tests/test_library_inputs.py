@@ -281,13 +281,6 @@ def test_unreachable_hub_loads_from_the_cache_only(monkeypatch):
     assert time.monotonic() - start < 10
 
 
-def test_the_hub_probe_is_shared_with_hf_datasets():
-    from hista import hub
-    from hista.tasks import hf
-
-    assert hf._hub_reachable is hub.reachable and hf._env_offline is hub.env_offline
-
-
 def test_check_device(monkeypatch):
     assert check_device("cpu") == "cpu"
     assert check_device(" CPU ") == "cpu"

@@ -20,7 +20,7 @@ from typing import Any, Iterator
 
 from ..errors import InputError
 from ..jsonio import check_output_file, loads
-from .schema import Where, is_int, is_unit, kind, short
+from .schema import Where, is_int, is_unit, kind, require, short, text
 
 #: How far a case's ``target`` may be from the mean of its continuation rewards.
 TARGET_TOLERANCE = 1e-9
@@ -61,29 +61,8 @@ def append(path: Path, record: dict[str, Any]) -> None:
 _MAX_TOKEN_ID = 2**31 - 1  # no vocabulary is larger; bigger ints cannot index a model's embeddings
 
 
-def _require(record: dict, name: str, types: type | tuple[type, ...], where: Where, prefix: str = "") -> Any:
-    """``record[name]`` when present and of ``types`` (never a boolean for a number)."""
-    if name not in record:
-        where.fail("missing", prefix + name)
-    value = record[name]
-    if isinstance(value, bool) and bool not in (types if isinstance(types, tuple) else (types,)):
-        where.fail(f"expected {_type_names(types)}, got a boolean", prefix + name)
-    if not isinstance(value, types):
-        where.fail(f"expected {_type_names(types)}, got {kind(value)}", prefix + name)
-    return value
-
-
-def _type_names(types: type | tuple[type, ...]) -> str:
-    names = {str: "a string", dict: "an object", list: "a list", int: "an integer", float: "a number"}
-    types = types if isinstance(types, tuple) else (types,)
-    return " or ".join(dict.fromkeys(names.get(t, t.__name__) for t in types))
-
-
 def _text(record: dict, name: str, where: Where, prefix: str = "") -> str:
-    value = _require(record, name, str, where, prefix)
-    if not value:
-        where.fail("must not be empty", prefix + name)
-    return value
+    return text(require(record, name, str, where, prefix), prefix + name, where)
 
 
 def _token_ids(value: Any, field: str, where: Where, *, allow_empty: bool = True) -> list[int]:
@@ -105,17 +84,17 @@ def _rollout(rollout: Any, k: int, where: Where) -> None:
     if "completion_ids" not in rollout:
         where.fail("missing", prefix + "completion_ids")
     ids = _token_ids(rollout["completion_ids"], prefix + "completion_ids", where)
-    text = _require(rollout, "completion_text", str, where, prefix)
-    offsets = _require(rollout, "offsets", list, where, prefix)
+    completion = require(rollout, "completion_text", str, where, prefix)
+    offsets = require(rollout, "offsets", list, where, prefix)
     if len(offsets) != len(ids):
         where.fail(f"has {len(offsets)} spans but the completion has {len(ids)} tokens", prefix + "offsets")
     for j, span in enumerate(offsets):
         if not (isinstance(span, list) and len(span) == 2 and all(is_int(x) for x in span)):
             where.fail(f"expected a [start, end] pair of integers, got {short(span)}", f"{prefix}offsets[{j}]")
         start, end = span
-        if not 0 <= start <= end <= len(text):
+        if not 0 <= start <= end <= len(completion):
             where.fail(f"span [{start}, {end}] is not within the completion text (0 <= start <= end <= "
-                       f"{len(text)})", f"{prefix}offsets[{j}]")
+                       f"{len(completion)})", f"{prefix}offsets[{j}]")
     if "reward" not in rollout:
         where.fail("missing", prefix + "reward")
     if not is_unit(rollout["reward"]):
@@ -125,30 +104,30 @@ def _rollout(rollout: Any, k: int, where: Where) -> None:
 def _check_case(record: dict, where: Where) -> None:
     settings = record["settings"]
     for name in ("model", "revision"):
-        _require(settings, name, str, where, "settings.")
-    _require(record, "problem", dict, where)
+        require(settings, name, str, where, "settings.")
+    require(record, "problem", dict, where)
     field = _text(record, "field", where)
     if field == "all":
         where.fail("'all' is reserved for the pooled column of the report", "field")
     if "prompt_ids" not in record:
         where.fail("missing", "prompt_ids")
     _token_ids(record["prompt_ids"], "prompt_ids", where, allow_empty=False)
-    rollouts = _require(record, "rollouts", list, where)
+    rollouts = require(record, "rollouts", list, where)
     if len(rollouts) < 2:
         where.fail(f"a group needs at least 2 rollouts, got {len(rollouts)}", "rollouts")
     for k, rollout in enumerate(rollouts):
         _rollout(rollout, k, where)
 
-    state = _require(record, "state", dict, where)
-    i = _require(state, "rollout", int, where, "state.")
+    state = require(record, "state", dict, where)
+    i = require(state, "rollout", int, where, "state.")
     if not 0 <= i < len(rollouts):
         where.fail(f"rollout index {i} is not in 0..{len(rollouts) - 1}", "state.rollout")
-    t = _require(state, "t", int, where, "state.")
+    t = require(state, "t", int, where, "state.")
     length = len(rollouts[i]["completion_ids"])
     if not 0 <= t <= length:
         where.fail(f"position {t} is not in 0..{length} (the length of rollout {i})", "state.t")
 
-    conts = _require(record, "continuations", list, where)
+    conts = require(record, "continuations", list, where)
     if not conts:
         where.fail("no continuation rewards", "continuations")
     for k, reward in enumerate(conts):
@@ -176,7 +155,7 @@ def _check(record: Any, path: Path, line: int) -> dict[str, Any]:
     if what not in ("case", "skip"):
         where.fail(f"unknown record kind {short(what)} (expected 'case' or 'skip')", "kind")
     _text(record, "key", where)
-    _require(record, "settings", dict, where)
+    require(record, "settings", dict, where)
     if what == "case":
         _check_case(record, where)
     return record

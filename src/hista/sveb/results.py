@@ -23,7 +23,7 @@ from typing import Any, Optional
 from ..errors import InputError
 from ..jsonio import loads
 from . import metrics
-from .schema import Where, is_unit, kind, short
+from .schema import Where, is_unit, kind, require, short, text
 
 __all__ = ["read", "summarise", "report", "MAX_N_BOOT", "MAX_MCS_N", "MAX_VALUE"]
 
@@ -42,23 +42,6 @@ _MCS_ROW = re.compile(r"MCS@([1-9][0-9]*)")
 def _is_value(value: Any) -> bool:
     """A JSON number (not a boolean) of magnitude at most MAX_VALUE; NaN compares false."""
     return isinstance(value, (int, float)) and not isinstance(value, bool) and -MAX_VALUE <= value <= MAX_VALUE
-
-
-def _get(obj: dict, name: str, types: type, what: str, where: Where, prefix: str = "") -> Any:
-    if name not in obj:
-        where.fail("missing", prefix + name)
-    value = obj[name]
-    if not isinstance(value, types) or isinstance(value, bool):
-        where.fail(f"expected {what}, got {kind(value)}", prefix + name)
-    return value
-
-
-def _name(value: Any, field: str, where: Where) -> str:
-    if not isinstance(value, str):
-        where.fail(f"expected a string, got {kind(value)}", field)
-    if not value:
-        where.fail("must not be empty", field)
-    return value
 
 
 def _mcs(summary: dict, where: Where) -> list[int]:
@@ -86,7 +69,7 @@ def _row(row: Any, k: int, methods: dict, seen: dict[str, int], where: Where) ->
     for name in ("case_id", "field"):
         if name not in row:
             where.fail("missing", prefix + name)
-        _name(row[name], prefix + name, where)
+        text(row[name], prefix + name, where)
     case_id = row["case_id"]
     if case_id in seen:
         where.fail(f"case {short(case_id)} is already cases[{seen[case_id]}]", prefix + "case_id")
@@ -98,7 +81,7 @@ def _row(row: Any, k: int, methods: dict, seen: dict[str, int], where: Where) ->
             where.fail("missing", prefix + name)
         if not is_unit(row[name]):
             where.fail(f"expected a number in [0, 1], got {short(row[name])}", prefix + name)
-    conts = _get(row, "continuations", list, "a list of rewards", where, prefix)
+    conts = require(row, "continuations", list, where, prefix, what="a list of rewards")
     if not conts:
         where.fail("no continuation rewards", prefix + "continuations")
     for j, reward in enumerate(conts):
@@ -107,7 +90,7 @@ def _row(row: Any, k: int, methods: dict, seen: dict[str, int], where: Where) ->
     mean = math.fsum(conts) / len(conts)
     if abs(row["target"] - mean) > TARGET_TOLERANCE:
         where.fail(f"{row['target']!r} is not the mean of the continuation rewards ({mean!r})", prefix + "target")
-    values = _get(row, "values", dict, "an object (method -> value)", where, prefix)
+    values = require(row, "values", dict, where, prefix, what="an object (method -> value)")
     for method in methods:
         if method not in values:
             where.fail("missing", f"{prefix}values.{method}")
@@ -123,7 +106,7 @@ def _row(row: Any, k: int, methods: dict, seen: dict[str, int], where: Where) ->
 def _validate(data: Any, where: Where) -> dict[str, Any]:
     if not isinstance(data, dict):
         where.fail(f"expected a JSON object, got {kind(data)}")
-    methods = _get(data, "methods", dict, "an object (method -> configuration)", where)
+    methods = require(data, "methods", dict, where, what="an object (method -> configuration)")
     if not methods:
         where.fail("no methods", "methods")
     for method, config in methods.items():
@@ -131,22 +114,22 @@ def _validate(data: Any, where: Where) -> dict[str, Any]:
             where.fail("a method name must not be empty", "methods")
         if not isinstance(config, dict):
             where.fail(f"expected an object (the estimator configuration), got {kind(config)}", f"methods.{method}")
-    labels = _get(data, "labels", dict, "an object (method -> label)", where)
+    labels = require(data, "labels", dict, where, what="an object (method -> label)")
     for key, label in labels.items():
         if not isinstance(label, str):
             where.fail(f"expected a string, got {kind(label)}", f"labels.{key}")
-    summary = _get(data, "summary", dict, "an object", where)
-    n_boot = _get(summary, "n_boot", int, "an integer", where, "summary.")
+    summary = require(data, "summary", dict, where, what="an object")
+    n_boot = require(summary, "n_boot", int, where, "summary.", what="an integer")
     if not 1 <= n_boot <= MAX_N_BOOT:
         where.fail(f"expected 1 to {MAX_N_BOOT} resamples, got {n_boot}", "summary.n_boot")
-    seed = _get(summary, "seed", int, "an integer", where, "summary.")
+    seed = require(summary, "seed", int, where, "summary.", what="an integer")
     if not 0 <= seed < 2**64:
         where.fail(f"expected an integer from 0 to 2**64 - 1, got {short(seed)}", "summary.seed")
     mcs = _mcs(summary, where)
     for method in methods:
         if method in {f"MCS@{n}" for n in mcs}:
             where.fail("clashes with the name of an MCS@n row", f"methods.{method}")
-    rows = _get(data, "cases", list, "a list of case rows", where)
+    rows = require(data, "cases", list, where, what="a list of case rows")
     if not rows:
         where.fail("holds no cases", "cases")
     seen: dict[str, int] = {}

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any, NoReturn, Optional
+from typing import Any, NoReturn, Optional, Union
 
 from ..errors import InputError
 
@@ -47,3 +47,30 @@ def is_int(value: Any) -> bool:
 def is_unit(value: Any) -> bool:
     """A JSON number (not a boolean) in [0, 1]; NaN and infinities compare false (SPEC §8)."""
     return isinstance(value, (int, float)) and not isinstance(value, bool) and 0 <= value <= 1
+
+
+_TYPE_NAMES = {str: "a string", dict: "an object", list: "a list", int: "an integer", float: "a number"}
+
+
+def require(obj: dict, name: str, types: Union[type, tuple[type, ...]], where: Where, prefix: str = "",
+            what: Optional[str] = None) -> Any:
+    """``obj[name]`` when present and of ``types`` (a boolean is never taken for a number),
+    else an InputError about ``prefix + name`` saying what was expected (``what``, or the
+    types in words) and what came (SPEC §8)."""
+    if name not in obj:
+        where.fail("missing", prefix + name)
+    value = obj[name]
+    allowed = types if isinstance(types, tuple) else (types,)
+    if not isinstance(value, allowed) or (isinstance(value, bool) and bool not in allowed):
+        what = what or " or ".join(dict.fromkeys(_TYPE_NAMES.get(t, t.__name__) for t in allowed))
+        where.fail(f"expected {what}, got {kind(value)}", prefix + name)
+    return value
+
+
+def text(value: Any, field: str, where: Where) -> str:
+    """``value`` when it is a non-empty string, else an InputError about ``field`` (SPEC §8)."""
+    if not isinstance(value, str):
+        where.fail(f"expected a string, got {kind(value)}", field)
+    if not value:
+        where.fail("must not be empty", field)
+    return value

@@ -156,16 +156,6 @@ def parse_spec(rest: str) -> tuple[str, Optional[str], Optional[str]]:
     return rest, config, split
 
 
-# ---------------------------------------------------------------------------------------------
-# Hub access: the probe shared with model loading (hista.hub), bound to module names here so
-# tests can replace them.
-
-_endpoint = hub.endpoint
-_timeout = hub.timeout
-_env_offline = hub.env_offline
-_hub_reachable = hub.reachable
-
-
 @contextlib.contextmanager
 def _offline_mode(datasets_module: Any) -> Iterator[None]:
     """Force the hub libraries into offline mode (cache only) for the duration."""
@@ -205,7 +195,7 @@ class HubUnreachable(Exception):
 def _load_rows(name: str, config: Optional[str], split: str) -> Iterable[dict]:
     """Load one split of a hub dataset as an iterable of row dicts (cache only when offline)."""
     datasets = _import_datasets()
-    offline = _env_offline() or not _hub_reachable()
+    offline = hub.offline()
     ctx = _offline_mode(datasets) if offline else contextlib.nullcontext()
     try:
         with ctx:
@@ -248,7 +238,7 @@ def read(rest: str, n: Optional[int] = None, split: str = "test") -> list[dict]:
         rows = _load_rows(hub_name, config, use_split)
     except HubUnreachable as exc:
         raise InputError(
-            f"{spec}: could not reach the Hugging Face Hub ({_endpoint()}) and {hub_name!r} "
+            f"{spec}: could not reach the Hugging Face Hub ({hub.endpoint()}) and {hub_name!r} "
             f"is not in the local cache ({exc}). Run where the hub is reachable (once, to fill "
             f"the cache), or export the problems to a file and use jsonl:PATH.",
             field="spec") from None
