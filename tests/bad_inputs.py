@@ -26,6 +26,8 @@ FILTER = ["tasks", "filter", "builtin:arith", "-n", "1", "--samples", "2", "--mo
           "--out", "kept.jsonl"]
 EVAL = ["sveb", "eval", "--cases", "cases.jsonl", "--methods", "grpo", "--out", "results.json"]
 REPORT = ["sveb", "report", "--results", "results.json", "--out", "report"]
+SWEEP = ["sveb", "sweep", "--cases", "cases.jsonl", "--grid", "layer=-1,-2", "--out", "sweep"]
+METHODS_FILE = ["sveb", "eval", "--cases", "cases.jsonl", "--methods-file", "methods.yaml", "--out", "results.json"]
 RECIPE = ("model: tiny\ntasks: builtin:arith?steps=1\nproblems: 4\noutput_dir: run\n"
           "trl:\n  max_steps: 1\n  per_device_train_batch_size: 4\n  num_generations: 4\n"
           "  max_completion_length: 8\n  bf16: false\n")
@@ -160,6 +162,21 @@ def cases() -> list[Case]:
         Case("sveb eval --device bogus", EVAL + ["--device", "bogus"], ("--device",), valid_cases),
         Case("sveb eval --methods ''", _with(EVAL, "--methods", ""), ("methods",), valid_cases),
         Case("sveb eval --methods nosuch", _with(EVAL, "--methods", "nosuch"), ("nosuch",), valid_cases),
+        Case("sveb eval hista?stride=abc", _with(EVAL, "--methods", "hista?stride=abc"), ("hista?stride=abc", "stride"),
+             valid_cases),
+        Case("sveb eval hista?nokey=1", _with(EVAL, "--methods", "hista?nokey=1"), ("hista?nokey=1", "nokey"),
+             valid_cases),
+        Case("sveb eval --methods-file missing", METHODS_FILE, ("methods.yaml",), valid_cases),
+        Case("sveb eval --methods-file FIFO", METHODS_FILE, ("methods.yaml", "regular file"),
+             {**valid_cases, "methods.yaml": FIFO}),
+        Case("sveb eval --methods-file with a bad entry", METHODS_FILE, ("methods.yaml", "methods[1]"),
+             {**valid_cases, "methods.yaml": b"- grpo\n- [1, 2]\n"}),
+        Case("sveb sweep --grid layer", _with(SWEEP, "--grid", "layer"), ("--grid", "layer"), valid_cases),
+        Case("sveb sweep --grid with an unknown key", _with(SWEEP, "--grid", "nokey=1,2"), ("--grid", "nokey"),
+             valid_cases),
+        Case("sveb sweep --folds 3 on 2 problems", SWEEP + ["--folds", "3"], ("--folds",), valid_cases),
+        Case("sveb sweep over another sweep's values", SWEEP, ("values.jsonl", "another --out"),
+             {**valid_cases, "sweep/values.jsonl": b'{"kind": "sweep", "specs": ["grpo"]}\n'}),
         Case("tasks filter --lo 0.9 --hi 0.1", FILTER + ["--lo", "0.9", "--hi", "0.1"], ("--lo",)),
         Case("tasks filter --samples 0", _with(FILTER, "--samples", "0"), ("--samples",)),
         Case("tasks preview -n -1", ["tasks", "preview", "builtin:arith", "-n", "-1"], ("-n",)),

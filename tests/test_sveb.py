@@ -143,6 +143,11 @@ def test_presets_are_build_configs_and_build_defaults_are_the_default_preset():
 
     assert PRESETS["default"] == BuildConfig() and BuildConfig().rollouts == 32 and BuildConfig().continuations == 20
     assert PRESETS["quick"].tasks == ("builtin:arith?steps=1", "builtin:choice") and PRESETS["quick"].problems == 12
+    from hista import tasks
+
+    for name, config in PRESETS.items():  # every preset's task sources load
+        assert all(tasks.load(spec, n=2, seed=0) for spec in config.tasks), name
+    assert all("explain=yes" in spec for spec in PRESETS["long"].tasks) and PRESETS["long"].max_new_tokens >= 200
 
 
 def test_mc_reads_the_stored_continuations(built, tmp_path):
@@ -195,15 +200,16 @@ def test_a_failing_method_exits_2_naming_it(built, tmp_path, capsys, monkeypatch
 
 
 def test_hista_layer_in_sveb_eval(built, tmp_path, monkeypatch):
-    """The hidden layer comes from each method's estimator: one forward pass per layer."""
+    """The hidden layer comes from each method's estimator; every layer in use comes from one
+    forward pass per case."""
     from hista.sveb import eval as sveb_eval
 
     layers = []
     original = sveb_eval.hidden_states
 
-    def spy(*args, layer=-1, **kw):
-        layers.append(layer)
-        return original(*args, layer=layer, **kw)
+    def spy(*args, **kw):
+        layers.append(kw.get("layers"))
+        return original(*args, **kw)
 
     monkeypatch.setattr(sveb_eval, "hidden_states", spy)
     varied = tmp_path / "varied.jsonl"  # the tiny model never answers: give the rollouts mixed rewards
@@ -216,7 +222,7 @@ def test_hista_layer_in_sveb_eval(built, tmp_path, monkeypatch):
     fine = "min_distance=0.0001"
     methods = [f"hista?{fine}", f"hista?layer=-1&{fine}", f"hista?layer=-2&{fine}"]
     results = sveb_eval.evaluate(built, methods, progress=False, n_boot=10)
-    assert sorted(set(layers)) == [-2, -1] and len(layers) == 2 * len(results["cases"])
+    assert layers == [[-2, -1]] * len(results["cases"])
     assert results["methods"][methods[2]]["config"]["layer"] == -2
     values = [tuple(r["values"][m] for m in methods) for r in results["cases"]]
     assert all(a == b for a, b, _ in values) and any(a != c for a, _, c in values)
@@ -229,5 +235,5 @@ def test_sveb_run_library_function(tmp_path):
                  overrides={"model": "tiny", "problems": 1, "rollouts": 4, "continuations": 2, "max_new_tokens": 4,
                             "lo": None, "hi": None})
     assert result["counts"]["cases"] == 2 and result["cases"].exists() and result["results"].exists()
-    assert set(result["report"]) == {"markdown", "json", "mae_plot", "differences_plot"}
+    assert set(result["report"]) == {"markdown", "json", "mae_plot", "differences_plot", "delta_plot"}
     assert json.loads(result["results"].read_text())["settings"]["rollouts"] == 4

@@ -334,7 +334,7 @@ def test_null_value_is_counted_as_skipped_not_dropped(tmp_path):
 def test_results_report_writes_the_report(tmp_path):
     path = write_results(tmp_path, results_object())
     paths, table = results.report(path, tmp_path / "report")
-    assert set(paths) == {"markdown", "json", "mae_plot", "differences_plot"}
+    assert set(paths) == {"markdown", "json", "mae_plot", "differences_plot", "delta_plot"}
     assert all(p.exists() for p in paths.values())
     assert "Hista" in table and "MCS@3" in table
     stored = json.loads((tmp_path / "report" / "report.json").read_text())["summary"]
@@ -479,3 +479,24 @@ def test_fuzz_results_files(changes):
             results.summarise(results.read(path), path=path)
         except InputError:
             pass
+
+
+def test_gzip_case_file_reads_as_the_plain_one_and_a_corrupt_one_is_named(tmp_path):
+    import gzip
+
+    plain = Path(__file__).parent / "data" / "sveb_cases_tiny.jsonl"
+    packed = tmp_path / "cases.jsonl.gz"
+    packed.write_bytes(gzip.compress(plain.read_bytes()))
+    assert cases.read(packed) == cases.read(plain)
+    broken = tmp_path / "broken.jsonl.gz"
+    broken.write_bytes(plain.read_bytes()[:100])
+    with pytest.raises(InputError, match="broken.jsonl.gz.*gzip"):
+        cases.read(broken)
+
+
+def test_build_refuses_to_append_to_a_gzip_file(tmp_path):
+    from hista.sveb.build import BuildConfig, build
+
+    with pytest.raises(InputError, match="plain JSON lines"):
+        build(BuildConfig(model="tiny", problems=1, rollouts=2, continuations=1), tmp_path / "cases.jsonl.gz",
+              progress=False)

@@ -305,9 +305,10 @@ def test_plots_and_write_report(tmp_path):
 
     out = tmp_path / "report"
     paths = write_report(s, recs, METHODS, out, labels=LABELS)
-    assert set(paths) == {"markdown", "json", "mae_plot", "differences_plot"}
-    assert {p.name for p in paths.values()} == {"report.md", "report.json", "mae.png", "differences.png"}
-    assert sorted(p.name for p in out.iterdir()) == ["differences.png", "mae.png", "report.json", "report.md"]
+    assert set(paths) == {"markdown", "json", "mae_plot", "differences_plot", "delta_plot"}
+    assert {p.name for p in paths.values()} == {"report.md", "report.json", "mae.png", "differences.png", "delta.png"}
+    assert sorted(p.name for p in out.iterdir()) == ["delta.png", "differences.png", "mae.png", "report.json",
+                                                     "report.md"]
     md = paths["markdown"].read_text(encoding="utf-8")
     assert md.startswith("# SVEB report")
     assert markdown_table(s, LABELS) in md

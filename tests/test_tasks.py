@@ -533,3 +533,20 @@ def test_check_spec_validates_a_jsonl_file(tmp_path):
     with pytest.raises(InputError) as ei:
         tasks.check_spec(f"jsonl:{p}")
     assert ei.value.line == 2 and ei.value.field == "answer"
+
+
+@pytest.mark.parametrize("name", ["arith?steps=1", "choice"])
+def test_explain_option_asks_for_a_detailed_answer_and_leaves_the_default_alone(name):
+    sep = "&" if "?" in name else "?"
+    plain = tasks.load(f"builtin:{name}", n=5, seed=3)
+    default = tasks.load(f"builtin:{name}{sep}explain=no", n=5, seed=3)
+    long = tasks.load(f"builtin:{name}{sep}explain=yes", n=5, seed=3)
+    assert [p["problem"] for p in default] == [p["problem"] for p in plain]
+    assert [p["id"] for p in default] == [p["id"] for p in plain]
+    assert all("-explain-" in p["id"] and "in detail" in p["problem"] for p in long)
+    assert not any("-explain-" in p["id"] for p in plain)
+
+
+def test_explain_option_rejects_other_values():
+    with pytest.raises(InputError, match="explain"):
+        tasks.load("builtin:arith?explain=maybe", n=1)

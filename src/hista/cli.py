@@ -178,6 +178,14 @@ def _build_overrides(args: argparse.Namespace) -> dict:
 
 
 def _methods(args: argparse.Namespace) -> list[str]:
+    """The methods of ``--methods`` or ``--methods-file`` (the presets' defaults without either)."""
+    from .sveb.eval import read_methods_file
+    from .sveb.presets import DEFAULT_METHODS
+
+    if args.methods_file is not None:
+        return read_methods_file(args.methods_file)
+    if args.methods is None:
+        return list(DEFAULT_METHODS)
     return [m.strip() for m in args.methods.split(",")]
 
 
@@ -206,6 +214,30 @@ def cmd_sveb_eval(args: argparse.Namespace) -> int:
     write_json_atomic(args.out, results)
     print(f"sveb eval: {len(results['cases'])} cases -> {args.out}")
     print(report.markdown_table(results["summary"], results["labels"]))
+    print(report.paired_markdown(results["cases"], list(results["methods"]), results["labels"],
+                                 n_boot=results["summary"]["n_boot"], seed=results["summary"]["seed"]))
+    return 0
+
+
+def cmd_sveb_sweep(args: argparse.Namespace) -> int:
+    """`hista sveb sweep`: a grid of method specs on stored cases, resumable, with selection (SPEC §8)."""
+    from .sveb import sweep
+    from .sveb.eval import read_methods_file
+
+    specs = read_methods_file(args.specs) if args.specs is not None else None
+    result = sweep.sweep(args.cases, args.out, base=args.base, grid=args.grid, specs=specs, folds=args.folds,
+                         select_on=args.select_on, seed=args.seed, n_boot=args.n_boot, device=args.device)
+    print("sveb sweep: " + sweep.summary_text(result))
+    print("sveb sweep: " + ", ".join(str(p) for p in [Path(args.out) / sweep.VALUES, *result["paths"].values()]))
+    return 0
+
+
+def cmd_sveb_split(args: argparse.Namespace) -> int:
+    """`hista sveb split`: the selection and report parts of a case file, as sweep splits it (SPEC §8)."""
+    from .sveb import sweep
+
+    paths = sweep.split_cases(args.cases, args.out, select_on=args.select_on, seed=args.seed)
+    print("sveb split: " + ", ".join(f"{part} {path}" for part, path in paths.items()))
     return 0
 
 
@@ -261,9 +293,13 @@ def _add_build_options(p: argparse.ArgumentParser, default_preset: str) -> None:
 def _add_methods_option(p: argparse.ArgumentParser) -> None:
     from .sveb.presets import DEFAULT_METHODS
 
-    p.add_argument("--methods", default=",".join(DEFAULT_METHODS),
-                   help="comma list of estimator methods, name[-profile][?key=value&...] "
-                        "(e.g. hista?layer=-6&interval=10, mc?num=1) (default: %(default)s)")
+    which = p.add_mutually_exclusive_group()
+    which.add_argument("--methods", default=None,
+                       help="comma list of estimator methods, name[-profile][?key=value&...], the key label= names "
+                            "the method in reports (e.g. hista?layer=-6&interval=10, mc?num=1&label=MC 1) "
+                            f"(default: {','.join(DEFAULT_METHODS)})")
+    which.add_argument("--methods-file", metavar="FILE.yaml",
+                       help="a YAML list of methods: spec strings, or mappings {name, profile, label, params}")
     p.add_argument("--device", type=_device, default=None,
                    help="cpu or cuda for hidden states (default: cuda if available)")
 
@@ -325,10 +361,11 @@ def build_parser() -> argparse.ArgumentParser:
     _add_sampling_options(p)
     p.set_defaults(func=cmd_sample)
 
-    p = sub.add_parser("sveb", help="State Value Estimation Benchmark: build, eval, report, run",
+    p = sub.add_parser("sveb", help="State Value Estimation Benchmark: build, eval, report, run, sweep",
                        description="SVEB (SPEC §8). build: sample G rollouts per problem, pick states, sample M "
                                    "continuations (targets); eval: estimator values vs targets; report: table, "
-                                   "JSON, plots; run: all three with a preset.")
+                                   "JSON, plots; run: all three with a preset; sweep: a grid of method "
+                                   "parameters with selection on held-out problems.")
     actions = p.add_subparsers(dest="action", required=True, metavar="ACTION")
     q = actions.add_parser("build", help="sample cases into a JSONL file (resumable)",
                            description="Sample G rollouts per problem, verify them, pick states, sample M "
@@ -346,6 +383,46 @@ def build_parser() -> argparse.ArgumentParser:
     q.add_argument("--model", "--eval-model", dest="model", default=None,
                    help="refuse unless the cases were built with this model")
     q.set_defaults(func=cmd_sveb_eval)
+    q = actions.add_parser("sweep", help="evaluate a grid of method parameters on stored cases (resumable)",
+                           description="Evaluate the Cartesian product of --grid laid over --base (or the specs of "
+                                       "--specs) on the cases of --cases: hidden states once per case for all the "
+                                       "layers the points need, every point's value appended to OUT/values.jsonl "
+                                       "at once (a rerun resumes). Writes OUT/sweep.json, OUT/sweep.md (points "
+                                       "by ΔMAE vs GRPO) and heatmaps; the best point is chosen on part of the "
+                                       "problems and reported on the rest.")
+    q.add_argument("--cases", required=True, help="the cases JSONL written by sveb build")
+    q.add_argument("--out", required=True, help="output folder (values.jsonl, sweep.json, sweep.md, heatmaps)")
+    q.add_argument("--base", default=None, help="the method spec the grid is laid over, may set parameters itself "
+                                                "(e.g. hista-reference, numca?parser=digits) (default: hista)")
+    points = q.add_mutually_exclusive_group(required=True)
+    points.add_argument("--grid", help="key=v1,v2;key2=v3,... (values are YAML scalars), e.g. "
+                                       "'layer=-1,-4,-8;interval=10,25,50;stride=1,5'")
+    points.add_argument("--specs", metavar="FILE.yaml", help="explicit method specs instead of a grid (the "
+                                                             "--methods-file format of sveb eval)")
+    selection = q.add_mutually_exclusive_group()
+    selection.add_argument("--select-on", type=_number(float, 0.0, 1.0, lo_open=True, what="must lie in (0, 1)"),
+                           nargs="?", const=0.5, default=None, metavar="HALF",
+                           help="choose the best point on this fraction of the problems (seeded) and report it on "
+                                "the others (the default, with 0.5)")
+    selection.add_argument("--folds", type=AT_LEAST_2, metavar="K",
+                           help="K-fold by problem: choose on K-1 folds, report on the held-out one, pool them")
+    q.add_argument("--seed", type=SEED, default=0, help="seed of the split and the bootstrap (default: %(default)s)")
+    q.add_argument("--n-boot", type=_number(int, 1, 1_000_000, what="must be an integer in [1, 1000000]"),
+                   default=2000, help="bootstrap resamples of the intervals (default: %(default)s)")
+    q.add_argument("--device", type=_device, default=None,
+                   help="cpu or cuda for hidden states (default: cuda if available)")
+    q.set_defaults(func=cmd_sveb_sweep)
+    q = actions.add_parser("split", help="split a case file by problem into selection and report parts",
+                           description="Write OUT/selection.jsonl and OUT/report.jsonl: the cases of --cases split "
+                                       "by problem exactly as sveb sweep splits them with the same --select-on "
+                                       "and --seed, so that tables of the report part are not selected on.")
+    q.add_argument("--cases", required=True, help="the cases JSONL (or .jsonl.gz) written by sveb build")
+    q.add_argument("--out", required=True, help="output folder (selection.jsonl, report.jsonl)")
+    q.add_argument("--select-on", type=_number(float, 0.0, 1.0, lo_open=True, what="must lie in (0, 1)"),
+                   default=0.5, metavar="HALF", help="fraction of the problems in the selection part "
+                                                     "(default: %(default)s)")
+    q.add_argument("--seed", type=SEED, default=0, help="seed of the split (default: %(default)s)")
+    q.set_defaults(func=cmd_sveb_split)
     q = actions.add_parser("report", help="markdown table, JSON and plots from a results file",
                            description="Write report.md, report.json and the plots of a results JSON into --out.")
     q.add_argument("--results", required=True, help="the results JSON written by sveb eval")

@@ -39,44 +39,83 @@ def cache_argument(model) -> str:
     return "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"
 
 
+def hidden_state_count(lm: LoadedModel) -> int:
+    """How many hidden states transformers' ``hidden_states`` tuple of this model holds: its
+    number of layers + 1 (the embeddings), so valid layers are ``-count .. count - 1`` (SPEC
+    §4.3)."""
+    config = lm.model.config
+    config = config.get_text_config() if hasattr(config, "get_text_config") else config
+    return int(config.num_hidden_layers) + 1
+
+
+def _layer_index(layer: int, count: int) -> int:
+    """``layer`` as an index 0..count-1 of the ``hidden_states`` tuple, or an IndexError naming it."""
+    if not -count <= layer < count:
+        raise IndexError(f"layer {layer} does not exist: the model has {count} hidden states "
+                         f"(layers {-count} to {count - 1})")
+    return layer % count
+
+
 @torch.no_grad()
 def hidden_states(lm: LoadedModel, prompt_ids: Sequence[Sequence[int]], completion_ids: Sequence[Sequence[int]],
-                  *, layer: int = -1, batch_size: int = 8) -> list[torch.Tensor]:
+                  *, layer: int = -1, layers: Optional[Sequence[int]] = None,
+                  batch_size: int = 8) -> list[torch.Tensor] | dict[int, list[torch.Tensor]]:
     """The hidden states of ``layer`` (as in :func:`forward`) for every prompt + completion
     position, ``[len(prompt) + len(completion), H]`` per sequence, float32 on the CPU (SPEC
     §4.3, §8). Runs the model without its output head (no vocabulary logits, log-probs or
     entropies), and encodes a prompt that several sequences share once: its KV cache is copied
-    to each of them, as when the G rollouts of one problem are evaluated together."""
+    to each of them, as when the G rollouts of one problem are evaluated together.
+
+    With ``layers`` (a list of layers) one forward pass gives all of them: the result is then a
+    dict layer -> the per-sequence list (``layer`` is ignored); two names of one layer (-1 and
+    count - 1) share their tensors. A layer the model does not have raises an IndexError naming
+    it (:func:`hidden_state_count` tells the valid range)."""
     if len(prompt_ids) != len(completion_ids):
         raise ValueError(f"{len(prompt_ids)} prompts but {len(completion_ids)} completions")
+    wanted = [layer] if layers is None else [int(x) for x in layers]
+    count = hidden_state_count(lm)
+    index = {w: _layer_index(w, count) for w in wanted}
+    picked = sorted(set(index.values()))
+    per_index = _hidden_layers(lm, prompt_ids, completion_ids, picked, batch_size)
+    if layers is None:
+        return per_index[index[layer]]
+    return {w: per_index[index[w]] for w in wanted}
+
+
+def _hidden_layers(lm: LoadedModel, prompt_ids: Sequence[Sequence[int]], completion_ids: Sequence[Sequence[int]],
+                   picked: list[int], batch_size: int) -> dict[int, list[torch.Tensor]]:
+    """:func:`hidden_states` of the tuple indices ``picked`` (0..count-1), from one pass."""
     from transformers import DynamicCache
 
     model, pad, device = lm.model.base_model, lm.tokenizer.pad_token_id or 0, lm.device
     by_prompt: dict[tuple, list[int]] = {}
     for row, prompt in enumerate(prompt_ids):
         by_prompt.setdefault(tuple(prompt), []).append(row)
-    out: list[Optional[torch.Tensor]] = [None] * len(prompt_ids)
+    out: dict[int, list[Optional[torch.Tensor]]] = {k: [None] * len(prompt_ids) for k in picked}
     for prompt, rows in by_prompt.items():
         rows.sort(key=lambda r: -len(completion_ids[r]))  # similar lengths share a micro-batch: less padding
         for start in range(0, len(rows), batch_size):
             chunk = rows[start : start + batch_size]
             comps = [list(completion_ids[r]) for r in chunk]
             cache = DynamicCache(config=lm.model.config)
-            head = model(input_ids=torch.tensor([prompt], device=device), use_cache=True, output_hidden_states=True,
-                         **{cache_argument(model): cache}).hidden_states[layer][0].float().cpu()
+            states = model(input_ids=torch.tensor([prompt], device=device), use_cache=True, output_hidden_states=True,
+                           **{cache_argument(model): cache}).hidden_states
+            head = {k: states[k][0].float().cpu() for k in picked}
             width = max(len(c) for c in comps)
             if width == 0:
-                for r in chunk:
-                    out[r] = head.clone()
+                for k in picked:
+                    for r in chunk:
+                        out[k][r] = head[k].clone()
                 continue
             cache.batch_select_indices(torch.zeros(len(chunk), dtype=torch.long, device=device))
             ids = torch.tensor([c + [pad] * (width - len(c)) for c in comps], device=device)
             mask = torch.tensor([[1] * (len(prompt) + len(c)) + [0] * (width - len(c)) for c in comps], device=device)
             positions = torch.arange(len(prompt), len(prompt) + width, device=device).expand(len(chunk), -1)
             tail = model(input_ids=ids, attention_mask=mask, position_ids=positions, use_cache=True,
-                         output_hidden_states=True, **{cache_argument(model): cache}).hidden_states[layer]
-            for k, (r, c) in enumerate(zip(chunk, comps)):
-                out[r] = torch.cat([head, tail[k, : len(c)].float().cpu()])
+                         output_hidden_states=True, **{cache_argument(model): cache}).hidden_states
+            for k in picked:
+                for j, (r, c) in enumerate(zip(chunk, comps)):
+                    out[k][r] = torch.cat([head[k], tail[k][j, : len(c)].float().cpu()])
     return out
 
 

@@ -100,6 +100,9 @@ def build(config: BuildConfig, out: str | Path, *, lm: Optional[LoadedModel] = N
     """
     out = Path(out)
     check_output_file(out)
+    if out.name.endswith(".gz"):
+        raise InputError("build appends plain JSON lines: give a .jsonl name and compress the finished file",
+                         path=str(out))
     problems = [p for spec in config.tasks
                 for p in tasks.load(spec, n=config.problems, seed=config.seed, split=config.split)]
     existing = cases.read(out, repair=True)

@@ -11,10 +11,12 @@ rewards and the target (their mean).
 from __future__ import annotations
 
 import fcntl
+import gzip
 import json
 import math
 import os
 import stat
+import zlib
 from pathlib import Path
 from typing import Any, Iterator
 
@@ -178,7 +180,8 @@ def read(path: str | os.PathLike, *, repair: bool = False) -> list[dict[str, Any
 
     With ``repair=True`` (used by ``build`` when resuming its own file) an unterminated last
     line, the trace of a crash mid-write, is cut off instead. A path that is not a regular
-    file (a directory, a FIFO) is refused without opening it.
+    file (a directory, a FIFO) is refused without opening it. A name ending in ``.gz`` is read
+    as a gzip-compressed case file (how the committed studies store theirs; never repaired).
     """
     path = Path(path)
     try:
@@ -198,6 +201,11 @@ def read(path: str | os.PathLike, *, repair: bool = False) -> list[dict[str, Any
             raw = raw[:keep]
     except OSError as exc:
         raise InputError(f"cannot read the case file ({exc.strerror or exc})", path=str(path)) from None
+    if path.name.endswith(".gz"):
+        try:
+            raw = gzip.decompress(raw)
+        except (OSError, EOFError, zlib.error) as exc:
+            raise InputError(f"is not a readable gzip file ({exc})", path=str(path)) from None
     return list(_records(raw, path))
 
 

@@ -24,7 +24,8 @@ def run(settings: Union[str, BuildConfig] = "quick", out: Union[str, Path] = "ru
     config = preset(settings) if isinstance(settings, str) else settings
     config = dataclasses.replace(config, **(overrides or {}))
     out = Path(out)
-    check_output_dir(out, ("cases.jsonl", "results.json", "report.md", "report.json", "mae.png", "differences.png"))
+    check_output_dir(out, ("cases.jsonl", "results.json", "report.md", "report.json", "mae.png", "differences.png",
+                           "delta.png"))
     cases_path, results_path = out / "cases.jsonl", out / "results.json"
     counts = build(config, cases_path, progress=progress)
     results = evaluate(cases_path, methods, device=device, progress=progress)

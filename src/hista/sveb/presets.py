@@ -11,6 +11,10 @@ PRESETS: dict[str, BuildConfig] = {
     # about 8 minutes on 2 CPU cores with the embedded model: the README's main job
     "quick": BuildConfig(tasks=("builtin:arith?steps=1", "builtin:choice"), problems=12, rollouts=16,
                          continuations=12, max_new_tokens=96),
+    # long responses (about 170 tokens on median, so Hista's default interval of 50 leaves about
+    # three interior nodes): the same two tasks asking for a detailed explanation
+    "long": BuildConfig(tasks=("builtin:arith?steps=1&explain=yes", "builtin:choice?explain=yes"), problems=12,
+                        rollouts=16, continuations=16, max_new_tokens=256),
 }
 
 #: estimator methods (``name[-profile][?key=value&...]``) evaluated when none are named

@@ -1,9 +1,11 @@
-"""SVEB report (SPEC §8 ``report``): a markdown table laid out like the paper's Table 4, a JSON
-file, and two plots (MAE bars with intervals; histograms of each estimator's difference from
-the group mean, as the paper's Figure 2).
+"""SVEB report (SPEC §8 ``report``): a markdown table laid out like the paper's Table 4, the
+paired comparison with GRPO (ΔMAE with intervals and win rates, by field, position and length),
+a JSON file, and three plots (MAE bars with intervals; histograms of each estimator's
+difference from the group mean, as the paper's Figure 2; ΔMAE vs GRPO with intervals).
 
-Input is the dict returned by :func:`hista.sveb.metrics.summarise` and, for the difference
-plot, the per-case records it was computed from. Every file is written atomically (temporary
+Input is the dict returned by :func:`hista.sveb.metrics.summarise` and the per-case records it
+was computed from (for the difference plot and the paired comparison,
+:func:`hista.sveb.paired.paired_summary`). Every file is written atomically (temporary
 file beside the target, then ``os.replace``), so a reader never sees a half-written report.
 """
 
@@ -15,8 +17,10 @@ from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 from ..jsonio import check_output_dir, write_atomic, write_json_atomic
+from .paired import paired_summary
 
-__all__ = ["markdown_table", "plot_mae", "plot_differences", "write_report"]
+__all__ = ["markdown_table", "paired_table", "slices_table", "paired_markdown", "plot_mae", "plot_differences",
+           "plot_delta", "write_report"]
 
 
 # --------------------------------------------------------------------------------------------
@@ -159,6 +163,88 @@ def _pearson_table(summary: Mapping[str, Any], labels: Mapping[str, str] | None)
 
 
 # --------------------------------------------------------------------------------------------
+# paired comparison with GRPO
+# --------------------------------------------------------------------------------------------
+
+
+def _signed(x: Any) -> str:
+    return f"{x:+.3f}" if _finite(x) else "n/a"
+
+
+def _paired_cell_text(cell: Mapping[str, Any] | None) -> str:
+    """``ΔMAE [lo, hi]`` (``*`` when the interval excludes 0), the win rate and, when there are
+    ties, the tie rate; "–" without cases."""
+    if not cell or not cell.get("n") or not _finite(cell.get("delta")):
+        return "–"
+    star = "*" if cell.get("excludes_zero") else ""
+    win = f"win {cell['win']:.0%}" if _finite(cell.get("win")) else "win n/a"
+    if _finite(cell.get("tie")) and cell["tie"] > 0:
+        win += f", tie {cell['tie']:.0%}"
+    return f"{_signed(cell['delta'])} [{_signed(cell.get('lo'))}, {_signed(cell.get('hi'))}]{star} · {win}"
+
+
+def _paired_rows(paired: Mapping[str, Any], columns: Sequence[tuple[str, str]], labels: Mapping[str, str] | None,
+                 column_label: Any) -> list[str]:
+    """Header, rule and one line per method of a paired table over ``(group, slice)`` columns."""
+    header = "| Estimator | " + " | ".join(column_label(group, name) for group, name in columns) + " |"
+    lines = [header, "| --- | " + " | ".join("---" for _ in columns) + " |"]
+    for m in paired["methods"]:
+        row = paired["rows"][m]
+        cells = [_paired_cell_text(row.get(group, {}).get(name)) for group, name in columns]
+        lines.append(f"| {_label(labels, m)} | " + " | ".join(cells) + " |")
+    return lines
+
+
+def paired_table(paired: dict, labels: dict[str, str] | None = None) -> str:
+    """Markdown table of the paired comparison with GRPO by field (SPEC §8): one row per method,
+    columns the fields then "all", each cell ``ΔMAE [lo, hi]`` (MAE of the method minus MAE of
+    the group mean on the same cases, with its paired bootstrap interval; ``*`` where the
+    interval excludes 0) and the win rate against GRPO (and the tie rate, when not 0). ``paired`` is the dict of
+    :func:`hista.sveb.paired.paired_summary`; the first line is a caption."""
+    level = paired.get("level", 0.95)
+    columns = [("field", f) for f in paired["slices"]["field"]] + [("all", "all")]
+    counts = paired["counts"]
+    count_text = ", ".join(f"{_field_label(labels, name)} {counts[group][name]}" for group, name in columns)
+    caption = (
+        f"Table: paired comparison with GRPO (the group mean): ΔMAE = MAE(estimator) − MAE(GRPO) on "
+        f"the same cases (negative: closer to the target than GRPO), {level:.0%} paired bootstrap "
+        f"interval in brackets (each resample draws the same cases for both), * where it excludes 0; "
+        f"win = share of cases where the estimator is strictly closer to the target (tie: as close). "
+        f"Cases: {count_text}."
+    )
+    lines = [caption, ""] + _paired_rows(paired, columns, labels, lambda group, name: _field_label(labels, name))
+    return "\n".join(lines) + "\n"
+
+
+def slices_table(paired: dict, labels: dict[str, str] | None = None) -> str:
+    """Markdown table of the paired comparison with GRPO by relative position t/T (thirds) and by
+    response length (terciles), all fields pooled (SPEC §8); cells as in :func:`paired_table`.
+    Without any case that records its response length, one sentence saying so."""
+    columns = [(group, name) for group in ("position", "length") for name in paired["slices"][group]]
+    if not columns:
+        return "No case records its response length: no breakdown by position or length.\n"
+    counts = paired["counts"]
+    count_text = ", ".join(f"{name} {counts[group][name]}" for group, name in columns)
+    caption = (
+        f"Table: ΔMAE vs GRPO by relative position of the state (t/T, thirds) and by response length "
+        f"(terciles of T in tokens), all fields pooled; cells as above. Cases: {count_text}."
+    )
+    if paired.get("no_length"):
+        caption += f" {paired['no_length']} cases without a recorded length are left out."
+    lines = [caption, ""] + _paired_rows(paired, columns, labels, lambda group, name: name)
+    return "\n".join(lines) + "\n"
+
+
+def paired_markdown(records: Sequence[dict], methods: Sequence[str], labels: dict[str, str] | None = None, *,
+                    n_boot: int = 2000, seed: int = 0) -> str:
+    """Both paired tables (:func:`paired_table`, then :func:`slices_table`) of
+    :func:`hista.sveb.paired.paired_summary` over ``records`` (SPEC §8), as ``sveb eval`` prints
+    them."""
+    paired = paired_summary(records, methods, n_boot=n_boot, seed=seed)
+    return paired_table(paired, labels) + "\n" + slices_table(paired, labels)
+
+
+# --------------------------------------------------------------------------------------------
 # plots
 # --------------------------------------------------------------------------------------------
 
@@ -278,6 +364,38 @@ def plot_differences(
     return _save_figure(fig, Path(path))
 
 
+def plot_delta(paired: dict, path: str | os.PathLike, labels: dict[str, str] | None = None) -> Path:
+    """PNG of the paired comparison with GRPO over all cases (SPEC §8 ``report``): one point per
+    method at its ΔMAE = MAE(method) − MAE(GRPO), with its paired bootstrap interval as error
+    bar, and a vertical line at 0 (left of it: better than GRPO). A method without cases is
+    listed with "no values". Returns the path written."""
+    methods = list(paired["methods"])
+    fig = _new_figure(6.4, 1.2 + 0.45 * max(1, len(methods)))
+    ax = fig.add_subplot(1, 1, 1)
+    ax.axvline(0.0, color="C3", linewidth=1.0)
+    for k, m in enumerate(methods):
+        y = len(methods) - 1 - k  # first method on top
+        cell = paired["rows"][m]["all"]["all"]
+        delta = cell.get("delta")
+        if not _finite(delta):
+            ax.text(0.0, y, " no values", va="center", ha="left", fontsize="small")
+            continue
+        lo, hi = cell.get("lo"), cell.get("hi")
+        err = [[max(0.0, delta - lo)], [max(0.0, hi - delta)]] if _finite(lo) and _finite(hi) else None
+        colour = "C0" if cell.get("excludes_zero") else "0.45"
+        ax.errorbar([delta], [y], xerr=err, fmt="o", color=colour, ecolor=colour, capsize=3, elinewidth=1.0)
+    ax.set_yticks(range(len(methods)))
+    ax.set_yticklabels([_label(labels, m) for m in reversed(methods)])
+    ax.set_ylim(-0.6, max(1, len(methods)) - 0.4)
+    level = paired.get("level", 0.95)
+    ax.set_xlabel(f"ΔMAE vs GRPO, {level:.0%} paired bootstrap interval (lower is better)")
+    ax.set_title("SVEB: ΔMAE vs the group-mean (GRPO) baseline, all cases", fontsize="medium")
+    ax.grid(axis="x", alpha=0.3)
+    ax.set_axisbelow(True)
+    fig.tight_layout()
+    return _save_figure(fig, Path(path))
+
+
 # --------------------------------------------------------------------------------------------
 # everything
 # --------------------------------------------------------------------------------------------
@@ -302,18 +420,24 @@ def write_report(
     methods: Sequence[str],
     out_dir: str | os.PathLike,
     labels: dict[str, str] | None = None,
+    *,
+    paired: dict | None = None,
 ) -> dict[str, Path]:
     """Write the SVEB report into ``out_dir`` (SPEC §8 ``report``): ``report.md`` (title, the
-    Table-4 style MAE table, how to read it, Pearson table, links to the plots),
-    ``report.json`` (``{"summary": ..., "labels": ...}``, NaN written as null), ``mae.png``
-    and ``differences.png``. Each file is written atomically. Returns
-    ``{"markdown", "json", "mae_plot", "differences_plot"}`` -> path."""
+    Table-4 style MAE table, how to read it, the paired comparison with GRPO by field and by
+    position and length, Pearson table, links to the plots), ``report.json``
+    (``{"summary": ..., "paired": ..., "labels": ...}``, NaN written as null), ``mae.png``,
+    ``differences.png`` and ``delta.png``. ``paired`` defaults to
+    :func:`hista.sveb.paired.paired_summary` of ``records`` and ``methods`` with the summary's
+    ``n_boot`` and ``seed``. Each file is written atomically. Returns
+    ``{"markdown", "json", "mae_plot", "differences_plot", "delta_plot"}`` -> path."""
     out = Path(out_dir)
     paths = {
         "markdown": out / "report.md",
         "json": out / "report.json",
         "mae_plot": out / "mae.png",
         "differences_plot": out / "differences.png",
+        "delta_plot": out / "delta.png",
     }
     # SPEC §11: a bad folder or a non-regular file in the way fails here, before any plotting
     check_output_dir(out, [p.name for p in paths.values()])
@@ -321,8 +445,11 @@ def write_report(
     labels = dict(labels or {})
     plot_mae(summary, paths["mae_plot"], labels=labels)
     plot_differences(records, methods, paths["differences_plot"], labels=labels)
+    if paired is None:
+        paired = paired_summary(records, methods, n_boot=summary.get("n_boot", 2000), seed=summary.get("seed", 0))
+    plot_delta(paired, paths["delta_plot"], labels=labels)
 
-    write_json_atomic(paths["json"], {"summary": summary, "labels": labels}, indent=2)
+    write_json_atomic(paths["json"], {"summary": summary, "paired": paired, "labels": labels}, indent=2)
 
     level = summary.get("level", 0.95)
     md = "\n".join([
@@ -331,6 +458,10 @@ def write_report(
         markdown_table(summary, labels),
         _HOW_TO_READ.format(level=f"{level:.0%}"),
         "",
+        "## Paired comparison with GRPO",
+        "",
+        paired_table(paired, labels),
+        slices_table(paired, labels),
         "## Pearson correlation with the target",
         "",
         _pearson_table(summary, labels),
@@ -339,6 +470,8 @@ def write_report(
         f"![MAE by field with {level:.0%} intervals]({paths['mae_plot'].name})",
         "",
         f"![Difference of each estimator from the group mean]({paths['differences_plot'].name})",
+        "",
+        f"![ΔMAE of each estimator vs GRPO with {level:.0%} paired intervals]({paths['delta_plot'].name})",
         "",
     ])
     write_atomic(paths["markdown"], lambda fh: fh.write(md))

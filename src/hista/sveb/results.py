@@ -23,7 +23,7 @@ from typing import Any, Optional
 from ..errors import InputError
 from ..jsonio import loads
 from . import metrics
-from .schema import Where, is_unit, kind, require, short, text
+from .schema import Where, is_int, is_unit, kind, require, short, text
 
 __all__ = ["read", "summarise", "report", "MAX_N_BOOT", "MAX_MCS_N", "MAX_VALUE"]
 
@@ -90,6 +90,8 @@ def _row(row: Any, k: int, methods: dict, seen: dict[str, int], where: Where) ->
     mean = math.fsum(conts) / len(conts)
     if abs(row["target"] - mean) > TARGET_TOLERANCE:
         where.fail(f"{row['target']!r} is not the mean of the continuation rewards ({mean!r})", prefix + "target")
+    if "length" in row and not (is_int(row["length"]) and row["length"] >= 0):  # optional: completion tokens
+        where.fail(f"expected a non-negative integer, got {short(row['length'])}", prefix + "length")
     values = require(row, "values", dict, where, prefix, what="an object (method -> value)")
     for method in methods:
         if method not in values:

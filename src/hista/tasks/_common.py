@@ -35,6 +35,17 @@ class Knob:
     help: str
 
 
+def _yes_no(raw: str) -> str:
+    if raw not in ("yes", "no"):
+        raise ValueError("must be yes or no")
+    return raw
+
+
+#: the ``explain`` option of the built-in generators: ``yes`` appends a request for a detailed
+#: explanation to every problem, for long responses (SPEC §7; the SVEB ``long`` preset)
+EXPLAIN = Knob(_yes_no, "no", "'yes' asks for a detailed explanation (long responses), default 'no'")
+
+
 def canonical_split(split: str) -> str:
     """Return the canonical split name, or raise InputError listing the valid ones."""
     if not isinstance(split, str):

@@ -9,6 +9,9 @@ real objects.  Knobs, given as ``builtin:arith?steps=3&max_value=20&ops=+-*&styl
   a start followed directly by L subtractions may reach max_value + L so they fit);
   multipliers are single digits, 2..min(max_value, 9), so products stay readable;
 * ``ops``: the operations used, a subset of ``+-*`` (default ``+-``);
+* ``explain``: ``yes`` appends a request for a detailed, checked explanation (default ``no``);
+  the embedded model then writes about 170 tokens on median instead of about 30 (the ``long``
+  SVEB preset);
 * ``style``: ``word`` (a short story with a named person and objects), ``plain``
   ("Start with 7. Add 5. Then multiply by 2. What number do you get?") or ``expr``
   ("What is (7 + 5) * 2?", evaluated left to right), default ``plain``.
@@ -28,7 +31,17 @@ from __future__ import annotations
 import random
 from typing import Optional
 
-from hista.tasks._common import Knob, canonical_split, check_count, check_seed, generate, int_in, one_of, parse_options
+from hista.tasks._common import (
+    EXPLAIN,
+    Knob,
+    canonical_split,
+    check_count,
+    check_seed,
+    generate,
+    int_in,
+    one_of,
+    parse_options,
+)
 
 NAME = "arith"
 DESCRIPTION = (
@@ -55,7 +68,11 @@ KNOBS = {
     "max_value": Knob(int_in(2, 1_000_000), 10, "largest operand, integer 2..1000000"),
     "ops": Knob(_parse_ops, "+-", "subset of '+-*'"),
     "style": Knob(one_of("word", "plain", "expr"), "plain", "'word', 'plain' or 'expr'"),
+    "explain": EXPLAIN,
 }
+#: what ``explain=yes`` appends to a problem: asks for a worked explanation (long responses)
+EXPLAIN_TEXT = (" Explain your reasoning in detail: restate the problem, work through it step by step, "
+                "and check your answer before writing it in \\boxed{}.")
 
 # (name, subject pronoun, object pronoun)
 _PEOPLE = [
@@ -183,7 +200,8 @@ def load(spec: str, query: str, n: Optional[int] = None, seed: int = 0,
     split = canonical_split(split)
     steps, max_value, ops, style = opts["steps"], opts["max_value"], opts["ops"], opts["style"]
     code = "".join(_OP_CODE[o] for o in ops)
-    prefix = f"arith-s{steps}-m{max_value}-{code}-{style}-seed{seed}"
+    explain = opts["explain"] == "yes"
+    prefix = f"arith-s{steps}-m{max_value}-{code}-{style}{'-explain' if explain else ''}-seed{seed}"
 
     def make(rng: random.Random):
         drawn = _draw_numbers(rng, steps, max_value, ops)
@@ -196,6 +214,8 @@ def load(spec: str, query: str, n: Optional[int] = None, seed: int = 0,
             text = _expr_text(start, seq, operands)
         else:
             text = _word_text(rng, start, seq, operands)
+        if explain:
+            text += EXPLAIN_TEXT
         meta = {
             "steps": steps,
             "style": style,

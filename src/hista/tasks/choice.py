@@ -20,7 +20,17 @@ from __future__ import annotations
 import random
 from typing import Optional
 
-from hista.tasks._common import Knob, canonical_split, check_count, check_seed, generate, int_in, one_of, parse_options
+from hista.tasks._common import (
+    EXPLAIN,
+    Knob,
+    canonical_split,
+    check_count,
+    check_seed,
+    generate,
+    int_in,
+    one_of,
+    parse_options,
+)
 
 NAME = "choice"
 DESCRIPTION = (
@@ -35,7 +45,10 @@ LETTERS = "ABCD"
 KNOBS = {
     "options": Knob(int_in(3, 4), 4, "number of options, 3 or 4"),
     "kind": Knob(one_of(*KINDS, "mix"), "mix", "one of " + ", ".join(KINDS + ("mix",))),
+    "explain": EXPLAIN,
 }
+#: what ``explain=yes`` appends to a problem: asks to argue every option (long responses)
+EXPLAIN_TEXT = "\nBefore you answer, explain in detail why each option is right or wrong."
 
 _NAMES = ["Ana", "Ben", "Cal", "Dora", "Eli", "Fay", "Gus", "Hana", "Ivan", "Jill",
           "Kim", "Liam", "Mona", "Ned", "Olga", "Pete", "Rita", "Stan", "Tara", "Vic"]
@@ -154,7 +167,8 @@ def load(spec: str, query: str, n: Optional[int] = None, seed: int = 0,
     seed = check_seed(seed)
     split = canonical_split(split)
     k, kind = opts["options"], opts["kind"]
-    prefix = f"choice-o{k}-{kind}-seed{seed}"
+    explain = opts["explain"] == "yes"
+    prefix = f"choice-o{k}-{kind}{'-explain' if explain else ''}-seed{seed}"
 
     def make(rng: random.Random):
         this_kind = rng.choice(KINDS) if kind == "mix" else kind
@@ -164,7 +178,7 @@ def load(spec: str, query: str, n: Optional[int] = None, seed: int = 0,
         rng.shuffle(wrong)
         options = wrong[:pos] + [correct] + wrong[pos:]
         lines = [f"{LETTERS[i]}) {opt}" for i, opt in enumerate(options)]
-        text = question + "\n" + "\n".join(lines)
+        text = question + "\n" + "\n".join(lines) + (EXPLAIN_TEXT if explain else "")
         meta = {"kind": this_kind, "options": options, "correct": pos}
         return text, LETTERS[pos], meta
 

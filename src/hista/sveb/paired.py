@@ -1,0 +1,193 @@
+"""Paired comparison of SVEB estimators with the GRPO baseline (SPEC §8: "Comparisons with GRPO
+are paired (the same cases, the same bootstrap resample): ΔMAE with a 95% interval and the win
+rate, overall and by field, relative position t/T and response length").
+
+The GRPO baseline of a case is its ``group_mean``. For a method and a case with value ``v``,
+target ``t`` and group mean ``g`` the paired difference is ``d = |v - t| - |g - t|``:
+negative where the method is closer to the target than GRPO. ΔMAE is the mean of ``d``, and its
+interval is the percentile bootstrap of that mean, so each resample draws the same cases for
+the method and for GRPO. Everything here is pure (no I/O) and deterministic given ``seed``.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Mapping, Sequence
+
+import numpy as np
+
+from .metrics import _value, bootstrap_ci, pearson
+
+__all__ = ["paired_summary", "position_slice", "length_slices", "TIE_TOLERANCE", "POSITION_LABELS"]
+
+#: Paired differences closer to 0 than this count as ties (floating-point noise, not a win).
+TIE_TOLERANCE = 1e-12
+#: Labels of the relative-position thirds t/T in [0, 1/3), [1/3, 2/3), [2/3, 1].
+POSITION_LABELS = ("t/T [0, 1/3)", "t/T [1/3, 2/3)", "t/T [2/3, 1]")
+
+
+def _number(x: Any) -> float:
+    """``x`` as a float when it is a finite number (not a boolean), else NaN."""
+    if isinstance(x, bool) or not isinstance(x, (int, float)):
+        return math.nan
+    return float(x) if math.isfinite(x) else math.nan
+
+
+def _length(row: Mapping[str, Any]) -> int | None:
+    """The row's response length (completion tokens) when it is a positive integer, else None."""
+    n = row.get("length")
+    return n if isinstance(n, int) and not isinstance(n, bool) and n > 0 else None
+
+
+def position_slice(row: Mapping[str, Any]) -> str | None:
+    """The relative-position third of a case's state (SPEC §8): ``t / length`` in [0, 1/3),
+    [1/3, 2/3) or [2/3, 1], as one of ``POSITION_LABELS``. None when the row records no positive
+    integer ``length``, no integer ``state.t``, or ``t`` lies outside ``[0, length]``."""
+    n = _length(row)
+    state = row.get("state")
+    t = state.get("t") if isinstance(state, Mapping) else None
+    if n is None or isinstance(t, bool) or not isinstance(t, int) or not 0 <= t <= n:
+        return None
+    # 3t < n and 3t < 2n in integers: exact at the boundaries (t/T = 1/3 is the middle third)
+    return POSITION_LABELS[0] if 3 * t < n else POSITION_LABELS[1] if 3 * t < 2 * n else POSITION_LABELS[2]
+
+
+def length_slices(rows: Sequence[Mapping[str, Any]]) -> tuple[list[str | None], list[float]]:
+    """Response-length terciles of the rows (SPEC §8): the cut points are the 1/3 and 2/3
+    quantiles of the lengths of the rows that record one (``numpy.quantile``, linear); a row
+    goes to the first tercile if its length is <= the first cut, to the second if <= the second,
+    else to the third. Each tercile is labelled with the range of lengths it holds
+    (``"length 12-30"``, or ``"length 12"`` for one length); a tie-heavy sample can leave a
+    tercile empty, and it then has no label. Returns the label of each row (None without a
+    length) and the two cut points (empty when no row has a length)."""
+    lengths = [_length(row) for row in rows]
+    known = [n for n in lengths if n is not None]
+    if not known:
+        return [None] * len(rows), []
+    q1, q2 = (float(q) for q in np.quantile(np.asarray(known, dtype=np.float64), [1 / 3, 2 / 3]))
+    tercile = [None if n is None else 0 if n <= q1 else 1 if n <= q2 else 2 for n in lengths]
+    ranges: dict[int, tuple[int, int]] = {}
+    for n, k in zip(lengths, tercile):
+        if k is not None:
+            lo, hi = ranges.get(k, (n, n))
+            ranges[k] = (min(lo, n), max(hi, n))
+    names = {k: f"length {lo}" if lo == hi else f"length {lo}-{hi}" for k, (lo, hi) in ranges.items()}
+    return [None if k is None else names[k] for k in tercile], [q1, q2]
+
+
+def _cell(diffs: list[float], errors: list[float], grpo_errors: list[float], values: list[float],
+          targets: list[float], skipped: int, n_boot: int, seed: int, level: float) -> dict[str, Any]:
+    """Paired statistics of one method on one slice from its kept cases."""
+    n = len(diffs)
+    if n >= 2:
+        lo, hi = bootstrap_ci(diffs, n_boot=n_boot, seed=seed, level=level)
+    else:  # no interval from fewer than 2 cases
+        lo, hi = math.nan, math.nan
+    wins = sum(1 for d in diffs if d < -TIE_TOLERANCE)
+    losses = sum(1 for d in diffs if d > TIE_TOLERANCE)
+    mae = math.fsum(errors) / n if n else math.nan
+    grpo_mae = math.fsum(grpo_errors) / n if n else math.nan
+    return {
+        "mae": mae,
+        "grpo_mae": grpo_mae,
+        "delta": math.fsum(diffs) / n if n else math.nan,
+        "lo": lo,
+        "hi": hi,
+        "excludes_zero": bool(lo > 0.0 or hi < 0.0),  # False for NaN
+        "win": wins / n if n else math.nan,
+        "tie": (n - wins - losses) / n if n else math.nan,
+        "loss": losses / n if n else math.nan,
+        "pearson": pearson(values, targets),
+        "n": n,
+        "skipped": skipped,
+    }
+
+
+def paired_summary(rows: Sequence[Mapping[str, Any]], methods: Sequence[str], n_boot: int = 2000,
+                   seed: int = 0, level: float = 0.95) -> dict:
+    """Paired comparison of each method with GRPO, the row's ``group_mean`` (SPEC §8).
+
+    For every method and slice of the cases: ``mae`` (mean |value - target|), ``grpo_mae``
+    (mean |group_mean - target| on the same cases), ``delta`` = ``mae - grpo_mae``, ``lo``/``hi``
+    its percentile bootstrap interval at ``level`` (the mean of the per-case differences
+    ``|v - t| - |g - t|`` over ``n_boot`` resamples of the cases drawn from
+    ``numpy.random.default_rng(seed)``: the same resampled cases for the method and for GRPO, and
+    the same indices for every method with the same number of cases), ``excludes_zero``,
+    ``win``/``tie``/``loss`` (fractions of cases where the method is strictly closer to the
+    target than GRPO, as close within ``TIE_TOLERANCE``, farther), ``pearson`` r(value, target),
+    ``n`` (cases used) and ``skipped`` (cases of the slice left out because the method's value,
+    the target or the group mean is missing, None or NaN). Fewer than 2 cases give NaN
+    intervals; no cases NaN statistics.
+
+    Slices, in four groups: ``all``; each ``field`` (sorted); the ``position`` thirds
+    of t/length (:func:`position_slice`) and the response-``length`` terciles
+    (:func:`length_slices`), both over the rows that record a ``length`` (others are left out
+    of those two groups and counted in ``no_length``). Returns::
+
+        {"methods": [...], "baseline": "group_mean", "level", "n_boot", "seed",
+         "slices": {group: [slice names]}, "counts": {group: {slice: cases}},
+         "length_cuts": [q1, q2], "no_length": int,
+         "rows": {method: {group: {slice: cell}}}}
+    """
+    methods = list(methods)
+    if len(set(methods)) != len(methods):
+        raise ValueError(f"duplicate method names in {methods}")
+    if n_boot < 1:
+        raise ValueError(f"n_boot must be at least 1, got {n_boot}")
+    if not 0.0 < level < 1.0:
+        raise ValueError(f"level must be in (0, 1), got {level}")
+    for i, row in enumerate(rows):
+        if "field" not in row or "target" not in row:
+            raise ValueError(f"row {row.get('case_id', f'#{i}')}: needs 'field' and 'target'")
+
+    length_of, cuts = length_slices(rows)
+    slice_of = {  # group -> the slice each row belongs to (None: not in that group)
+        "all": ["all"] * len(rows),
+        "field": [str(row["field"]) for row in rows],
+        "position": [position_slice(row) for row in rows],
+        "length": length_of,
+    }
+    present = {group: set(names) - {None} for group, names in slice_of.items()}
+    slices = {
+        "all": ["all"],
+        "field": sorted(present["field"]),
+        "position": [p for p in POSITION_LABELS if p in present["position"]],
+        "length": sorted(present["length"], key=lambda name: int(name.split()[1].split("-")[0])),
+    }
+    members = {group: {name: [i for i, s in enumerate(slice_of[group]) if s == name] for name in names}
+               for group, names in slices.items()}
+
+    targets = [_number(row["target"]) for row in rows]
+    grpo = [_number(row.get("group_mean")) for row in rows]
+    out_rows: dict[str, dict[str, dict[str, Any]]] = {}
+    for method in methods:
+        values = [_value(row, method) for row in rows]
+        out_rows[method] = {}
+        for group, names in slices.items():
+            out_rows[method][group] = {}
+            for name in names:
+                diffs, errors, grpo_errors, vs, ts = [], [], [], [], []
+                for i in members[group][name]:
+                    v, t, g = values[i], targets[i], grpo[i]
+                    if math.isnan(v) or math.isnan(t) or math.isnan(g):
+                        continue
+                    errors.append(abs(v - t))
+                    grpo_errors.append(abs(g - t))
+                    diffs.append(errors[-1] - grpo_errors[-1])
+                    vs.append(v)
+                    ts.append(t)
+                skipped = len(members[group][name]) - len(diffs)
+                out_rows[method][group][name] = _cell(diffs, errors, grpo_errors, vs, ts, skipped, n_boot,
+                                                       seed, level)
+    return {
+        "methods": methods,
+        "baseline": "group_mean",
+        "level": level,
+        "n_boot": n_boot,
+        "seed": seed,
+        "slices": slices,
+        "counts": {group: {name: len(members[group][name]) for name in names} for group, names in slices.items()},
+        "length_cuts": cuts,
+        "no_length": sum(1 for s in length_of if s is None),
+        "rows": out_rows,
+    }
