@@ -192,6 +192,19 @@ def read(path: str | os.PathLike, *, repair: bool = False) -> list[dict[str, Any
         raise InputError(f"cannot read the case file ({exc.strerror or exc})", path=str(path)) from None
     if not stat.S_ISREG(info.st_mode):
         raise InputError("is not a regular file", path=str(path))
+    raw = read_bytes(path, repair=repair, what="the case file")
+    if path.name.endswith(".gz"):
+        try:
+            raw = gzip.decompress(raw)
+        except (OSError, EOFError, zlib.error) as exc:
+            raise InputError(f"is not a readable gzip file ({exc})", path=str(path)) from None
+    return list(_records(raw, path))
+
+
+def read_bytes(path: Path, *, repair: bool, what: str) -> bytes:
+    """The bytes of an append-only JSON-lines file (SPEC §8: case files, sweep values); with
+    ``repair``, an unterminated last line, the trace of a crash mid-write, is cut off the file
+    first. An InputError names ``what`` and the file when it cannot be read."""
     try:
         raw = path.read_bytes()
         if repair and raw and not raw.endswith(b"\n"):
@@ -200,13 +213,8 @@ def read(path: str | os.PathLike, *, repair: bool = False) -> list[dict[str, Any
                 fh.truncate(keep)
             raw = raw[:keep]
     except OSError as exc:
-        raise InputError(f"cannot read the case file ({exc.strerror or exc})", path=str(path)) from None
-    if path.name.endswith(".gz"):
-        try:
-            raw = gzip.decompress(raw)
-        except (OSError, EOFError, zlib.error) as exc:
-            raise InputError(f"is not a readable gzip file ({exc})", path=str(path)) from None
-    return list(_records(raw, path))
+        raise InputError(f"cannot read {what} ({exc.strerror or exc})", path=str(path)) from None
+    return raw
 
 
 def _records(raw: bytes, path: Path) -> Iterator[dict[str, Any]]:

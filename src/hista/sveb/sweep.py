@@ -229,15 +229,7 @@ def read_values(path: Path, header: dict, keys: set[str]) -> Optional[dict[str, 
     twice, or a row is malformed."""
     if not path.exists():
         return None
-    try:
-        raw = path.read_bytes()
-        if raw and not raw.endswith(b"\n"):
-            keep = raw.rfind(b"\n") + 1
-            with open(path, "r+b") as fh:
-                fh.truncate(keep)
-            raw = raw[:keep]
-    except OSError as exc:
-        raise InputError(f"cannot read the sweep's values ({exc.strerror or exc})", path=str(path)) from None
+    raw = cases.read_bytes(path, repair=True, what="the sweep's values")
     try:
         lines = raw.decode("utf-8").splitlines()
     except UnicodeDecodeError as exc:

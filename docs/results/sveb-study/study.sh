@@ -1,0 +1,36 @@
+#!/usr/bin/env bash
+# The study of when Hista beats GRPO (issue 12): rerun one setting from its committed cases,
+# without generating anything.
+#
+#     docs/results/sveb-study/study.sh docs/results/sveb-study/short     # or .../long
+#
+# The cases' problems are split in two halves (seed 0): every choice (each sweep's best point)
+# is made on the selection half only, and every reported number comes from the report half.
+# Sweeps are staged: Hista's structure (layer, interval, stride) first, then its weights
+# (alpha, k, power, clamp) around the structure picked; Numca's parser and reference switches.
+# Set HISTA to the hista command to use (default: hista on PATH).
+set -euo pipefail
+dir=${1:?usage: study.sh SETTING_DIR (holding cases.jsonl.gz)}
+hista=${HISTA:-hista}
+cases="$dir/cases.jsonl.gz"
+picked() { python -c "import json,sys; print(json.load(open(sys.argv[1]))['selection']['picked'])" "$1/sweep.json"; }
+
+"$hista" sveb split --cases "$cases" --out "$dir/split" --select-on 0.5 --seed 0
+"$hista" sveb sweep --cases "$cases" --out "$dir/sweep-hista-structure" --select-on 0.5 --seed 0 --base hista \
+    --grid 'layer=-1,-4,-8,-12,-16,-20;interval=10,25,50;stride=1,5'
+structure=$(picked "$dir/sweep-hista-structure")
+"$hista" sveb sweep --cases "$cases" --out "$dir/sweep-hista-weights" --select-on 0.5 --seed 0 --base "$structure" \
+    --grid 'alpha=0.5,0.7,0.9;max_k=4,8,16,66;min_k=2;power=1,2;min_distance=0.1,5.0'
+hista_best=$(picked "$dir/sweep-hista-weights")
+"$hista" sveb sweep --cases "$cases" --out "$dir/sweep-numca" --select-on 0.5 --seed 0 --base numca \
+    --grid 'parser=default,digits;merge_repeats=false,true;unreached=fallback,zero'
+"$hista" sveb sweep --cases "$cases" --out "$dir/sweep-numca-reference" --select-on 0.5 --seed 0 \
+    --base numca-reference --grid 'parser=default,digits;group_padding=true,false;state_value_rule=reference_sveb,macro'
+numca_best=$(picked "$dir/sweep-numca")
+
+# the tables: the report half only (the selection half's, for reference, beside them)
+methods="grpo,numca,numca-reference,hista,hista-reference,${numca_best}&label=Numca (selected),${hista_best}&label=Hista (selected)"
+for part in report selection; do
+    "$hista" sveb eval --cases "$dir/split/$part.jsonl" --methods "$methods" --out "$dir/results-$part.json"
+    "$hista" sveb report --results "$dir/results-$part.json" --out "$dir/report-$part"
+done
