@@ -263,9 +263,19 @@ def test_reference_sveb_state_value_rule():
     # t=0 (c=0): 2/3; t=1 (c=1): 2/3; t=2 (c=7): 2/3 − 1/6 = 1/2; t=3 (c=14): 1/2 − 1/2 = 0
     values = get("numca", profile="reference").state_values(g, [State(0, 0), State(0, 1), State(0, 2), State(0, 3)])
     torch.testing.assert_close(values, torch.tensor([2 / 3, 2 / 3, 0.5, 0.0]))
-    # the default rule: V of the macro state at t (tokens; milestone {4,5} at token 2 after merging)
+    # the macro rule: V of the macro state at t (tokens; milestone {4,5} at token 2 after merging)
+    macro = get("numca", parser="digits", answered="table")
+    torch.testing.assert_close(macro.state_values(g, [State(0, 1), State(0, 2), State(0, 3)]),
+                               torch.tensor([2 / 3, 0.5, 0.5]))
+    # the default: once the final number ("6", token 3) has begun, the rollout's reward (0)
     default = get("numca", parser="digits").state_values(g, [State(0, 1), State(0, 2), State(0, 3)])
-    torch.testing.assert_close(default, torch.tensor([2 / 3, 0.5, 0.5]))
+    torch.testing.assert_close(default, torch.tensor([2 / 3, 0.5, 0.0]))
+    # an external prefix keeps its final number in the path: answered does not apply
+    prefix = State(prefix=_rollout(["4", " and 5", " then 6"], 0.0))
+    torch.testing.assert_close(get("numca", parser="digits").state_values(g, [prefix]),
+                               macro.state_values(g, [prefix]))
+    with pytest.raises(ValueError, match="answered"):
+        get("numca", answered="maybe")
 
 
 # ---- properties -----------------------------------------------------------------------------

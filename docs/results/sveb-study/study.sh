@@ -23,7 +23,7 @@ structure=$(picked "$dir/sweep-hista-structure")
     --grid 'alpha=0.5,0.7,0.9;max_k=4,8,16,66;min_k=2;power=1,2;min_distance=0.1,5.0'
 hista_best=$(picked "$dir/sweep-hista-weights")
 "$hista" sveb sweep --cases "$cases" --out "$dir/sweep-numca" --select-on 0.5 --seed 0 --base numca \
-    --grid 'parser=default,digits;merge_repeats=false,true;unreached=fallback,zero'
+    --grid 'parser=default,digits;merge_repeats=false,true;unreached=fallback,zero;answered=reward,table'
 "$hista" sveb sweep --cases "$cases" --out "$dir/sweep-numca-reference" --select-on 0.5 --seed 0 \
     --base numca-reference --grid 'parser=default,digits;group_padding=true,false;state_value_rule=reference_sveb,macro'
 numca_best=$(picked "$dir/sweep-numca")

@@ -29,6 +29,7 @@ from .gae import segment_gae
 from .milestones import PARSERS, ValueTable, macro_path, parse_numbers, state_chain, token_positions
 
 UNREACHED = ("fallback", "zero")
+ANSWERED = ("reward", "table")
 
 
 @dataclasses.dataclass
@@ -44,6 +45,12 @@ class NumcaConfig(EstimatorConfig):
       (reference quirk; by default only a number's first occurrence is a milestone).
     - ``unreached``: value of a macro state no response reached: ``"fallback"`` to the last
       known state on the path, or ``"zero"`` (reference).
+    - ``answered``: the state value of a rollout's prefix that already holds the start of the
+      response's final number (the answer, dropped from the path by ``drop_last``):
+      ``"reward"``, the rollout's own reward (its continuation from there is a sample of that
+      state; the reference SVEB rule gives the reward at the end of the text), or ``"table"``,
+      the value of the macro state before the answer. Chosen by the SVEB study
+      (docs/results/sveb-study) on its selection half.
     """
 
     profile: str = "default"
@@ -53,9 +60,10 @@ class NumcaConfig(EstimatorConfig):
     persist: bool = False
     merge_repeats: bool = False
     unreached: str = "fallback"
+    answered: str = "reward"
 
     def __post_init__(self) -> None:
-        for name, valid in (("parser", PARSERS), ("unreached", UNREACHED)):
+        for name, valid in (("parser", PARSERS), ("unreached", UNREACHED), ("answered", ANSWERED)):
             if getattr(self, name) not in valid:
                 raise ValueError(f"unknown {name} {getattr(self, name)!r}; valid: {', '.join(valid)}")
         if self.merge_tokens < 0:
@@ -201,8 +209,14 @@ class Numca(Estimator):
 
     def _state_value(self, table: ValueTable, rollout: Rollout, t: int, external: bool, where: str) -> float:
         """V of the macro state holding the first t tokens of ``rollout`` (SPEC §4.2); an external
-        prefix keeps its final number."""
-        keys, pos = self._token_numbers(rollout, where, self.config.drop_last and not external)
+        prefix keeps its final number. With ``answered="reward"``, a rollout's prefix that holds
+        the start of its final number is worth the rollout's reward."""
+        dropped = self.config.drop_last and not external
+        if dropped and self.config.answered == "reward":
+            _, every = self._token_numbers(rollout, where, False)
+            if every and every[-1] <= t:  # the answer has begun inside the prefix (p as in the path)
+                return float(rollout.reward)
+        keys, pos = self._token_numbers(rollout, where, dropped)
         reached = [st for p, st in self._path(keys, pos) if p <= t]
         current = reached[-1] if reached else frozenset()
         chain = state_chain(keys)

@@ -21,7 +21,7 @@ STATE_VALUE_RULES = ("macro", "reference_sveb")
 @dataclasses.dataclass
 class NumcaReferenceConfig(NumcaConfig):
     """The reference preset of :class:`NumcaConfig` (SPEC §4.2; digit runs, persistent tables,
-    repeats merged, unreached states 0) plus its two quirks:
+    repeats merged, unreached states 0, ``answered="table"``) plus its two quirks:
 
     - ``group_padding``: the last segment runs to the group's longest completion, as in the
       reference trainer's padded batch (False: the default profile's segments).
@@ -34,6 +34,7 @@ class NumcaReferenceConfig(NumcaConfig):
     persist: bool = True
     merge_repeats: bool = True
     unreached: str = "zero"
+    answered: str = "table"
     group_padding: bool = True
     state_value_rule: str = "reference_sveb"
 
