@@ -211,12 +211,11 @@ class Numca(Estimator):
         """V of the macro state holding the first t tokens of ``rollout`` (SPEC §4.2); an external
         prefix keeps its final number. With ``answered="reward"``, a rollout's prefix that holds
         the start of its final number is worth the rollout's reward."""
-        dropped = self.config.drop_last and not external
-        if dropped and self.config.answered == "reward":
-            _, every = self._token_numbers(rollout, where, False)
-            if every and every[-1] <= t:  # the answer has begun inside the prefix (p as in the path)
+        keys, pos = self._token_numbers(rollout, where, False)
+        if self.config.drop_last and not external and keys:
+            if self.config.answered == "reward" and pos[-1] <= t:  # the answer has begun inside the prefix
                 return float(rollout.reward)
-        keys, pos = self._token_numbers(rollout, where, dropped)
+            keys, pos = keys[:-1], pos[:-1]
         reached = [st for p, st in self._path(keys, pos) if p <= t]
         current = reached[-1] if reached else frozenset()
         chain = state_chain(keys)

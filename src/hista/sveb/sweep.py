@@ -49,6 +49,7 @@ from .eval import (
     spec_label,
 )
 from .paired import paired_summary
+from .report import _finite, _fmt, _new_figure, _save_figure, _signed
 from .schema import Where, is_unit, kind, short
 
 __all__ = ["parse_grid", "check_grid", "grid_points", "sweep", "summarise", "select", "problem_of", "split_problems",
@@ -444,14 +445,6 @@ def heatmap_name(p1: str, p2: str) -> str:
     return f"heatmap_{p1}_{p2}.png"
 
 
-def _finite(x: Any) -> bool:
-    return isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x)
-
-
-def _fmt(x: Any, signed: bool = False) -> str:
-    return (f"{x:+.3f}" if signed else f"{x:.3f}") if _finite(x) else "n/a"
-
-
 def _pct(x: Any) -> str:
     return f"{x:.0%}" if _finite(x) else "n/a"
 
@@ -461,8 +454,8 @@ def _count(n: int, noun: str) -> str:
 
 
 def _reported_text(rep: dict) -> str:
-    return (f"MAE {_fmt(rep['mae'])} (GRPO {_fmt(rep['grpo_mae'])}), ΔMAE {_fmt(rep['delta_mae'], True)} "
-            f"[{_fmt(rep['delta_lo'], True)}, {_fmt(rep['delta_hi'], True)}], win rate {_pct(rep['win_rate'])}, "
+    return (f"MAE {_fmt(rep['mae'])} (GRPO {_fmt(rep['grpo_mae'])}), ΔMAE {_signed(rep['delta_mae'])} "
+            f"[{_signed(rep['delta_lo'])}, {_signed(rep['delta_hi'])}], win rate {_pct(rep['win_rate'])}, "
             f"ties {_pct(rep['tie_rate'])}, {_count(rep['n'], 'case')}")
 
 
@@ -477,7 +470,7 @@ def summary_text(result: dict, top: int = 5) -> str:
     lines = [f"{len(result['points'])} points on {_count(result['n_cases'], 'case')}; GRPO MAE "
              f"{_fmt(result['grpo_mae'])}; best by ΔMAE vs GRPO [95% interval]:"]
     for p in ranked(result["points"])[:top]:
-        lines.append(f"  {_fmt(p['delta_mae'], True)} [{_fmt(p['delta_lo'], True)}, {_fmt(p['delta_hi'], True)}]  "
+        lines.append(f"  {_signed(p['delta_mae'])} [{_signed(p['delta_lo'])}, {_signed(p['delta_hi'])}]  "
                      f"MAE {_fmt(p['mae'])}  win {_pct(p['win_rate'])}  {p['label']}")
     return "\n".join(lines) + "\n" + selection_text(result["selection"])
 
@@ -520,8 +513,8 @@ def markdown(result: dict, heatmaps: Sequence[str] = ()) -> str:
     ]
     for rank, p in enumerate(ranked(result["points"]), start=1):
         cells = [scalar_text(p["params"][k]) for k in keys] if keys else [f"`{p['label']}`"]
-        lines.append(f"| {rank} | " + " | ".join(cells) + f" | {_fmt(p['mae'])} | {_fmt(p['delta_mae'], True)} "
-                     f"[{_fmt(p['delta_lo'], True)}, {_fmt(p['delta_hi'], True)}] | {_pct(p['win_rate'])} | "
+        lines.append(f"| {rank} | " + " | ".join(cells) + f" | {_fmt(p['mae'])} | {_signed(p['delta_mae'])} "
+                     f"[{_signed(p['delta_lo'])}, {_signed(p['delta_hi'])}] | {_pct(p['win_rate'])} | "
                      f"{_pct(p['tie_rate'])} | {p['n']} |")
     lines += ["", "## Selection", "", selection_text(result["selection"])]
     if heatmaps:
@@ -534,9 +527,6 @@ def plot_heatmap(points: Sequence[dict], grid: dict, p1: str, p2: str, path: Uni
     (columns), each cell the mean over the points with those values, i.e. averaged over the
     other keys with several values (the title names them); blue is better than GRPO (SPEC §8
     ``sweep``)."""
-    from matplotlib.backends.backend_agg import FigureCanvasAgg
-    from matplotlib.figure import Figure
-
     rows, cols = grid[p1], grid[p2]
     cells: dict[tuple[int, int], list[float]] = {}
     for p in points:
@@ -549,12 +539,11 @@ def plot_heatmap(points: Sequence[dict], grid: dict, p1: str, p2: str, path: Uni
         matrix[i, j] = sum(ds) / len(ds)
     extent = float(np.nanmax(np.abs(matrix))) if np.isfinite(matrix).any() else 0.0
     extent = max(extent, 1e-3)  # an all-zero map stays readable
-    fig = Figure(figsize=(1.2 * len(cols) + 2.6, 0.7 * len(rows) + 1.8))
-    FigureCanvasAgg(fig)
+    fig = _new_figure(1.2 * len(cols) + 2.6, 0.7 * len(rows) + 1.8)
     ax = fig.add_subplot(1, 1, 1)
     image = ax.imshow(np.ma.masked_invalid(matrix), cmap="RdBu_r", vmin=-extent, vmax=extent, aspect="auto")
     for (i, j), value in np.ndenumerate(matrix):
-        ax.text(j, i, _fmt(float(value), True), ha="center", va="center", fontsize="small")
+        ax.text(j, i, _signed(float(value)), ha="center", va="center", fontsize="small")
     ax.set_xticks(range(len(cols)))
     ax.set_xticklabels([scalar_text(v) for v in cols])
     ax.set_yticks(range(len(rows)))
@@ -565,7 +554,7 @@ def plot_heatmap(points: Sequence[dict], grid: dict, p1: str, p2: str, path: Uni
     ax.set_title("ΔMAE vs GRPO" + (f"\nmean over {', '.join(others)}" if others else ""), fontsize="medium")
     fig.colorbar(image, ax=ax, label="ΔMAE (negative: better than GRPO)")
     fig.tight_layout()
-    return write_atomic(Path(path), lambda fh: fig.savefig(fh, format="png", dpi=120), mode="wb")
+    return _save_figure(fig, Path(path))
 
 
 def write_outputs(result: dict, out: Union[str, Path]) -> dict[str, Path]:
