@@ -228,6 +228,29 @@ def test_hista_layer_in_sveb_eval(built, tmp_path, monkeypatch):
     assert all(a == b for a, b, _ in values) and any(a != c for a, _, c in values)
 
 
+def test_states_of_one_problem_share_a_forward_pass(tmp_path, monkeypatch):
+    """Two states per problem: eval runs one forward pass per group of rollouts, and each case
+    gets the values it gets when evaluated alone."""
+    from hista.sveb import eval as sveb_eval
+
+    cases = tmp_path / "cases.jsonl"
+    assert main(BUILD + ["--problems", "2", "--states-per-problem", "2", "--out", str(cases)]) == 0
+    records = [json.loads(line) for line in cases.read_text().splitlines()]
+    for record in records:  # the tiny model never answers: give the rollouts mixed rewards
+        for k, rollout in enumerate(record["rollouts"]):
+            rollout["reward"] = float(k % 2)
+    cases.write_text("".join(case_file.dumps(r) for r in records))
+    calls = []
+    original = sveb_eval.hidden_states
+    monkeypatch.setattr(sveb_eval, "hidden_states", lambda *a, **kw: calls.append(1) or original(*a, **kw))
+    methods = ["hista?min_distance=0.0001&interval=2", "grpo"]
+    results = sveb_eval.evaluate(cases, methods, progress=False, n_boot=10)
+    assert len(results["cases"]) == 8 and len(calls) == 4
+    chosen = sveb_eval.build_methods(methods)
+    alone = [sveb_eval.evaluate_case(r, chosen, sveb_eval.load("tiny"), cases)["values"] for r in records]
+    assert [row["values"] for row in results["cases"]] == alone
+
+
 def test_sveb_run_library_function(tmp_path):
     from hista.sveb import run
 

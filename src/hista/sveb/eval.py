@@ -292,14 +292,17 @@ def open_model(chosen: dict[str, Estimator], path: str | Path, recorded: str, re
     return lm
 
 
-def evaluate_case(record: dict, chosen: dict[str, Estimator], lm: Optional[LoadedModel], path: str | Path) -> dict:
+def evaluate_case(record: dict, chosen: dict[str, Estimator], lm: Optional[LoadedModel], path: str | Path,
+                  memo: Optional[dict] = None) -> dict:
     """The result row of one case (SPEC §8): ``case_id``, ``field``, ``target``, ``group_mean``,
     ``continuations``, ``state``, ``length`` (completion tokens of the state's rollout) and
     ``values`` (method -> value at the state). The hidden states of every layer the methods
-    need come from one forward pass. An InputError names a method that fails or gives a value
-    beyond what a results file holds."""
+    need come from one forward pass; given a ``memo`` dict (empty at first, then passed to each
+    call in turn), consecutive cases of the same group of rollouts (the states of one problem)
+    share that pass. An InputError names a method that fails or gives a value beyond what a
+    results file holds."""
     layers = hidden_layers(chosen)
-    hidden = _hidden(record, lm, layers, path) if layers else {}
+    hidden = _hidden(record, lm, layers, path, memo) if layers else {}
     # one group per hidden layer in use (None: without hidden states)
     groups = {None: _group(record, None)}
     groups.update({layer: _group(record, hidden[layer]) for layer in layers})
@@ -333,7 +336,8 @@ def evaluate(path: str | Path, methods: Sequence[str] = DEFAULT_METHODS, *, mode
     methods = list(methods)
     chosen = build_methods(methods)
     lm = open_model(chosen, path, recorded, revision, lm=lm, device=device)
-    rows = [evaluate_case(record, chosen, lm, path)
+    memo: dict = {}
+    rows = [evaluate_case(record, chosen, lm, path, memo)
             for record in tqdm(records, desc="sveb eval", unit="case", disable=not progress)]
     try:
         summary = metrics.summarise(rows, methods, n_boot=n_boot)
@@ -350,16 +354,24 @@ def evaluate(path: str | Path, methods: Sequence[str] = DEFAULT_METHODS, *, mode
     }
 
 
-def _hidden(record: dict, lm: LoadedModel, layers: list[int], path: str | Path) -> dict[int, list]:
+def _hidden(record: dict, lm: LoadedModel, layers: list[int], path: str | Path,
+            memo: Optional[dict] = None) -> dict[int, list]:
     """Hidden states of ``layers`` (layer -> one tensor per rollout) for prompt + completion of
-    every stored rollout of a case, from one forward pass."""
+    every stored rollout of a case, from one forward pass, or from ``memo`` when it holds the
+    same prompt and completions (it keeps the last group only)."""
     stored = record["rollouts"]
+    key = (tuple(record["prompt_ids"]), tuple(tuple(r["completion_ids"]) for r in stored), tuple(layers))
+    if memo is not None and memo.get("key") == key:
+        return memo["hidden"]
     try:
-        return hidden_states(lm, [record["prompt_ids"]] * len(stored), [r["completion_ids"] for r in stored],
-                             layers=layers)
+        hidden = hidden_states(lm, [record["prompt_ids"]] * len(stored), [r["completion_ids"] for r in stored],
+                               layers=layers)
     except IndexError as exc:
         raise InputError(f"{exc}: methods need hidden states of layers {layers}", path=str(path),
                          field="methods") from None
+    if memo is not None:
+        memo.update(key=key, hidden=hidden)
+    return hidden
 
 
 def _group(record: dict, hidden: Optional[list]) -> RolloutGroup:

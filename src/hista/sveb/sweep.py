@@ -199,8 +199,9 @@ def sweep(cases_path: Union[str, Path], out: Union[str, Path], *, base: Optional
             cases.append(values_path, header)
     bar = tqdm(total=len(records), initial=len(records) - len(todo), desc="sveb sweep", unit="case",
                disable=not progress)
+    memo: dict = {}
     for record in todo:
-        row = evaluate_case(record, chosen, lm, cases_path)
+        row = evaluate_case(record, chosen, lm, cases_path, memo)
         cases.append(values_path, jsonable({"kind": "case", **row}))
         bar.update(1)
     bar.close()
