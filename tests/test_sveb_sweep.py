@@ -113,10 +113,11 @@ def test_bad_grid_values_name_the_point():
 # --- sweep values, forward passes, outputs ----------------------------------------------------
 
 
-def test_sweep_values_equal_evaluate_with_one_forward_pass_per_case(cases_path, tmp_path, tiny, forward_calls):
+def test_sweep_values_equal_evaluate_with_one_forward_pass_per_problem(cases_path, tmp_path, tiny, forward_calls):
     result = _sweep(cases_path, tmp_path / "s", tiny)
     n = len(case_file.read(cases_path))
-    assert forward_calls == [[-2, -1]] * n  # every layer of every point from one pass per case
+    # every layer of every point from one pass per group of rollouts (a problem's two states share it)
+    assert forward_calls == [[-2, -1]] * (n // 2)
     specs = [p["spec"] for p in result["points"]]
     assert len(specs) == 4 and result["n_cases"] == n
     lines = (tmp_path / "s" / "values.jsonl").read_text().splitlines()
@@ -161,7 +162,7 @@ def test_a_killed_sweep_resumes_to_the_same_result(cases_path, tmp_path, tiny, f
     (part / "values.jsonl").write_text("".join(lines[:4]) + lines[4][:40])
     forward_calls.clear()
     _sweep(cases_path, part, tiny)
-    assert len(forward_calls) == n - 3  # only the missing cases are evaluated
+    assert len(forward_calls) == n - 1  # only the missing cases: the second state of problem 2, problems 3 and 4
     assert json.loads((part / "sweep.json").read_text()) == expected
     assert (part / "values.jsonl").read_text() == (full / "values.jsonl").read_text()
     # killed while creating the file, before its header: starts afresh
