@@ -8,13 +8,16 @@
 # is made on the selection half only, and every reported number comes from the report half.
 # Sweeps are staged: Hista's structure (layer, interval, stride) first, then its weights
 # (alpha, k, power, clamp) around the structure picked; Numca's parser and reference switches.
-# Set HISTA to the hista command to use (default: hista on PATH).
+# Set HISTA to the hista command to use (default: hista on PATH) and PYTHON to a Python that
+# imports hista (default: python on PATH).
 set -euo pipefail
 dir=${1:?usage: study.sh SETTING_DIR (holding cases.jsonl.gz)}
 hista=${HISTA:-hista}
+python=${PYTHON:-python}
 cases="$dir/cases.jsonl.gz"
 picked() { python -c "import json,sys; print(json.load(open(sys.argv[1]))['selection']['picked'])" "$1/sweep.json"; }
 
+"$python" "$(dirname "$0")/describe.py" "$cases" > "$dir/describe.md"  # lengths, accuracy, nodes
 "$hista" sveb split --cases "$cases" --out "$dir/split" --select-on 0.5 --seed 0
 "$hista" sveb sweep --cases "$cases" --out "$dir/sweep-hista-structure" --select-on 0.5 --seed 0 --base hista \
     --grid 'layer=-1,-4,-8,-12,-16,-20;interval=10,25,50;stride=1,5'
