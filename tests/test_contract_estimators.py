@@ -52,6 +52,27 @@ def _random_specs(seed: int, size: int) -> list[tuple[list[str], float]]:
     return [([rng.choice(PIECES) for _ in range(rng.randint(1, 12))], float(rng.random() < 0.5)) for _ in range(size)]
 
 
+@pytest.fixture(scope="module")
+def critic():
+    """A critic on the tiny model with a random head, for estimators that read one
+    (``needs_model``: PPO-1 / PPO-N, SPEC §4.5)."""
+    from hista.critic.model import ValueModel
+    from hista.models import load
+
+    model = ValueModel.from_policy(load("tiny", device="cpu"), layers=0, init_value=0.5)
+    with torch.no_grad():
+        model.head.weight.normal_(0.0, 0.1, generator=torch.Generator().manual_seed(0))
+    return model
+
+
+def _estimator(name: str, profile: str, request):
+    """The estimator, handed a critic when it declares it reads one."""
+    est = estimators.get(name, profile=profile)
+    if est.needs_model:
+        est.use_critic(request.getfixturevalue("critic"))
+    return est
+
+
 DEGENERATE = {
     "empty completion": [([], 1.0), ([" 3", " +", " 4"], 0.0), ([" 12"], 1.0)],
     "group of one": [([" 3", " +", " 4", " =", " 7"], 1.0)],
@@ -83,14 +104,14 @@ def _check_outputs(est, group: RolloutGroup) -> None:
 
 @pytest.mark.parametrize("name, profile", METHODS, ids=IDS)
 @pytest.mark.parametrize("case", sorted(DEGENERATE))
-def test_degenerate_groups_give_finite_outputs_or_a_clear_error(name, profile, case):
-    est = estimators.get(name, profile=profile)
+def test_degenerate_groups_give_finite_outputs_or_a_clear_error(name, profile, case, request):
+    est = _estimator(name, profile, request)
     _check_outputs(est, _group(est, DEGENERATE[case]))
 
 
 @pytest.mark.parametrize("name, profile", METHODS, ids=IDS)
-def test_nan_hidden_states_give_finite_outputs_or_a_clear_error(name, profile):
-    est = estimators.get(name, profile=profile)
+def test_nan_hidden_states_give_finite_outputs_or_a_clear_error(name, profile, request):
+    est = _estimator(name, profile, request)
     group = _group(est, _random_specs(1, 4))
     for r in group.rollouts:
         if r.hidden is not None:
@@ -100,8 +121,8 @@ def test_nan_hidden_states_give_finite_outputs_or_a_clear_error(name, profile):
 
 @pytest.mark.parametrize("name, profile", METHODS, ids=IDS)
 @pytest.mark.parametrize("seed", range(3))
-def test_random_groups_give_finite_outputs(name, profile, seed):
-    est = estimators.get(name, profile=profile)
+def test_random_groups_give_finite_outputs(name, profile, seed, request):
+    est = _estimator(name, profile, request)
     group = _group(est, _random_specs(seed, 5), seed)
     adv = est.token_advantages(group)
     assert all(torch.isfinite(a).all() for a in adv)

@@ -38,6 +38,13 @@ TOP_P = _number(float, 0.0, 1.0, lo_open=True, what="must lie in (0, 1]")
 TEMPERATURE = _number(float, 0.0, what="must be a finite number >= 0 (0 = greedy)")
 
 
+def _layers(text: str) -> Optional[int]:
+    """An argparse type: ``all`` (None) or a number of decoder layers >= 0 (SPEC §4.5)."""
+    if text.strip().lower() == "all":
+        return None
+    return _number(int, 0, what="must be 'all' or an integer >= 0")(text)
+
+
 def _device(text: str) -> str:
     """An argparse type: a torch device this machine has (SPEC §11)."""
     from .models import check_device
@@ -210,7 +217,7 @@ def cmd_sveb_eval(args: argparse.Namespace) -> int:
     from .sveb.eval import evaluate
 
     check_output_file(args.out)
-    results = evaluate(args.cases, _methods(args), model=args.model, device=args.device)
+    results = evaluate(args.cases, _methods(args), model=args.model, device=args.device, critics=args.critic)
     write_json_atomic(args.out, results)
     print(f"sveb eval: {len(results['cases'])} cases -> {args.out}")
     print(report.markdown_table(results["summary"], results["labels"]))
@@ -226,7 +233,8 @@ def cmd_sveb_sweep(args: argparse.Namespace) -> int:
 
     specs = read_methods_file(args.specs) if args.specs is not None else None
     result = sweep.sweep(args.cases, args.out, base=args.base, grid=args.grid, specs=specs, folds=args.folds,
-                         select_on=args.select_on, seed=args.seed, n_boot=args.n_boot, device=args.device)
+                         select_on=args.select_on, seed=args.seed, n_boot=args.n_boot, device=args.device,
+                         critics=args.critic)
     print("sveb sweep: " + sweep.summary_text(result))
     print("sveb sweep: " + ", ".join(str(p) for p in [Path(args.out) / sweep.VALUES, *result["paths"].values()]))
     return 0
@@ -302,6 +310,29 @@ def _add_methods_option(p: argparse.ArgumentParser) -> None:
                        help="a YAML list of methods: spec strings, or mappings {name, profile, label, params}")
     p.add_argument("--device", type=_device, default=None,
                    help="cpu or cuda for hidden states (default: cuda if available)")
+
+
+def cmd_critic_train(args: argparse.Namespace) -> int:
+    """`hista critic train`: PPO-1 or PPO-N critics on the rollouts of a case file (SPEC §4.5)."""
+    from .critic.train import FitConfig, train_critics
+
+    config = FitConfig(epochs=args.epochs, lr=args.lr, batch_size=args.batch_size, value_clip=args.value_clip,
+                       seed=args.seed)
+    result = train_critics(args.cases, args.out, mode=args.mode, lam=args.lam, folds=args.folds,
+                           layers=args.layers, fit_config=config, model=args.model, device=args.device)
+    for critic in result["critics"]:
+        losses = critic["losses"]
+        print(f"critic {critic['path']}: {len(critic['problems'])} problems, loss {losses[0]['loss']:.4f} -> "
+              f"{losses[-1]['loss']:.4f} over {len(losses)} epochs in {critic['seconds']:.0f}s")
+    print(f"critic train: {args.mode} lam={args.lam:g} -> {result['out']} (use it with sveb eval --critic "
+          f"{result['out']} --methods '{args.mode}?lam={args.lam:g}')")
+    return 0
+
+
+def _add_critic_option(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--critic", action="append", metavar="DIR",
+                   help="a critic folder written by hista critic train (or a folder of them), repeatable; the "
+                        "methods ppo-1 and ppo-n read the critic of their mode and lam")
 
 
 def cmd_train(args: argparse.Namespace) -> int:
@@ -382,6 +413,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_methods_option(q)
     q.add_argument("--model", "--eval-model", dest="model", default=None,
                    help="refuse unless the cases were built with this model")
+    _add_critic_option(q)
     q.set_defaults(func=cmd_sveb_eval)
     q = actions.add_parser("sweep", help="evaluate a grid of method parameters on stored cases (resumable)",
                            description="Evaluate the Cartesian product of --grid laid over --base (or the specs of "
@@ -411,6 +443,7 @@ def build_parser() -> argparse.ArgumentParser:
                    default=2000, help="bootstrap resamples of the intervals (default: %(default)s)")
     q.add_argument("--device", type=_device, default=None,
                    help="cpu or cuda for hidden states (default: cuda if available)")
+    _add_critic_option(q)
     q.set_defaults(func=cmd_sveb_sweep)
     q = actions.add_parser("split", help="split a case file by problem into selection and report parts",
                            description="Write OUT/selection.jsonl and OUT/report.jsonl: the cases of --cases split "
@@ -451,6 +484,47 @@ def build_parser() -> argparse.ArgumentParser:
                    help="replace an earlier run in output_dir (its metrics.jsonl, checkpoints and final model are "
                         "removed once the new run starts); without it such a run is refused unless resume=true")
     p.set_defaults(func=cmd_train)
+
+    from .critic.train import CPU_LAYERS, FitConfig
+
+    d = FitConfig()
+    p = sub.add_parser("critic", help="train PPO critics (value models) for the SVEB methods ppo-1 and ppo-n",
+                       description="PPO critics (SPEC §4.5): a copy of the policy's transformer plus a linear value "
+                                   "head, regressed on GAE(lambda) targets (reward at the last token, gamma = 1).")
+    actions = p.add_subparsers(dest="action", required=True, metavar="ACTION")
+    q = actions.add_parser("train", help="train PPO-1 or PPO-N critics on the rollouts of a case file",
+                           description="Train critics on the G initial rollouts of the cases of --cases. ppo-n: one "
+                                       "critic on every problem of the cases, written to --out. ppo-1: cross-fitted "
+                                       "by problem, --folds seeded folds; the critic of fold f never sees fold f's "
+                                       "problems and scores only them; written to --out/fold-F with "
+                                       "--out/folds.json. Loss: mean squared error over completion tokens, AdamW. "
+                                       f"CPU default: the last {CPU_LAYERS} decoder layers, the final norm and the "
+                                       "head train (the rest is frozen, and the critic folder stores only what "
+                                       "trained); on a GPU the whole critic trains.")
+    q.add_argument("--cases", required=True, help="the cases JSONL written by sveb build")
+    q.add_argument("--mode", required=True, choices=["ppo-1", "ppo-n"],
+                   help="ppo-1: cross-fitted by problem; ppo-n: trained on the cases' own problems")
+    q.add_argument("--lam", required=True, type=_number(float, 0.0, 1.0, what="must lie in [0, 1]"),
+                   help="GAE lambda of the targets (paper: 0.95 or 1.0; 1.0 regresses on the reward)")
+    q.add_argument("--out", required=True, help="output folder (new or empty)")
+    q.add_argument("--folds", type=AT_LEAST_2, default=5, help="ppo-1: folds by problem (default: %(default)s)")
+    q.add_argument("--layers", type=_layers, default=None, metavar="K|all",
+                   help=f"train the last K decoder layers (0: the head only) or all (default: {CPU_LAYERS} on the "
+                        "CPU, all on a GPU)")
+    q.add_argument("--epochs", type=POSITIVE, default=d.epochs, help="passes over the rollouts (default: %(default)s)")
+    q.add_argument("--lr", type=_number(float, 0.0, lo_open=True, what="must be a positive number"),
+                   default=d.lr, help="AdamW learning rate (default: %(default)s)")
+    q.add_argument("--batch-size", type=POSITIVE, default=d.batch_size,
+                   help="rollouts per optimiser step (default: %(default)s)")
+    q.add_argument("--value-clip", type=_number(float, 0.0, lo_open=True, what="must be a positive number"),
+                   default=None, metavar="EPS", help="PPO value clipping around the epoch's starting values "
+                                                     "(default: off)")
+    q.add_argument("--seed", type=SEED, default=0, help="seed of the folds and the shuffling (default: %(default)s)")
+    q.add_argument("--model", default=None,
+                   help="the critic's backbone: alias, path or Hugging Face id (default: the model recorded in the "
+                        "cases)")
+    q.add_argument("--device", type=_device, default=None, help="cpu or cuda (default: cuda if available)")
+    q.set_defaults(func=cmd_critic_train)
 
     p = sub.add_parser("models", help="list model aliases or prepare the embedded model",
                        description="List model aliases, or convert the embedded GGUF model to the cache once.")

@@ -246,17 +246,26 @@ def read_cases(path: str | Path, model: Optional[str] = None) -> tuple[list[dict
     return records, recorded, revision
 
 
-def build_methods(methods: Sequence[str]) -> dict[str, Estimator]:
+def build_methods(methods: Sequence[str], *, critics: bool = False) -> dict[str, Estimator]:
     """Method spec -> estimator for every method (SPEC §8); an InputError for a method named
-    twice, an invalid one, a label two methods share, or one that needs a learned model."""
+    twice, an invalid one, a label two methods share, or one that needs a learned model: a
+    trained critic (SPEC §4.5) unless ``critics`` (critic folders were given, see
+    :func:`open_critics`), any other model always."""
     methods = list(methods)
     if len(set(methods)) != len(methods):
         raise InputError(f"a method is named twice in {', '.join(methods)}", field="methods")
     chosen = {m: build_estimator(m) for m in methods}
     for m, est in chosen.items():
-        if est.needs_model:
-            raise InputError(f"method {m!r} needs a learned model, which sveb eval does not provide yet",
+        if not est.needs_model:
+            continue
+        need = getattr(est, "critic_requirement", None)
+        if need is None:
+            raise InputError(f"method {m!r} needs a learned model, which sveb eval does not provide",
                              field="methods")
+        if not critics:
+            mode, lam = need()["mode"], need()["lam"]
+            raise InputError(f"method {m!r} reads a trained critic: pass --critic DIR, a folder written by "
+                             f"hista critic train --mode {mode} --lam {lam:g}", field="--critic")
     seen: dict[str, str] = {}
     for m, est in chosen.items():
         label = method_label(m, est)
@@ -292,15 +301,41 @@ def open_model(chosen: dict[str, Estimator], path: str | Path, recorded: str, re
     return lm
 
 
+def open_critics(chosen: dict[str, Estimator], folders: Optional[Sequence[str | Path]], records: Sequence[dict],
+                 recorded: str, revision: str, path: str | Path, *, device: Optional[str] = None) -> dict:
+    """Method -> the critic set (:class:`hista.critic.store.CriticSet`) of every method that
+    reads a trained critic (SPEC §4.5, §8), from the ``--critic`` ``folders`` (each a folder
+    written by ``hista critic train``, or a folder of such folders), matched by mode and λ and
+    checked against the cases: an InputError for a critic of another model or revision, a
+    PPO-N critic trained on other rollouts than the cases', a PPO-1 critic whose folds do not
+    cover a case's problem, or a method no folder (or several) serves. The critics load on
+    ``device`` when first used. Empty when no method reads a critic (an InputError when
+    ``folders`` were given all the same: a flag that would do nothing)."""
+    wanted = {m: est for m, est in chosen.items() if est.needs_model}
+    if not wanted:
+        if folders:
+            raise InputError(f"critic folders were given ({', '.join(map(str, folders))}), but no method reads a "
+                             "critic (ppo-1?lam=..., ppo-n?lam=...)", field="--critic")
+        return {}
+    from ..critic import store
+
+    sets = [s for folder in folders or [] for s in store.discover(folder, device=device)]
+    bound = {m: store.match(sets, m, est.critic_requirement()) for m, est in wanted.items()}
+    for critic_set in {id(s): s for s in bound.values()}.values():
+        critic_set.check_cases(records, recorded, revision, path)
+    return bound
+
+
 def evaluate_case(record: dict, chosen: dict[str, Estimator], lm: Optional[LoadedModel], path: str | Path,
-                  memo: Optional[dict] = None) -> dict:
+                  memo: Optional[dict] = None, critics: Optional[dict] = None) -> dict:
     """The result row of one case (SPEC §8): ``case_id``, ``field``, ``target``, ``group_mean``,
     ``continuations``, ``state``, ``length`` (completion tokens of the state's rollout) and
     ``values`` (method -> value at the state). The hidden states of every layer the methods
     need come from one forward pass; given a ``memo`` dict (empty at first, then passed to each
     call in turn), consecutive cases of the same group of rollouts (the states of one problem)
-    share that pass. An InputError names a method that fails or gives a value beyond what a
-    results file holds."""
+    share that pass. A method that reads a critic gets the one of ``critics`` (method -> critic
+    set, :func:`open_critics`) that scores the case's problem. An InputError names a method
+    that fails or gives a value beyond what a results file holds."""
     layers = hidden_layers(chosen)
     hidden = _hidden(record, lm, layers, path, memo) if layers else {}
     # one group per hidden layer in use (None: without hidden states)
@@ -311,7 +346,10 @@ def evaluate_case(record: dict, chosen: dict[str, Estimator], lm: Optional[Loade
     for m, est in chosen.items():
         group = groups[est.hidden_layer() if est.needs_hidden else None]
         try:
-            values[m] = float(build_estimator(m).state_values(group, [state])[0])
+            fresh = build_estimator(m)
+            if est.needs_model:
+                fresh.use_critic(critics[m].for_case(record))
+            values[m] = float(fresh.state_values(group, [state])[0])
         except Exception as exc:  # any failure of a method is the method's, named as such
             raise InputError(f"method {m!r} failed on case {record['key']}: {type(exc).__name__}: {exc}",
                              path=str(path), field="methods") from None
@@ -326,18 +364,22 @@ def evaluate_case(record: dict, chosen: dict[str, Estimator], lm: Optional[Loade
 
 def evaluate(path: str | Path, methods: Sequence[str] = DEFAULT_METHODS, *, model: Optional[str] = None,
              lm: Optional[LoadedModel] = None, device: Optional[str] = None, progress: bool = True,
-             n_boot: int = 2000) -> dict:
+             n_boot: int = 2000, critics: Optional[Sequence[str | Path]] = None) -> dict:
     """Evaluate ``methods`` on every case of the file ``path`` (SPEC §8); returns the results dict
     (settings, estimator configs, labels, per-case rows of :func:`evaluate_case` and the
-    per-field summary). Hidden states of every layer the methods need come from one forward
-    pass per case. Raises an InputError, before any output is written, for a bad line, a model
-    mismatch, a method that is invalid or fails on a case (naming the method)."""
+    per-field summary; ``critics``, method -> the critic it read, when a method reads one).
+    Hidden states of every layer the methods need come from one forward pass per case; methods
+    that read a trained critic (``ppo-1``, ``ppo-n``) find it among the ``critics`` folders
+    (:func:`open_critics`). Raises an InputError, before any output is written, for a bad
+    line, a model mismatch, a method that is invalid or fails on a case (naming the method), a
+    missing or mismatched critic."""
     records, recorded, revision = read_cases(path, model)
     methods = list(methods)
-    chosen = build_methods(methods)
+    chosen = build_methods(methods, critics=bool(critics))
+    bound = open_critics(chosen, critics, records, recorded, revision, path, device=device)
     lm = open_model(chosen, path, recorded, revision, lm=lm, device=device)
     memo: dict = {}
-    rows = [evaluate_case(record, chosen, lm, path, memo)
+    rows = [evaluate_case(record, chosen, lm, path, memo, bound)
             for record in tqdm(records, desc="sveb eval", unit="case", disable=not progress)]
     try:
         summary = metrics.summarise(rows, methods, n_boot=n_boot)
@@ -351,6 +393,7 @@ def evaluate(path: str | Path, methods: Sequence[str] = DEFAULT_METHODS, *, mode
         "labels": {m: method_label(m, est) for m, est in chosen.items()},
         "cases": rows,
         "summary": summary,
+        **({"critics": {m: critic_set.describe() for m, critic_set in bound.items()}} if bound else {}),
     }
 
 

@@ -41,6 +41,7 @@ from .eval import (
     evaluate_case,
     format_method,
     method_label,
+    open_critics,
     open_model,
     parse_method,
     read_cases,
@@ -114,18 +115,19 @@ def check_grid(grid: dict) -> dict[str, list]:
     return out
 
 
-def grid_points(base: str, grid: dict[str, list]) -> list[tuple[str, dict]]:
+def grid_points(base: str, grid: dict[str, list], *, critics: bool = False) -> list[tuple[str, dict]]:
     """The Cartesian product of ``grid`` laid over the method spec ``base`` (which may set
     parameters itself: ``hista-reference``, ``numca?parser=digits``), as (spec, the point's
     grid values) in grid order, the last key varying fastest (SPEC §8 ``sweep``). An
     InputError about ``--grid`` names a key that is not a parameter of the base estimator or
     that the base already sets, and a grid of more than MAX_POINTS points; one about ``--base``
     a base with a label; one naming the method and key a point whose value the estimator
-    refuses (``stride=abc``)."""
+    refuses (``stride=abc``). ``critics``: critic folders were given, so a base that reads a
+    trained critic (``ppo-1``, ``ppo-n``) is allowed."""
     name, profile, params = parse_method(base)
     if spec_label(base) is not None:
         raise InputError(f"the base {base!r} sets a label; grid points are labelled by their values", field="--base")
-    estimator = build_methods([base])[base]
+    estimator = build_methods([base], critics=critics)[base]
     valid = sorted(set(estimator.config.to_dict()) - {"profile"})
     for key in grid:
         if key not in valid:
@@ -150,7 +152,8 @@ def grid_points(base: str, grid: dict[str, list]) -> list[tuple[str, dict]]:
 def sweep(cases_path: Union[str, Path], out: Union[str, Path], *, base: Optional[str] = None,
           grid: Union[str, dict, None] = None, specs: Optional[Sequence[str]] = None,
           folds: Optional[int] = None, select_on: Optional[float] = None, seed: int = 0, n_boot: int = 2000,
-          lm: Optional[LoadedModel] = None, device: Optional[str] = None, progress: bool = True) -> dict:
+          lm: Optional[LoadedModel] = None, device: Optional[str] = None, progress: bool = True,
+          critics: Optional[Sequence[Union[str, Path]]] = None) -> dict:
     """Evaluate a grid of method specs on every case of ``cases_path`` (SPEC §8 ``sweep``) and
     write ``out/values.jsonl``, ``out/sweep.json``, ``out/sweep.md`` and the heatmaps.
 
@@ -165,7 +168,8 @@ def sweep(cases_path: Union[str, Path], out: Union[str, Path], *, base: Optional
     uninterrupted one. Selection (:func:`select`): ``folds`` K-fold by problem, else a
     ``select_on`` fraction of the problems (default 0.5; no selection on a single problem
     unless asked for), seeded by ``seed``. Returns the sweep.json object plus ``paths`` (name
-    -> path written)."""
+    -> path written). Methods that read a trained critic find it among the ``critics`` folders
+    (:func:`hista.sveb.eval.open_critics`); the sweep's header then records them."""
     if specs is not None and (grid is not None or base is not None):
         raise InputError("give either explicit specs or a base and a grid, not both", field="--specs")
     if specs is None:
@@ -173,7 +177,7 @@ def sweep(cases_path: Union[str, Path], out: Union[str, Path], *, base: Optional
             raise InputError("a sweep needs a grid (or explicit specs)", field="--grid")
         grid = parse_grid(grid) if isinstance(grid, str) else check_grid(grid)
         base = base or "hista"
-        points = grid_points(base, grid)
+        points = grid_points(base, grid, critics=bool(critics))
     else:
         points = [(s, None) for s in specs]
         if not points:
@@ -183,12 +187,14 @@ def sweep(cases_path: Union[str, Path], out: Union[str, Path], *, base: Optional
     heatmaps = [heatmap_name(a, b) for a, b in heatmap_pairs(grid)]
     check_output_dir(out, [VALUES, SWEEP_JSON, SWEEP_MD, *heatmaps])
     records, recorded, revision = read_cases(cases_path)
-    chosen = build_methods(spec_list)
+    chosen = build_methods(spec_list, critics=bool(critics))
+    bound = open_critics(chosen, critics, records, recorded, revision, cases_path, device=device)
     problems = sorted({problem_of(r["key"]) for r in records})
     plan = selection_plan(problems, folds=folds, select_on=select_on, seed=seed)
 
     header = jsonable({"kind": "sweep", "base": base, "grid": grid, "specs": spec_list, "model": recorded,
-                       "revision": revision, "settings": records[0]["settings"]})
+                       "revision": revision, "settings": records[0]["settings"],
+                       **({"critics": {s: c.describe() for s, c in bound.items()}} if bound else {})})
     values_path = out / VALUES
     done = read_values(values_path, header, {r["key"] for r in records})
     todo = [r for r in records if r["key"] not in (done or {})]
@@ -201,7 +207,7 @@ def sweep(cases_path: Union[str, Path], out: Union[str, Path], *, base: Optional
                disable=not progress)
     memo: dict = {}
     for record in todo:
-        row = evaluate_case(record, chosen, lm, cases_path, memo)
+        row = evaluate_case(record, chosen, lm, cases_path, memo, bound)
         cases.append(values_path, jsonable({"kind": "case", **row}))
         bar.update(1)
     bar.close()
@@ -216,6 +222,7 @@ def sweep(cases_path: Union[str, Path], out: Union[str, Path], *, base: Optional
         "base": base,
         "grid": grid,
         "methods": {s: est.to_dict() for s, est in chosen.items()},
+        **({"critics": header["critics"]} if bound else {}),
         **summarise(rows, points, labels, n_boot=n_boot, seed=seed),
         "selection": select(rows, spec_list, labels, plan, n_boot=n_boot, seed=seed),
     }

@@ -1,0 +1,273 @@
+"""The value model of the PPO critic (SPEC §4.5): a causal-LM backbone (a copy of the policy's
+transformer, without its vocabulary head) plus a linear head H → 1 applied at every position.
+
+V_t, the value of the state "prompt + first t completion tokens", is the head's output at the
+position of that state's last token. Training may be limited to the last k decoder layers (and
+what follows them, the final norm) plus the head; the rest of the backbone is frozen.
+
+A critic folder (:meth:`ValueModel.save_pretrained`):
+
+- ``critic.json``: what the critic is (format, hista version, backbone model and revision,
+  hidden size, layers, layers trained) plus whatever its trainer records (policy, λ, γ, mode,
+  fold, training data);
+- ``value_head.safetensors``: the head's ``weight`` [1, H] and ``bias`` [1];
+- ``backbone/``: the whole backbone as transformers' ``save_pretrained`` writes it, when every
+  layer was trained; otherwise ``trained_layers.safetensors`` holds only the trained backbone
+  tensors and the frozen rest is the backbone model itself, reloaded by name (its revision is
+  checked), which keeps a CPU critic a few MB instead of a copy of the policy.
+"""
+
+from __future__ import annotations
+
+import copy
+import os
+from pathlib import Path
+from typing import Any, Optional, Sequence
+
+import torch
+
+from .. import __version__
+from ..errors import InputError
+from ..jsonio import loads, write_json_atomic
+
+FORMAT = "hista-critic/1"
+CONFIG, HEAD, TRAINED, BACKBONE = "critic.json", "value_head.safetensors", "trained_layers.safetensors", "backbone"
+
+
+def _text_config(config: Any) -> Any:
+    return config.get_text_config() if hasattr(config, "get_text_config") else config
+
+
+def decoder_layers(backbone: torch.nn.Module) -> tuple[str, torch.nn.ModuleList]:
+    """The backbone's stack of decoder layers and its name (``layers`` for Llama / Qwen /
+    Mistral, ``h`` for GPT-2): the ModuleList of ``num_hidden_layers`` blocks (SPEC §4.5)."""
+    count = int(_text_config(backbone.config).num_hidden_layers)
+    for name, module in backbone.named_modules():
+        if isinstance(module, torch.nn.ModuleList) and len(module) == count:
+            return name, module
+    raise ValueError(f"cannot find the {count} decoder layers of {type(backbone).__name__}")
+
+
+class ValueModel(torch.nn.Module):
+    """A critic (SPEC §4.5): ``backbone`` (a transformers base model such as LlamaModel) and a
+    linear ``head`` H → 1 on its last hidden states. ``info`` is the record written to
+    ``critic.json``. Build one from a policy with :meth:`from_policy`, load a saved one with
+    :meth:`from_pretrained`."""
+
+    def __init__(self, backbone: torch.nn.Module, head: Optional[torch.nn.Linear] = None, *,
+                 info: Optional[dict] = None, layers: Optional[int] = None):
+        super().__init__()
+        self.backbone = backbone
+        hidden = int(_text_config(backbone.config).hidden_size)
+        self.head = head if head is not None else torch.nn.Linear(hidden, 1)
+        self.info = dict(info or {})
+        self.vocab_size = int(backbone.get_input_embeddings().num_embeddings)
+        self.layers_trained = self.set_trainable(layers)
+
+    @classmethod
+    def from_policy(cls, lm: Any, *, layers: Optional[int] = None, init_value: float = 0.0) -> "ValueModel":
+        """A fresh critic whose backbone is a float32 copy of the policy's (``lm``, a
+        :class:`hista.models.LoadedModel`; the policy is left untouched) and whose head gives
+        ``init_value`` everywhere (weight 0, bias ``init_value``); the last ``layers`` decoder
+        layers are trainable (None: all). SPEC §4.5."""
+        backbone = copy.deepcopy(lm.model.base_model).float()
+        model = cls(backbone, info={"backbone": {"model": lm.name, "revision": lm.revision}}, layers=layers)
+        with torch.no_grad():
+            model.head.weight.zero_()
+            model.head.bias.fill_(float(init_value))
+        return model.to(lm.device)
+
+    @property
+    def device(self) -> torch.device:
+        return self.head.weight.device
+
+    @property
+    def num_layers(self) -> int:
+        return len(decoder_layers(self.backbone)[1])
+
+    def set_trainable(self, layers: Optional[int]) -> int:
+        """Freeze the backbone but for its last ``layers`` decoder layers and what follows them
+        (the final norm); the head always trains (SPEC §4.5). None or the layer count: the whole
+        backbone trains; 0: the head only. Returns the number of layers trained."""
+        prefix, blocks = decoder_layers(self.backbone)
+        count = len(blocks)
+        k = count if layers is None else int(layers)
+        if not 0 <= k <= count:
+            raise InputError(f"cannot train the last {k} layers: the backbone has {count} (use 0 to {count})",
+                             field="layers")
+        first = count - k  # the first trained block
+        before = True  # parameters registered before the blocks (the embeddings) freeze with the first one
+        for name, param in self.backbone.named_parameters():
+            index = _block_index(name, prefix)
+            if index is not None:
+                before = False
+                param.requires_grad_(index >= first)
+            else:
+                param.requires_grad_(k == count or (not before and k > 0))
+        self.head.requires_grad_(True)
+        self.layers_trained = k
+        return k
+
+    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
+        """The head's output at every position, [B, L] (SPEC §4.5)."""
+        out = self.backbone(input_ids=input_ids, attention_mask=attention_mask, use_cache=False)
+        return self.head(out.last_hidden_state.float()).squeeze(-1)
+
+    def sequence_values(self, prompt_ids: Sequence[Sequence[int]], completion_ids: Sequence[Sequence[int]], *,
+                        terminal: bool = False) -> list[torch.Tensor]:
+        """V_0 .. V_{T−1} of each prompt + completion row, from one right-padded forward pass
+        with gradients (SPEC §4.5): V_t is the head's output at the last token of the prompt
+        plus the first t completion tokens. With ``terminal`` V_T (after the whole completion)
+        is appended. One tensor [T_i] (or [T_i + 1]) per row, on the model's device."""
+        if len(prompt_ids) != len(completion_ids):
+            raise ValueError(f"{len(prompt_ids)} prompts but {len(completion_ids)} completions")
+        rows = [list(p) + list(c) for p, c in zip(prompt_ids, completion_ids)]
+        if not rows:
+            return []
+        for p, row in zip(prompt_ids, rows):
+            if not p:
+                raise ValueError("a prompt must hold at least one token: V_0 is read at its last token")
+            bad = [t for t in row if not 0 <= int(t) < self.vocab_size]
+            if bad:
+                raise ValueError(f"token id {bad[0]} is outside the critic's vocabulary (0 to {self.vocab_size - 1})")
+        width = max(len(r) for r in rows)
+        ids = torch.zeros((len(rows), width), dtype=torch.long)
+        mask = torch.zeros((len(rows), width), dtype=torch.long)
+        for k, row in enumerate(rows):
+            ids[k, : len(row)] = torch.tensor(row, dtype=torch.long)
+            mask[k, : len(row)] = 1
+        out = self(ids.to(self.device), mask.to(self.device))
+        extra = 1 if terminal else 0
+        return [out[k, len(p) - 1 : len(p) - 1 + len(c) + extra] for k, (p, c) in enumerate(zip(prompt_ids,
+                                                                                                completion_ids))]
+
+    @torch.no_grad()
+    def values(self, prompt_ids: Sequence[int], completion_ids: Sequence[Sequence[int]], *, terminal: bool = False,
+               batch_size: int = 8) -> list[torch.Tensor]:
+        """Per-state values of completions of one prompt (SPEC §4.5): for each completion of T
+        tokens, float32 [T] on the CPU holding V_0 .. V_{T−1} (``terminal``: also V_T), in
+        micro-batches of ``batch_size``, without gradients and in eval mode. A token id outside
+        the vocabulary raises ValueError."""
+        was_training = self.training
+        self.eval()
+        try:
+            out: list[torch.Tensor] = []
+            for start in range(0, len(completion_ids), batch_size):
+                chunk = [list(c) for c in completion_ids[start : start + batch_size]]
+                values = self.sequence_values([list(prompt_ids)] * len(chunk), chunk, terminal=terminal)
+                out.extend(v.float().cpu() for v in values)
+            return out
+        finally:
+            self.train(was_training)
+
+    def trained_state(self) -> dict[str, torch.Tensor]:
+        """The backbone tensors that train (SPEC §4.5): what a critic folder stores when only
+        the last layers were trained."""
+        return {n: p.detach().cpu().contiguous() for n, p in self.backbone.named_parameters() if p.requires_grad}
+
+    def save_pretrained(self, folder: str | os.PathLike) -> Path:
+        """Write the critic into ``folder`` (SPEC §4.5: ``save_pretrained`` conventions; see the
+        module docstring for the layout) and return it."""
+        from safetensors.torch import save_file
+
+        folder = Path(folder)
+        folder.mkdir(parents=True, exist_ok=True)
+        full = self.layers_trained == self.num_layers
+        if full:
+            self.backbone.save_pretrained(folder / BACKBONE)
+        else:
+            save_file(self.trained_state(), str(folder / TRAINED))
+        save_file({"weight": self.head.weight.detach().cpu().contiguous(),
+                   "bias": self.head.bias.detach().cpu().contiguous()}, str(folder / HEAD))
+        record = {**self.info, "format": FORMAT, "hista_version": __version__,
+                  "hidden_size": self.head.in_features, "num_layers": self.num_layers,
+                  "layers_trained": self.layers_trained, "weights": BACKBONE if full else TRAINED}
+        write_json_atomic(folder / CONFIG, record)
+        self.info = record
+        return folder
+
+    @classmethod
+    def from_pretrained(cls, folder: str | os.PathLike, *, device: Optional[str] = None) -> "ValueModel":
+        """Load a critic written by :meth:`save_pretrained` (SPEC §4.5), in eval mode on
+        ``device`` (default: cuda when available). An InputError names the folder and what is
+        missing or does not match (a file, the backbone's revision, the tensors)."""
+        from safetensors import SafetensorError
+        from safetensors.torch import load_file
+
+        folder = Path(folder)
+        info = read_info(folder)
+        try:
+            if info["weights"] == BACKBONE:
+                from transformers import AutoModel
+
+                backbone = AutoModel.from_pretrained(folder / BACKBONE, dtype=torch.float32)
+                trained = None
+            else:
+                backbone = _reload_backbone(folder, info)
+                trained = load_file(str(folder / TRAINED))
+            head = load_file(str(folder / HEAD))
+        except (OSError, SafetensorError, ValueError) as exc:
+            if isinstance(exc, InputError):
+                raise
+            raise InputError(f"cannot load the critic's weights ({type(exc).__name__}: {exc})", path=str(folder)) \
+                from None
+        model = cls(backbone, info=info, layers=info["layers_trained"])
+        if trained is not None:
+            expected = set(model.trained_state())
+            if set(trained) != expected:
+                raise InputError(f"{TRAINED} holds other tensors than the last {info['layers_trained']} layers of "
+                                 f"{info['backbone']['model']}", path=str(folder))
+            model.backbone.load_state_dict(trained, strict=False)
+        if set(head) != {"weight", "bias"} or tuple(head["weight"].shape) != (1, model.head.in_features):
+            raise InputError(f"{HEAD} is not a head of hidden size {model.head.in_features}", path=str(folder))
+        model.head.load_state_dict(head)
+        device = device or ("cuda" if torch.cuda.is_available() else "cpu")
+        return model.to(device).eval()
+
+
+def _block_index(name: str, prefix: str) -> Optional[int]:
+    """The decoder-layer index of parameter ``name`` (``layers.3.mlp.up_proj.weight`` -> 3)."""
+    head = f"{prefix}." if prefix else ""
+    if not name.startswith(head):
+        return None
+    first = name[len(head):].split(".", 1)[0]
+    return int(first) if first.isdigit() else None
+
+
+def read_info(folder: str | os.PathLike) -> dict:
+    """The ``critic.json`` record of a critic folder (SPEC §4.5); an InputError naming the file
+    when it is missing, not JSON, or lacks a field the loader needs."""
+    path = Path(folder) / CONFIG
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise InputError(f"is not a critic folder (no {CONFIG}; write one with hista critic train)",
+                         path=str(folder)) from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise InputError(f"cannot read it ({exc})", path=str(path)) from None
+    info = loads(text, path=str(path))
+    if not isinstance(info, dict) or info.get("format") != FORMAT:
+        raise InputError(f"is not a critic record (format {FORMAT!r} expected)", path=str(path))
+    backbone = info.get("backbone")
+    if not (isinstance(backbone, dict) and isinstance(backbone.get("model"), str)
+            and isinstance(backbone.get("revision"), str)):
+        raise InputError("expected {'model': ..., 'revision': ...}", path=str(path), field="backbone")
+    if info.get("weights") not in (BACKBONE, TRAINED):
+        raise InputError(f"expected {BACKBONE!r} or {TRAINED!r}", path=str(path), field="weights")
+    layers = info.get("layers_trained")
+    if isinstance(layers, bool) or not isinstance(layers, int) or layers < 0:
+        raise InputError("expected a number of layers", path=str(path), field="layers_trained")
+    return info
+
+
+def _reload_backbone(folder: Path, info: dict) -> torch.nn.Module:
+    """The frozen backbone of a critic saved with its trained layers only: its model, loaded
+    by name on the CPU, at the revision the critic recorded."""
+    from ..models import load
+
+    name, revision = info["backbone"]["model"], info["backbone"]["revision"]
+    lm = load(name, device="cpu", dtype=torch.float32)
+    if lm.revision != revision:
+        raise InputError(f"the critic's frozen layers come from {name} revision '{revision}', but that model is now "
+                         f"revision '{lm.revision}'", path=str(folder / CONFIG), field="backbone")
+    return lm.model.base_model

@@ -1,0 +1,174 @@
+"""Finding the critic that scores an SVEB case (SPEC §4.5, §8): ``sveb eval --critic DIR``.
+
+A trained folder is either one critic (``critic.json``; PPO-N) or a cross-fitted set
+(``folds.json`` plus one critic folder per fold; PPO-1). :class:`CriticSet` reads either,
+checks it against the cases it is to score, and hands out the critic of a case's problem
+(loaded once, on first use)."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Optional, Sequence
+
+from ..errors import InputError
+from ..jsonio import loads
+from .model import CONFIG, ValueModel, read_info
+from .train import FOLDS, FOLDS_FORMAT, group_digest
+
+
+def _lam_text(lam: float) -> str:
+    return f"{lam:g}"
+
+
+class CriticSet:
+    """The critics of one ``hista critic train`` output folder (SPEC §4.5): ``mode``
+    (``ppo-1``/``ppo-n``), ``lam``, ``policy`` (the model and revision whose rollouts trained
+    it) and, for PPO-1, which fold's critic scores each problem. Critics load on ``device``
+    (default: cuda when available)."""
+
+    def __init__(self, folder: str | os.PathLike, *, device: Optional[str] = None):
+        self.folder, self.device = Path(folder), device
+        self._loaded: dict[str, ValueModel] = {}
+        if (self.folder / FOLDS).is_file():
+            self._read_folds()
+        elif (self.folder / CONFIG).is_file():
+            info = read_info(self.folder)
+            self._where = str(self.folder / CONFIG)
+            self.mode, self.lam, self.policy = self._identity(info, self._where)
+            self.members = {".": info}
+            self.fold_of: Optional[dict[str, str]] = None
+        else:
+            raise InputError(f"is not a critic folder (no {CONFIG} or {FOLDS}); write one with hista critic train",
+                             path=str(self.folder))
+
+    @staticmethod
+    def _identity(record: dict, where: str) -> tuple[str, float, dict]:
+        mode, lam, policy = record.get("mode"), record.get("lam"), record.get("policy")
+        if mode not in ("ppo-1", "ppo-n"):
+            raise InputError(f"expected 'ppo-1' or 'ppo-n', got {mode!r}", path=where, field="mode")
+        if isinstance(lam, bool) or not isinstance(lam, (int, float)):
+            raise InputError(f"expected a number, got {lam!r}", path=where, field="lam")
+        if not (isinstance(policy, dict) and isinstance(policy.get("model"), str)
+                and isinstance(policy.get("revision"), str)):
+            raise InputError("expected {'model': ..., 'revision': ...}", path=where, field="policy")
+        return mode, float(lam), policy
+
+    def _read_folds(self) -> None:
+        """Read ``folds.json`` and each fold's ``critic.json``, and check that no fold's critic
+        trained on a problem that fold scores."""
+        where = str(self.folder / FOLDS)
+        try:
+            index = loads((self.folder / FOLDS).read_text(encoding="utf-8"), path=where)
+        except (OSError, UnicodeDecodeError) as exc:
+            raise InputError(f"cannot read it ({exc})", path=where) from None
+        if not isinstance(index, dict) or index.get("format") != FOLDS_FORMAT:
+            raise InputError(f"is not a critic fold index (format {FOLDS_FORMAT!r} expected)", path=where)
+        self._where = where
+        self.mode, self.lam, self.policy = self._identity(index, where)
+        dirs, problems = index.get("dirs"), index.get("problems")
+        if not (isinstance(dirs, list) and dirs and all(isinstance(d, str) and d and "/" not in d and d != ".."
+                                                        for d in dirs)):
+            raise InputError("expected a list of fold folder names", path=where, field="dirs")
+        if not (isinstance(problems, dict) and all(isinstance(f, int) and 0 <= f < len(dirs)
+                                                   for f in problems.values())):
+            raise InputError(f"expected problem -> fold index (0 to {len(dirs) - 1})", path=where, field="problems")
+        self.members = {d: read_info(self.folder / d) for d in dirs}
+        self.fold_of = {p: dirs[f] for p, f in problems.items()}
+        for d, info in self.members.items():
+            mode, lam, policy = self._identity(info, str(self.folder / d / CONFIG))
+            if (mode, lam, policy) != (self.mode, self.lam, self.policy):
+                raise InputError(f"fold {d} holds a {mode} critic with lam={_lam_text(lam)} of {policy}, not the "
+                                 f"{self.mode} critic with lam={_lam_text(self.lam)} of {self.policy} the index names",
+                                 path=where)
+            trained = set((info.get("training") or {}).get("problems") or [])
+            seen = sorted(p for p, member in self.fold_of.items() if member == d and p in trained)
+            if seen:
+                raise InputError(f"the critic of fold {d} scores problem {seen[0]!r} but was trained on it: PPO-1 "
+                                 "critics must never see the problems they score", path=where)
+
+    def describe(self) -> dict:
+        """What a results file records about the critic (SPEC §8: every result records its
+        configuration): folder, mode, λ, policy, and the folds for PPO-1."""
+        out = {"folder": str(self.folder), "mode": self.mode, "lam": self.lam, "policy": self.policy}
+        if self.fold_of is not None:
+            out["folds"] = sorted(self.members)
+        return out
+
+    def check_cases(self, records: Sequence[dict], model: str, revision: str, path: str | os.PathLike) -> None:
+        """An InputError unless this critic may score the cases (SPEC §4.5): trained on rollouts
+        of the model and revision that built them; for PPO-N, trained on the cases' own groups
+        of rollouts; for PPO-1, with a fold that scores each case's problem."""
+        from ..sveb.sweep import problem_of
+
+        if (self.policy["model"], self.policy["revision"]) != (model, revision):
+            raise InputError(f"this critic was trained on rollouts of {self.policy['model']} revision "
+                             f"'{self.policy['revision']}', but the cases {path} were built with {model} revision "
+                             f"'{revision}'", path=self._where, field="policy")
+        problems = {problem_of(r["key"]): r for r in records}
+        if self.fold_of is not None:
+            missing = sorted(p for p in problems if p not in self.fold_of)
+            if missing:
+                raise InputError(f"its folds do not cover {len(missing)} of the cases' {len(problems)} problems "
+                                 f"(e.g. {missing[0]!r}): train the PPO-1 critics on these cases", path=self._where,
+                                 field="problems")
+            return
+        trained = (self.members["."].get("training") or {}).get("groups") or {}
+        missing = sorted(p for p in problems if p not in trained)
+        if missing:
+            raise InputError(f"this PPO-N critic was trained on other problems than the cases': {len(missing)} of "
+                             f"the cases' {len(problems)} problems (e.g. {missing[0]!r}) are not in its training data",
+                             path=self._where, field="training")
+        other = sorted(p for p, r in problems.items() if trained[p] != group_digest(r))
+        if other:
+            raise InputError(f"this PPO-N critic was trained on other rollouts of problem {other[0]!r} than the "
+                             f"cases' ({len(other)} problems differ): train it on these cases", path=self._where,
+                             field="training")
+
+    def for_case(self, record: dict) -> ValueModel:
+        """The critic that scores the case ``record`` (SPEC §4.5): see :meth:`for_problem`."""
+        from ..sveb.sweep import problem_of
+
+        return self.for_problem(problem_of(record["key"]))
+
+    def for_problem(self, problem: str) -> ValueModel:
+        """The critic that scores ``problem`` (SPEC §4.5): the single critic, or the one of the
+        fold holding the problem; loaded once."""
+        member = "." if self.fold_of is None else self.fold_of.get(problem)
+        if member is None:
+            raise InputError(f"no fold of this PPO-1 critic scores problem {problem!r}", path=self._where)
+        if member not in self._loaded:
+            self._loaded[member] = ValueModel.from_pretrained(self.folder / member, device=self.device)
+        return self._loaded[member]
+
+
+def discover(folder: str | os.PathLike, *, device: Optional[str] = None) -> list[CriticSet]:
+    """The critic sets of ``folder`` (SPEC §4.5): the folder itself when ``hista critic train``
+    wrote it, else each of its subfolders that it wrote (a folder of critics). An InputError
+    when there is none. Their critics load on ``device``."""
+    folder = Path(folder)
+    if not folder.is_dir():
+        raise InputError("does not exist or is not a folder", path=str(folder), field="--critic")
+    if (folder / FOLDS).is_file() or (folder / CONFIG).is_file():
+        return [CriticSet(folder, device=device)]
+    subs = sorted(p for p in folder.iterdir() if p.is_dir() and ((p / FOLDS).is_file() or (p / CONFIG).is_file()))
+    if not subs:
+        raise InputError(f"holds no critic ({CONFIG} or {FOLDS}, or subfolders with one); write one with hista "
+                         "critic train", path=str(folder), field="--critic")
+    return [CriticSet(p, device=device) for p in subs]
+
+
+def match(sets: Sequence[CriticSet], method: str, requirement: dict) -> CriticSet:
+    """The one critic set whose mode and λ are the method's ``requirement`` (``{"mode",
+    "lam"}``; SPEC §4.5); an InputError naming what was given when none or several match."""
+    mode, lam = requirement["mode"], float(requirement["lam"])
+    found = [s for s in sets if s.mode == mode and abs(s.lam - lam) < 1e-9]
+    if len(found) == 1:
+        return found[0]
+    given = "; ".join(f"{s.folder} ({s.mode}, lam={_lam_text(s.lam)})" for s in sets) or "none"
+    if not found:
+        raise InputError(f"method {method!r} needs a {mode} critic trained with lam={_lam_text(lam)}, and no "
+                         f"--critic holds one (given: {given}); train it with hista critic train --mode {mode} "
+                         f"--lam {_lam_text(lam)}", field="--critic")
+    raise InputError(f"method {method!r}: several --critic folders hold a {mode} critic with lam={_lam_text(lam)}: "
+                     f"{', '.join(str(s.folder) for s in found)}; name one", field="--critic")

@@ -1,0 +1,283 @@
+"""Training PPO critics on SVEB rollouts (SPEC §4.5): ``hista critic train``.
+
+Reading order:
+
+1. ``case_groups``    the distinct groups of rollouts of a case file (the states of one problem
+                      share one group: each group is trained on once)
+2. ``fit``            regression of a :class:`ValueModel` on GAE(λ) targets: MSE over completion
+                      tokens, AdamW, seeded shuffling, optional PPO value clipping; for λ < 1 the
+                      targets bootstrap on the critic's own values, recomputed every epoch
+3. ``train_critics``  PPO-N (one critic on every group of the cases) or PPO-1 (k seeded folds
+                      by problem: critic f trains on the problems outside fold f and scores fold
+                      f), saved as critic folders plus, for PPO-1, the index ``folds.json``
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import math
+import time
+from pathlib import Path
+from typing import Optional, Sequence
+
+import torch
+from tqdm.auto import tqdm
+
+from .. import __version__
+from ..errors import InputError
+from ..jsonio import write_json_atomic
+from ..types import Rollout, RolloutGroup
+from .model import CONFIG, ValueModel
+from .targets import gae_targets
+
+MODES = ("ppo-1", "ppo-n")
+FOLDS = "folds.json"
+FOLDS_FORMAT = "hista-critic-folds/1"
+#: decoder layers trained on the CPU when --layers is not given (the head always trains)
+CPU_LAYERS = 2
+
+
+@dataclasses.dataclass
+class FitConfig:
+    """How a critic is fitted (SPEC §4.5): ``lam`` the GAE λ of the targets (γ = 1),
+    ``epochs`` passes over the rollouts, ``lr`` AdamW's learning rate, ``batch_size``
+    rollouts per optimiser step, ``value_clip`` PPO's value clipping range ε (None: off; the
+    loss is then max((V − G)², (V_old + clip(V − V_old, ±ε) − G)²), V_old the values when the
+    epoch's targets were computed), ``max_grad_norm`` gradient clipping, ``seed`` the
+    shuffling seed."""
+
+    lam: float = 1.0
+    epochs: int = 4
+    lr: float = 1e-4
+    batch_size: int = 8
+    value_clip: Optional[float] = None
+    max_grad_norm: float = 1.0
+    weight_decay: float = 0.0
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        if not 0.0 <= self.lam <= 1.0:
+            raise InputError(f"lam must lie in [0, 1], got {self.lam}", field="lam")
+        for name in ("epochs", "batch_size"):
+            if getattr(self, name) < 1:
+                raise InputError(f"{name} must be at least 1, got {getattr(self, name)}", field=name)
+        if not (self.lr > 0 and math.isfinite(self.lr)):
+            raise InputError(f"lr must be a positive number, got {self.lr}", field="lr")
+        if self.value_clip is not None and not self.value_clip > 0:
+            raise InputError(f"value_clip must be positive, got {self.value_clip}", field="value_clip")
+
+
+# --- 1. the groups of a case file ------------------------------------------------------------
+
+
+def group_digest(record: dict) -> str:
+    """A fingerprint of a case's group of rollouts (prompt ids, completion ids, rewards; SPEC
+    §4.5): PPO-N checks with it that its critic was trained on the cases' own rollouts."""
+    data = [record["prompt_ids"], [[r["completion_ids"], r["reward"]] for r in record["rollouts"]]]
+    return hashlib.sha256(json.dumps(data, separators=(",", ":")).encode()).hexdigest()[:16]
+
+
+def case_groups(records: Sequence[dict]) -> list[tuple[str, str, RolloutGroup]]:
+    """The distinct groups of rollouts of a case file's records, in file order, as (problem,
+    digest, group) (SPEC §4.5); the states of one problem share their group, which appears once."""
+    from ..sveb.sweep import problem_of
+
+    seen: set[str] = set()
+    out = []
+    for record in records:
+        digest = group_digest(record)
+        if digest in seen:
+            continue
+        seen.add(digest)
+        rollouts = [Rollout(record["prompt_ids"], r["completion_ids"], r["reward"]) for r in record["rollouts"]]
+        problem = problem_of(record["key"])
+        out.append((problem, digest, RolloutGroup(rollouts, prompt_id=problem)))
+    return out
+
+
+# --- 2. fitting --------------------------------------------------------------------------------
+
+
+def _all_values(model: ValueModel, items: list[tuple[list[int], list[int], float]], batch_size: int
+                ) -> list[torch.Tensor]:
+    """The critic's current V_0 .. V_{T−1} of every item, without gradients."""
+    out: list[Optional[torch.Tensor]] = [None] * len(items)
+    by_prompt: dict[tuple, list[int]] = {}
+    for k, (prompt, _, _) in enumerate(items):
+        by_prompt.setdefault(tuple(prompt), []).append(k)
+    for prompt, rows in by_prompt.items():
+        for k, v in zip(rows, model.values(list(prompt), [items[k][1] for k in rows], batch_size=batch_size)):
+            out[k] = v
+    return out
+
+
+def _items(groups: Sequence[RolloutGroup]) -> list[tuple[list[int], list[int], float]]:
+    """(prompt ids, completion ids, reward) of every rollout with at least one completion token."""
+    return [(r.prompt_ids, r.completion_ids, r.reward) for g in groups for r in g.rollouts if r.completion_ids]
+
+
+def value_loss(model: ValueModel, groups: Sequence[RolloutGroup], lam: float, *, batch_size: int = 8) -> float:
+    """Mean squared error of the critic over every completion token of ``groups`` against its
+    GAE(λ) targets (SPEC §4.5; for λ < 1 the targets bootstrap on the same values)."""
+    items = _items(groups)
+    values = _all_values(model, items, batch_size)
+    errors = [(v - gae_targets(v, reward, lam)) ** 2 for v, (_, _, reward) in zip(values, items)]
+    return float(torch.cat(errors).mean()) if errors else math.nan
+
+
+def fit(model: ValueModel, groups: Sequence[RolloutGroup], config: FitConfig, *, progress: bool = True,
+        desc: str = "critic") -> list[dict]:
+    """Fit ``model`` to the GAE(λ) targets of every rollout of ``groups`` (SPEC §4.5): each
+    epoch recomputes the targets from the critic's current values (for λ = 1 they are the
+    reward), shuffles the rollouts (seeded), and takes one AdamW step per ``batch_size``
+    rollouts on the mean squared error over their completion tokens (PPO-clipped with
+    ``value_clip``). Returns one ``{"epoch", "loss", "tokens"}`` per epoch, ``loss`` the mean of
+    the epoch's token errors as they were met."""
+    items = _items(groups)
+    if not items:
+        raise InputError("no rollout with a completion token to train the critic on")
+    params = [p for p in model.parameters() if p.requires_grad]
+    optimizer = torch.optim.AdamW(params, lr=config.lr, weight_decay=config.weight_decay)
+    shuffle = torch.Generator().manual_seed(config.seed)
+    steps = math.ceil(len(items) / config.batch_size)
+    bar = tqdm(total=config.epochs * steps, desc=desc, unit="step", disable=not progress)
+    history = []
+    for epoch in range(config.epochs):
+        bootstrap = config.lam < 1.0 or config.value_clip is not None
+        old = _all_values(model, items, config.batch_size) if bootstrap else None
+        targets = [gae_targets(old[k], reward, config.lam) if old is not None else torch.full((len(ids),), reward)
+                   for k, (_, ids, reward) in enumerate(items)]
+        model.train()
+        order = torch.randperm(len(items), generator=shuffle).tolist()
+        total, tokens = 0.0, 0
+        for start in range(0, len(items), config.batch_size):
+            batch = order[start : start + config.batch_size]
+            values = torch.cat(model.sequence_values([items[k][0] for k in batch], [items[k][1] for k in batch]))
+            target = torch.cat([targets[k] for k in batch]).to(values.device)
+            errors = (values - target) ** 2
+            if config.value_clip is not None:
+                before = torch.cat([old[k] for k in batch]).to(values.device)
+                clipped = before + (values - before).clamp(-config.value_clip, config.value_clip)
+                errors = torch.maximum(errors, (clipped - target) ** 2)
+            optimizer.zero_grad(set_to_none=True)
+            errors.mean().backward()
+            torch.nn.utils.clip_grad_norm_(params, config.max_grad_norm)
+            optimizer.step()
+            total += float(errors.detach().sum())
+            tokens += errors.numel()
+            bar.update(1)
+            bar.set_postfix(epoch=epoch + 1, loss=f"{total / tokens:.4f}")
+        history.append({"epoch": epoch + 1, "loss": total / tokens, "tokens": tokens})
+    bar.close()
+    model.eval()
+    return history
+
+
+# --- 3. PPO-1 and PPO-N critics of a case file -------------------------------------------------
+
+
+def default_layers(device: torch.device | str) -> Optional[int]:
+    """Decoder layers a critic trains when none are named (SPEC §4.5): all of them (None) on a
+    GPU, the last :data:`CPU_LAYERS` on the CPU."""
+    return None if torch.device(device).type == "cuda" else CPU_LAYERS
+
+
+def _check_out(out: Path) -> None:
+    from ..jsonio import check_output_dir
+
+    check_output_dir(out)
+    if out.exists() and any(out.iterdir()):
+        raise InputError("is not empty; critics are written into a new or empty folder", path=str(out),
+                         field="--out")
+
+
+def train_critics(cases_path: str | Path, out: str | Path, *, mode: str, lam: float, folds: int = 5,
+                  layers: Optional[int] = None, fit_config: Optional[FitConfig] = None, model: Optional[str] = None,
+                  device: Optional[str] = None, progress: bool = True) -> dict:
+    """Train the critics of ``mode`` on the rollouts of the case file ``cases_path`` into the
+    folder ``out`` (SPEC §4.5):
+
+    - ``ppo-n``: one critic on every distinct group of the cases, written to ``out`` itself;
+    - ``ppo-1``: ``folds`` seeded folds of the problems (:func:`hista.sveb.sweep.fold_problems`,
+      seed ``fit_config.seed``); the critic of fold f trains on the problems outside it and
+      scores only fold f's cases; written to ``out/fold-f``, with ``out/folds.json`` mapping
+      each problem to its fold.
+
+    The backbone is ``model`` (default: the model that built the cases, at the same revision),
+    the last ``layers`` decoder layers train (None: :func:`default_layers`), the head starts at
+    the mean reward of the critic's training rollouts. Each critic's ``critic.json`` records the
+    policy, λ, γ = 1, the mode, its fold, the training data (cases file, its settings, problems
+    and group digests trained on) and the losses. Returns {"out", "critics": [{"path",
+    "problems", "losses", "seconds"}]}. An InputError (before anything is trained) for a bad
+    mode, a non-empty ``out``, too few problems for ``folds``, a backbone of another revision
+    or whose vocabulary does not hold the cases' tokens."""
+    from ..models import load
+    from ..sveb.eval import read_cases
+    from ..sveb.sweep import fold_problems
+
+    if mode not in MODES:
+        raise InputError(f"unknown critic mode {mode!r}; valid: {', '.join(MODES)}", field="--mode")
+    config = dataclasses.replace(fit_config or FitConfig(), lam=float(lam))
+    out = Path(out)
+    _check_out(out)
+    records, recorded, revision = read_cases(cases_path)
+    groups = case_groups(records)
+    problems = sorted({p for p, _, _ in groups})
+    if mode == "ppo-1":
+        if folds < 2:
+            raise InputError(f"PPO-1 needs at least 2 folds, got {folds}", field="--folds")
+        if folds > len(problems):
+            raise InputError(f"{folds} folds but the cases hold {len(problems)} problems: PPO-1 needs a problem in "
+                             "every fold", path=str(cases_path), field="--folds")
+        plan = [(f"fold-{f}", {"index": f, "folds": folds, "seed": config.seed, "scores": held})
+                for f, held in enumerate(fold_problems(problems, folds, config.seed))]
+    else:
+        plan = [(None, None)]
+    lm = load(model or recorded, device=device)
+    if lm.name == recorded and lm.revision != revision:
+        raise InputError(f"cases were built with {recorded} revision '{revision}', but the model loaded now is "
+                         f"revision '{lm.revision}'", path=str(cases_path))
+    _check_vocabulary(lm, records, cases_path)
+    layers = default_layers(lm.device) if layers is None else layers
+
+    base = {"policy": {"model": recorded, "revision": revision}, "mode": mode, "lam": config.lam, "gamma": 1.0}
+    written = []
+    for sub, fold in plan:
+        held = set(fold["scores"]) if fold else set()
+        train = [(p, d, g) for p, d, g in groups if p not in held]
+        rewards = [r.reward for _, _, g in train for r in g.rollouts]
+        critic = ValueModel.from_policy(lm, layers=layers, init_value=sum(rewards) / len(rewards))
+        desc = f"critic {mode} λ={config.lam:g}" + (f" fold {fold['index'] + 1}/{folds}" if fold else "")
+        start = time.time()
+        losses = fit(critic, [g for _, _, g in train], config, progress=progress, desc=desc)
+        seconds = time.time() - start
+        critic.info.update(base, fold=fold, training={
+            "cases": str(cases_path), "settings": records[0]["settings"],
+            "problems": sorted({p for p, _, _ in train}), "groups": {p: d for p, d, _ in train},
+            "rollouts": len(rewards), "fit": dataclasses.asdict(config), "init_value": sum(rewards) / len(rewards),
+            "losses": losses, "seconds": round(seconds, 1)})
+        path = critic.save_pretrained(out / sub if sub else out)
+        written.append({"path": str(path), "problems": critic.info["training"]["problems"], "losses": losses,
+                        "seconds": seconds})
+        del critic
+    if mode == "ppo-1":
+        index = {"format": FOLDS_FORMAT, "hista_version": __version__, **base, "folds": folds, "seed": config.seed,
+                 "cases": str(cases_path), "dirs": [sub for sub, _ in plan],
+                 "problems": {p: f["index"] for _, f in plan for p in f["scores"]}}
+        write_json_atomic(out / FOLDS, index)
+    return {"out": str(out), "critics": written}
+
+
+def _check_vocabulary(lm, records: Sequence[dict], path: str | Path) -> None:
+    """An InputError when a token id of the cases lies outside the backbone's vocabulary."""
+    size = int(lm.model.base_model.get_input_embeddings().num_embeddings)
+    top = max(max(r["prompt_ids"] + [t for x in r["rollouts"] for t in x["completion_ids"]]) for r in records)
+    if top >= size:
+        raise InputError(f"the cases hold token id {top}, beyond the vocabulary of {lm.name} ({size} tokens): "
+                         "the critic's backbone must share the policy's tokenizer", path=str(path), field="--model")
+
+
+__all__ = ["CONFIG", "FOLDS", "FitConfig", "MODES", "case_groups", "default_layers", "fit", "group_digest",
+           "train_critics", "value_loss"]

@@ -1,0 +1,312 @@
+"""The PPO critic (SPEC §4.5) on the tiny model: GAE(λ) targets by hand, the value model's
+positions, fitting, save/load, PPO-1 cross-fitting, ``hista critic train`` and the SVEB
+methods ppo-1 / ppo-n in ``sveb eval`` and ``sveb sweep``, with their bad inputs (exit 2)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+
+from hista import estimators
+from hista.cli import main
+from hista.critic import gae_advantages, gae_targets
+from hista.critic.model import ValueModel
+from hista.critic.store import CriticSet
+from hista.critic.train import FitConfig, case_groups, fit, value_loss
+from hista.errors import InputError
+from hista.sveb import cases as case_file
+from hista.sveb.sweep import problem_of
+from hista.types import Rollout, RolloutGroup, State
+
+BUILD = ["sveb", "build", "--model", "tiny", "--tasks", "builtin:arith", "--tasks", "builtin:choice",
+         "--rollouts", "4", "--continuations", "3", "--max-new-tokens", "6", "--no-filter", "--seed", "5"]
+FAST = ["--epochs", "1", "--layers", "1", "--device", "cpu"]
+
+
+@pytest.fixture(autouse=True, scope="module")
+def one_thread():
+    """One CPU thread: the tiny model's matrices are small, and a second thread only waits."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+@pytest.fixture(scope="module")
+def policy():
+    from hista.models import load
+
+    return load("tiny", device="cpu")
+
+
+# --- GAE targets -----------------------------------------------------------------------------
+
+
+def test_gae_targets_by_hand():
+    values, reward = torch.tensor([0.2, 0.5, 0.4]), 1.0
+    # δ = [0.5 − 0.2, 0.4 − 0.5, 1 − 0.4] = [0.3, −0.1, 0.6]
+    # λ = 0.95: A_2 = 0.6, A_1 = −0.1 + 0.95·0.6 = 0.47, A_0 = 0.3 + 0.95·0.47 = 0.7465
+    torch.testing.assert_close(gae_advantages(values, reward, 0.95), torch.tensor([0.7465, 0.47, 0.6]))
+    torch.testing.assert_close(gae_targets(values, reward, 0.95), torch.tensor([0.9465, 0.97, 1.0]))
+    # λ = 1: A_t = R − V_t and every target is exactly R (the Monte-Carlo return)
+    torch.testing.assert_close(gae_advantages(values, reward, 1.0), torch.tensor([0.8, 0.5, 0.6]))
+    assert torch.equal(gae_targets(values, reward, 1.0), torch.ones(3))
+    # λ = 0: one-step TD targets V_{t+1}, the reward at the last token
+    torch.testing.assert_close(gae_targets(values, reward, 0.0), torch.tensor([0.5, 0.4, 1.0]))
+    assert gae_targets(torch.zeros(0), 1.0, 0.95).shape == (0,)
+    with pytest.raises(ValueError, match="values"):
+        gae_targets(torch.tensor([0.1, float("nan")]), 1.0, 0.95)
+    with pytest.raises(ValueError, match="lam"):
+        gae_targets(values, 1.0, 1.5)
+
+
+# --- the value model -------------------------------------------------------------------------
+
+
+def _group(prompt, specs):
+    return RolloutGroup([Rollout(prompt, ids, reward) for ids, reward in specs])
+
+
+# rewards: prompt A always 1, prompt B always 0, prompt C set by the first completion token
+GROUPS = [
+    _group([1, 2, 3], [([40, 41, 42, 43], 1.0), ([44, 41, 42, 43], 1.0), ([45, 46, 47, 48], 1.0), ([40, 46], 1.0)]),
+    _group([5, 6], [([40, 41, 42, 43], 0.0), ([44, 41, 42, 43], 0.0), ([45, 46, 47, 48], 0.0), ([40, 46], 0.0)]),
+    _group([7, 8, 9], [([50, 41, 42, 43], 1.0), ([51, 41, 42, 43], 0.0), ([50, 46, 47, 48], 1.0), ([51, 46], 0.0)]),
+]
+
+
+def test_values_sit_at_the_last_token_of_each_state(policy):
+    critic = ValueModel.from_policy(policy, init_value=0.5)
+    with torch.no_grad():
+        critic.head.weight.normal_(0.0, 0.5, generator=torch.Generator().manual_seed(1))
+    prompt, long, short = [1, 2, 3], [40, 41, 42, 43, 44], [45, 46]
+    v_long, v_short, v_empty = critic.values(prompt, [long, short, []])
+    assert v_long.shape == (5,) and v_short.shape == (2,) and v_empty.shape == (0,)
+    for t in range(5):  # V_t = the value after the prompt and the first t tokens
+        alone = critic.values(prompt, [long[:t]], terminal=True)[0]
+        assert alone.shape == (t + 1,)
+        torch.testing.assert_close(alone[-1], v_long[t], atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(critic.values(prompt, [short])[0], v_short, atol=1e-5, rtol=1e-5)  # padding
+    with pytest.raises(ValueError, match="vocabulary"):
+        critic.values(prompt, [[10**7]])
+
+
+def test_layers_to_train(policy):
+    def trainable(critic):
+        return {n.split(".")[0] + ("." + n.split(".")[1] if n.startswith("layers.") else "")
+                for n, p in critic.backbone.named_parameters() if p.requires_grad}
+
+    assert trainable(ValueModel.from_policy(policy, layers=None)) == {"embed_tokens", "layers.0", "layers.1", "norm"}
+    assert trainable(ValueModel.from_policy(policy, layers=1)) == {"layers.1", "norm"}
+    head_only = ValueModel.from_policy(policy, layers=0)
+    assert trainable(head_only) == set() and head_only.head.weight.requires_grad
+    with pytest.raises(InputError, match="has 2"):
+        ValueModel.from_policy(policy, layers=3)
+    assert all(p.requires_grad for p in policy.model.parameters())  # the policy itself is left alone
+
+
+def test_critic_overfits_a_tiny_set(policy):
+    critic = ValueModel.from_policy(policy, layers=1, init_value=0.5)
+    assert value_loss(critic, GROUPS, 1.0) == pytest.approx(0.25)
+    history = fit(critic, GROUPS, FitConfig(lam=1.0, epochs=40, lr=1e-2, batch_size=4), progress=False)
+    assert len(history) == 40 and history[-1]["loss"] < history[0]["loss"]
+    # the floor is 0.25 × (4 first tokens of prompt C) / 40 tokens = 0.025: its V_0 cannot tell the rewards apart
+    assert value_loss(critic, GROUPS, 1.0) < 0.04
+    # λ < 1 bootstraps on the critic's values, and value clipping bounds each epoch's move
+    again = ValueModel.from_policy(policy, layers=1, init_value=0.5)
+    fit(again, GROUPS, FitConfig(lam=0.95, epochs=3, lr=1e-2, batch_size=4, value_clip=0.2), progress=False)
+    assert value_loss(again, GROUPS, 0.95) < 0.25
+
+
+@pytest.mark.parametrize("layers", [1, None])
+def test_save_and_load_give_identical_values(policy, tmp_path, layers):
+    critic = ValueModel.from_policy(policy, layers=layers, init_value=0.3)
+    fit(critic, GROUPS, FitConfig(epochs=2, lr=1e-2, batch_size=4), progress=False)
+    critic.info.update(mode="ppo-n", lam=1.0)
+    critic.save_pretrained(tmp_path / "c")
+    stored = sorted(p.name for p in (tmp_path / "c").iterdir())
+    assert stored == (["critic.json", "trained_layers.safetensors", "value_head.safetensors"] if layers
+                      else ["backbone", "critic.json", "value_head.safetensors"])
+    loaded = ValueModel.from_pretrained(tmp_path / "c", device="cpu")
+    assert loaded.layers_trained == critic.layers_trained and loaded.info["mode"] == "ppo-n"
+    for g in GROUPS:
+        prompt, comps = g.rollouts[0].prompt_ids, [r.completion_ids for r in g.rollouts]
+        for a, b in zip(critic.values(prompt, comps), loaded.values(prompt, comps)):
+            assert torch.equal(a, b)
+
+
+def test_ppo_estimators_read_a_critic(policy):
+    assert {"ppo-1", "ppo-n"} <= set(estimators.names())
+    est = estimators.get("ppo-n", lam=0.95)
+    assert est.needs_model and est.critic_requirement() == {"mode": "ppo-n", "lam": 0.95}
+    group = GROUPS[2]
+    with pytest.raises(ValueError, match="hista critic train --mode ppo-n"):
+        est.state_values(group, [State(0, 1)])
+    critic = ValueModel.from_policy(policy, init_value=0.5)
+    with torch.no_grad():
+        critic.head.weight.normal_(0.0, 0.5, generator=torch.Generator().manual_seed(2))
+    est.use_critic(critic)
+    values = critic.values(group.rollouts[0].prompt_ids, [r.completion_ids for r in group.rollouts])
+    got = est.state_values(group, [State(0, 0), State(1, 2), State(3, 2)])  # t = T of rollout 3: its reward
+    torch.testing.assert_close(got, torch.tensor([values[0][0], values[1][2], 0.0]))
+    adv = est.token_advantages(group, gae_lambda=0.95, scale="none")
+    for a, v, r in zip(adv, values, group.rollouts):
+        torch.testing.assert_close(a, gae_advantages(v, r.reward, 0.95))
+    with pytest.raises(ValueError, match="lam"):
+        estimators.get("ppo-1", lam=2)
+
+
+# --- hista critic train and sveb eval ------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory):
+    """Cases of 4 problems on the tiny model, with rewards set to vary (the tiny model never
+    answers right, and a critic of all-zero rewards has nothing to learn)."""
+    folder = tmp_path_factory.mktemp("critic")
+    raw = folder / "raw.jsonl"
+    assert main(BUILD + ["--problems", "2", "--out", str(raw)]) == 0
+    records = case_file.read(raw)
+    for n, record in enumerate(records):
+        for i, rollout in enumerate(record["rollouts"]):
+            rollout["reward"] = float((i + n) % 3 == 0)
+    out = folder / "cases.jsonl"
+    out.write_text("".join(case_file.dumps(r) for r in records))
+    return out
+
+
+@pytest.fixture(scope="module")
+def critics(built, tmp_path_factory):
+    folder = tmp_path_factory.mktemp("critics")
+    one, many = folder / "ppo1", folder / "ppon"
+    assert main(["critic", "train", "--cases", str(built), "--mode", "ppo-1", "--lam", "1.0", "--folds", "2",
+                 "--out", str(one), *FAST]) == 0
+    assert main(["critic", "train", "--cases", str(built), "--mode", "ppo-n", "--lam", "0.95", "--out", str(many),
+                 *FAST]) == 0
+    return one, many
+
+
+def test_ppo1_folds_never_train_on_the_problems_they_score(built, critics):
+    one, _ = critics
+    records = case_file.read(built)
+    problems = {problem_of(r["key"]) for r in records}
+    index = json.loads((one / "folds.json").read_text())
+    assert set(index["problems"]) == problems and index["dirs"] == ["fold-0", "fold-1"]
+    scored = set()
+    for f, sub in enumerate(index["dirs"]):
+        info = json.loads((one / sub / "critic.json").read_text())
+        held = {p for p, k in index["problems"].items() if k == f}
+        assert info["fold"]["scores"] == sorted(held) and held
+        assert not held & set(info["training"]["problems"])
+        assert set(info["training"]["problems"]) == problems - held
+        assert info["policy"] == {"model": "tiny", "revision": "tiny-seed0-h64-l2"}
+        assert info["lam"] == 1.0 and info["gamma"] == 1.0 and info["mode"] == "ppo-1" and info["layers_trained"] == 1
+        assert info["training"]["cases"] == str(built) and info["training"]["settings"] == records[0]["settings"]
+        scored |= held
+    assert scored == problems
+    # the critic sveb eval hands each case never saw the case's problem
+    critic_set = CriticSet(one, device="cpu")
+    for record in records:
+        assert problem_of(record["key"]) not in critic_set.for_case(record).info["training"]["problems"]
+    # several states of one problem share one group: trained on once
+    doubled = records + [dict(r, key=r["key"] + "-again") for r in records]
+    assert len(case_groups(doubled)) == len(case_groups(records)) == len(problems)
+
+
+def test_sveb_eval_with_ppo_methods(built, critics, tmp_path):
+    one, many = critics
+    out = tmp_path / "results.json"
+    methods = "grpo,ppo-1,ppo-n?lam=0.95"
+    assert main(["sveb", "eval", "--cases", str(built), "--out", str(out), "--methods", methods,
+                 "--critic", str(one), "--critic", str(many), "--device", "cpu"]) == 0
+    results = json.loads(out.read_text())
+    assert results["methods"]["ppo-n?lam=0.95"] == {"name": "ppo-n", "config": {"lam": 0.95}}
+    assert results["critics"]["ppo-1"]["folds"] == ["fold-0", "fold-1"]
+    assert results["critics"]["ppo-n?lam=0.95"]["mode"] == "ppo-n"
+    records = case_file.read(built)
+    index = json.loads((one / "folds.json").read_text())
+    for record, row in zip(records, results["cases"]):
+        assert all(isinstance(v, float) for v in row["values"].values())
+        fold = ValueModel.from_pretrained(one / index["dirs"][index["problems"][problem_of(record["key"])]],
+                                          device="cpu")
+        rollout, t = record["rollouts"][record["state"]["rollout"]], record["state"]["t"]
+        expected = fold.values(record["prompt_ids"], [rollout["completion_ids"]])[0][t]
+        assert row["values"]["ppo-1"] == pytest.approx(float(expected), abs=1e-6)
+    # a folder of critic folders works too, and sweeps take --critic
+    assert main(["sveb", "eval", "--cases", str(built), "--out", str(tmp_path / "again.json"), "--methods", methods,
+                 "--critic", str(one.parent), "--device", "cpu"]) == 0
+    assert json.loads((tmp_path / "again.json").read_text())["cases"] == results["cases"]
+    assert main(["sveb", "sweep", "--cases", str(built), "--out", str(tmp_path / "sweep"), "--base", "ppo-1",
+                 "--grid", "lam=1.0", "--critic", str(one), "--device", "cpu"]) == 0
+
+
+def _subset(built, tmp_path, n_problems=2):
+    records = case_file.read(built)
+    keep = sorted({problem_of(r["key"]) for r in records})[:n_problems]
+    path = tmp_path / "subset.jsonl"
+    path.write_text("".join(case_file.dumps(r) for r in records if problem_of(r["key"]) in keep))
+    return path
+
+
+def test_bad_inputs_exit_2(built, critics, tmp_path, capsys):
+    one, many = critics
+    out = tmp_path / "results.json"
+
+    def run_eval(methods, *critic_dirs, cases=built):
+        argv = ["sveb", "eval", "--cases", str(cases), "--out", str(out), "--methods", methods, "--device", "cpu"]
+        for d in critic_dirs:
+            argv += ["--critic", str(d)]
+        code = main(argv)
+        return code, capsys.readouterr().err
+
+    code, err = run_eval("grpo,ppo-1")
+    assert code == 2 and "--critic" in err and "hista critic train --mode ppo-1" in err
+    code, err = run_eval("ppo-1?lam=0.95", one, many)
+    assert code == 2 and "needs a ppo-1 critic trained with lam=0.95" in err and str(many) in err
+    code, err = run_eval("ppo-n?lam=0.95", tmp_path)
+    assert code == 2 and "holds no critic" in err
+    code, err = run_eval("grpo", many)
+    assert code == 2 and "no method reads a critic" in err
+    # a critic trained on rollouts of another model
+    other = tmp_path / "other"
+    other.mkdir()
+    for name in ("critic.json", "trained_layers.safetensors", "value_head.safetensors"):
+        (other / name).write_bytes((many / name).read_bytes())
+    info = json.loads((other / "critic.json").read_text())
+    info["policy"]["model"] = "smollm2-135m-instruct"
+    (other / "critic.json").write_text(json.dumps(info))
+    code, err = run_eval("ppo-n?lam=0.95", other)
+    assert code == 2 and "trained on rollouts of smollm2-135m-instruct" in err and str(built) in err
+    # a PPO-N critic of other problems, a PPO-1 critic whose folds miss problems of the cases
+    subset = _subset(built, tmp_path)
+    assert main(["critic", "train", "--cases", str(subset), "--mode", "ppo-n", "--lam", "1", "--out",
+                 str(tmp_path / "n-sub"), *FAST]) == 0
+    assert main(["critic", "train", "--cases", str(subset), "--mode", "ppo-1", "--lam", "1", "--folds", "2", "--out",
+                 str(tmp_path / "1-sub"), *FAST]) == 0
+    capsys.readouterr()
+    code, err = run_eval("ppo-n", tmp_path / "n-sub")
+    assert code == 2 and "trained on other problems than the cases'" in err
+    code, err = run_eval("ppo-1", tmp_path / "1-sub")
+    assert code == 2 and "folds do not cover 2 of the cases' 4 problems" in err
+    assert run_eval("ppo-n", tmp_path / "n-sub", cases=subset)[0] == 0  # its own cases are fine
+    # hista critic train refuses before training
+    train = ["critic", "train", "--cases", str(built), "--lam", "1"]
+    assert main(train + ["--mode", "ppo-1", "--folds", "5", "--out", str(tmp_path / "x")]) == 2
+    assert "5 folds but the cases hold 4 problems" in capsys.readouterr().err
+    assert main(train + ["--mode", "ppo-n", "--out", str(many)]) == 2
+    assert "is not empty" in capsys.readouterr().err
+    assert main(train + ["--mode", "ppo-n", "--layers", "3", "--out", str(tmp_path / "y")]) == 2
+    assert "the backbone has 2" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        main(train + ["--mode", "ppo-2", "--out", str(tmp_path / "z")])
+    assert not (tmp_path / "x").exists() and not (tmp_path / "z").exists()
+
+
+def test_training_still_refuses_critic_methods():
+    from hista import losses
+    from hista.train.recipe import untrainable
+
+    field, message = untrainable(estimators.get("ppo-1"), losses.get("grpo"))
+    assert field == "advantage_estimator.name" and "learned model" in message
