@@ -29,7 +29,7 @@ from .. import __version__
 from ..errors import InputError
 from ..jsonio import write_json_atomic
 from ..types import Rollout, RolloutGroup
-from .model import CONFIG, ValueModel
+from .model import CONFIG, ValueModel, values_by_prompt
 from .targets import gae_targets
 
 MODES = ("ppo-1", "ppo-n")
@@ -103,14 +103,7 @@ def case_groups(records: Sequence[dict]) -> list[tuple[str, str, RolloutGroup]]:
 def _all_values(model: ValueModel, items: list[tuple[list[int], list[int], float]], batch_size: int
                 ) -> list[torch.Tensor]:
     """The critic's current V_0 .. V_{T−1} of every item, without gradients."""
-    out: list[Optional[torch.Tensor]] = [None] * len(items)
-    by_prompt: dict[tuple, list[int]] = {}
-    for k, (prompt, _, _) in enumerate(items):
-        by_prompt.setdefault(tuple(prompt), []).append(k)
-    for prompt, rows in by_prompt.items():
-        for k, v in zip(rows, model.values(list(prompt), [items[k][1] for k in rows], batch_size=batch_size)):
-            out[k] = v
-    return out
+    return values_by_prompt(model, [p for p, _, _ in items], [c for _, c, _ in items], batch_size=batch_size)
 
 
 def _items(groups: Sequence[RolloutGroup]) -> list[tuple[list[int], list[int], float]]:

@@ -30,6 +30,18 @@ def check_finite(values: torch.Tensor, name: str = "rewards") -> torch.Tensor:
     return values
 
 
+def state_length(group: RolloutGroup, state: State, index: int) -> int:
+    """The completion length T of the rollout that state ``index`` of a ``state_values`` call
+    names (SPEC §3: a state s_{i,t} has 0 <= t <= T); a ValueError naming the state when it
+    names no rollout of ``group`` or its t lies outside 0..T."""
+    if state.rollout is None or not 0 <= state.rollout < len(group.rollouts):
+        raise ValueError(f"states[{index}] names rollout {state.rollout}; the group has {len(group.rollouts)}")
+    length = len(group.rollouts[state.rollout].completion_ids)
+    if not 0 <= state.t <= length:
+        raise ValueError(f"states[{index}]: t={state.t} outside 0..{length} (rollout {state.rollout})")
+    return length
+
+
 def _std(rewards: torch.Tensor) -> torch.Tensor:
     if rewards.numel() < 2:
         return torch.zeros((), dtype=torch.float32)

@@ -35,7 +35,7 @@ import torch
 
 from ..types import Rollout, RolloutGroup, State
 from . import register
-from .base import Estimator, EstimatorConfig, check_finite
+from .base import Estimator, EstimatorConfig, check_finite, state_length
 from .gae import segment_gae
 from .min_distance import node_distances, query_distances
 
@@ -383,11 +383,7 @@ class Hista(Estimator):
                 prefixes[id(s.prefix)] = s
                 queries.setdefault((s.rollout, id(s.prefix)), []).append((s_index, c))
                 continue
-            if s.rollout is None or not 0 <= s.rollout < len(group.rollouts):
-                raise ValueError(f"states[{s_index}] names rollout {s.rollout}; the group has {len(group.rollouts)}")
-            length = len(group.rollouts[s.rollout].completion_ids)
-            if not 0 <= s.t <= length:
-                raise ValueError(f"states[{s_index}]: t={s.t} outside 0..{length} (rollout {s.rollout})")
+            length = state_length(group, s, s_index)
             if s.t == length:
                 out[s_index] = prep.rewards[s.rollout]
             elif s.t == 0:

@@ -14,10 +14,11 @@ from typing import Any, ClassVar, Optional, Sequence
 
 import torch
 
+from ..critic.model import values_by_prompt
 from ..critic.targets import gae_advantages
 from ..types import Rollout, RolloutGroup, State
 from . import register
-from .base import Estimator, EstimatorConfig
+from .base import Estimator, EstimatorConfig, state_length
 
 
 @dataclasses.dataclass
@@ -52,7 +53,7 @@ class _PPOCritic(Estimator):
 
     def use_critic(self, critic: Any) -> "_PPOCritic":
         """Read values from ``critic`` (a :class:`hista.critic.model.ValueModel`, or any object
-        with its ``values(prompt_ids, completion_ids, terminal=...)``); returns self."""
+        with its ``values(prompt_ids, completion_ids, terminal=..., batch_size=...)``); returns self."""
         self.critic = critic
         return self
 
@@ -61,15 +62,8 @@ class _PPOCritic(Estimator):
         if self.critic is None:
             raise ValueError(f"{self.name} reads a trained critic: train one with `hista critic train --mode "
                              f"{self.critic_mode}` and hand it over with use_critic() (sveb eval: --critic DIR)")
-        out: list[Optional[torch.Tensor]] = [None] * len(rollouts)
-        by_prompt: dict[tuple, list[int]] = {}
-        for k, r in enumerate(rollouts):
-            by_prompt.setdefault(tuple(r.prompt_ids), []).append(k)
-        for prompt, rows in by_prompt.items():
-            values = self.critic.values(list(prompt), [rollouts[k].completion_ids for k in rows], terminal=terminal)
-            for k, v in zip(rows, values):
-                out[k] = v
-        return out
+        return values_by_prompt(self.critic, [r.prompt_ids for r in rollouts], [r.completion_ids for r in rollouts],
+                                terminal=terminal)
 
     def state_values(self, group: RolloutGroup, states: Sequence[State]) -> torch.Tensor:
         """The critic's value at each state: V_t of rollout ``s.rollout`` (its reward at t = T),
@@ -80,12 +74,7 @@ class _PPOCritic(Estimator):
             if s.prefix is not None:
                 prefixes.append(k)
                 continue
-            if s.rollout is None or not 0 <= s.rollout < len(group.rollouts):
-                raise ValueError(f"states[{k}] names rollout {s.rollout}; the group has {len(group.rollouts)}")
-            length = len(group.rollouts[s.rollout].completion_ids)
-            if not 0 <= s.t <= length:
-                raise ValueError(f"states[{k}]: t = {s.t} is not in 0..{length}")
-            if s.t < length:
+            if s.t < state_length(group, s, k):
                 needed.setdefault(s.rollout, group.rollouts[s.rollout])
         order = sorted(needed)
         per_rollout = dict(zip(order, self._values([needed[i] for i in order])))
