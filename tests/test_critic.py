@@ -5,6 +5,7 @@ methods ppo-1 / ppo-n in ``sveb eval`` and ``sveb sweep``, with their bad inputs
 from __future__ import annotations
 
 import json
+import shutil
 
 import pytest
 import torch
@@ -14,7 +15,7 @@ from hista.cli import main
 from hista.critic import gae_advantages, gae_targets
 from hista.critic.model import ValueModel
 from hista.critic.store import CriticSet
-from hista.critic.train import FitConfig, case_groups, fit, value_loss
+from hista.critic.train import FitConfig, FrozenFeatures, case_groups, fit, value_loss
 from hista.errors import InputError
 from hista.sveb import cases as case_file
 from hista.sveb.sweep import problem_of
@@ -120,6 +121,47 @@ def test_critic_overfits_a_tiny_set(policy):
     assert value_loss(again, GROUPS, 0.95) < 0.25
 
 
+def test_frozen_layers_run_once_and_give_the_same_values(policy, monkeypatch):
+    critic = ValueModel.from_policy(policy, layers=1)
+    with torch.no_grad():
+        critic.head.weight.normal_(generator=torch.Generator().manual_seed(0))
+    assert critic.can_skip_frozen()
+    assert not ValueModel.from_policy(policy, layers=0).can_skip_frozen()  # nothing trained before the head
+    assert not ValueModel.from_policy(policy, layers=None).can_skip_frozen()  # nothing frozen
+    rollouts = [r for g in GROUPS for r in g.rollouts]
+    prompts, comps = [r.prompt_ids for r in rollouts], [r.completion_ids for r in rollouts]
+    with torch.no_grad():
+        full = critic.sequence_values(prompts, comps)
+        fast = critic.sequence_values(prompts, comps, features=critic.features(prompts, comps, batch_size=2))
+    assert len(fast) == len(rollouts) and all(torch.allclose(a, b, atol=1e-5) for a, b in zip(full, fast))
+    by_values = [v for g in GROUPS for v in critic.values(g.rollouts[0].prompt_ids,
+                                                          [r.completion_ids for r in g.rollouts])]
+    assert all(torch.allclose(a, b, atol=1e-5) for a, b in zip(full, by_values))
+    # two critics sharing a FrozenFeatures compute each rollout's frozen layers once
+    calls = []
+    real = ValueModel.features
+    monkeypatch.setattr(ValueModel, "features", lambda self, p, c, **kw: calls.append(len(c)) or real(self, p, c, **kw))
+    shared = FrozenFeatures()
+    for _ in range(2):
+        fit(ValueModel.from_policy(policy, layers=1), GROUPS, FitConfig(epochs=2, lam=0.9, batch_size=2),
+            progress=False, features=shared)
+    assert sum(calls) == len(rollouts) + 2 * 2  # every rollout once, plus each critic's 2-row probe
+    # critics of sveb eval share one bounded cache: a group's frozen layers run once for all of them
+    calls.clear()
+    alone = ValueModel.from_policy(policy, layers=1)
+    pair = [ValueModel.from_policy(policy, layers=1) for _ in range(2)]
+    for c in pair:
+        c.shared_features = FrozenFeatures(keep_prompts=1)
+    pair[1].shared_features = pair[0].shared_features
+    for g in GROUPS:
+        prompt, group_comps = g.rollouts[0].prompt_ids, [r.completion_ids for r in g.rollouts]
+        expected = alone.values(prompt, group_comps)
+        for c in pair:
+            assert all(torch.equal(a, b) for a, b in zip(c.values(prompt, group_comps), expected))
+    assert sum(calls) == 2 * len(rollouts) + 3 * 2  # alone's and the pair's, each once; three probes
+    assert len(pair[0].shared_features.recent) == 1  # only the last group is held
+
+
 @pytest.mark.parametrize("layers", [1, None])
 def test_save_and_load_give_identical_values(policy, tmp_path, layers):
     critic = ValueModel.from_policy(policy, layers=layers, init_value=0.3)
@@ -186,6 +228,29 @@ def critics(built, tmp_path_factory):
     assert main(["critic", "train", "--cases", str(built), "--mode", "ppo-n", "--lam", "0.95", "--out", str(many),
                  *FAST]) == 0
     return one, many
+
+
+def test_several_critics_in_one_run_and_resume(built, tmp_path, capsys):
+    out = tmp_path / "set"
+    argv = ["critic", "train", "--cases", str(built), "--mode", "ppo-1,ppo-n", "--lam", "0.95,1", "--folds", "2",
+            "--out", str(out), *FAST]
+    assert main(argv) == 0
+    assert sorted(p.name for p in out.iterdir()) == ["ppo-1-0.95", "ppo-1-1", "ppo-n-0.95", "ppo-n-1", "train.json"]
+    assert json.loads((out / "ppo-n-0.95" / "critic.json").read_text())["lam"] == 0.95
+    kept = (out / "ppo-n-0.95" / "value_head.safetensors").read_bytes()
+    # an interrupted run: fold 1 of ppo-1 λ=1 and its index are missing; the rerun trains only that
+    shutil.rmtree(out / "ppo-1-1" / "fold-1")
+    (out / "ppo-1-1" / "folds.json").unlink()
+    capsys.readouterr()
+    assert main(argv) == 0
+    printed = capsys.readouterr().out
+    assert printed.count("(written before, kept)") == 5 and "ppo-1-1/fold-1:" in printed
+    assert (out / "ppo-1-1" / "fold-1" / "critic.json").is_file() and (out / "ppo-1-1" / "folds.json").is_file()
+    assert (out / "ppo-n-0.95" / "value_head.safetensors").read_bytes() == kept
+    methods = "grpo,ppo-1?lam=0.95,ppo-1?lam=1,ppo-n?lam=0.95,ppo-n?lam=1"
+    assert main(["sveb", "eval", "--cases", str(built), "--out", str(tmp_path / "r.json"), "--methods", methods,
+                 "--critic", str(out), "--device", "cpu"]) == 0
+    assert len(json.loads((tmp_path / "r.json").read_text())["critics"]) == 4
 
 
 def test_ppo1_folds_never_train_on_the_problems_they_score(built, critics):
@@ -295,10 +360,17 @@ def test_bad_inputs_exit_2(built, critics, tmp_path, capsys):
     train = ["critic", "train", "--cases", str(built), "--lam", "1"]
     assert main(train + ["--mode", "ppo-1", "--folds", "5", "--out", str(tmp_path / "x")]) == 2
     assert "5 folds but the cases hold 4 problems" in capsys.readouterr().err
-    assert main(train + ["--mode", "ppo-n", "--out", str(many)]) == 2
+    assert main(train + ["--mode", "ppo-n", "--out", str(many), *FAST]) == 2
+    err = capsys.readouterr().err
+    assert "holds critics of another request (lams: [0.95] there, [1.0] now)" in err and "train.json" in err
+    (tmp_path / "full").mkdir()
+    (tmp_path / "full" / "notes.txt").write_text("mine")
+    assert main(train + ["--mode", "ppo-n", "--out", str(tmp_path / "full")]) == 2
     assert "is not empty" in capsys.readouterr().err
+    assert (tmp_path / "full" / "notes.txt").read_text() == "mine"
     assert main(train + ["--mode", "ppo-n", "--layers", "3", "--out", str(tmp_path / "y")]) == 2
     assert "the backbone has 2" in capsys.readouterr().err
+    assert not (tmp_path / "y").exists()
     with pytest.raises(SystemExit):
         main(train + ["--mode", "ppo-2", "--out", str(tmp_path / "z")])
     assert not (tmp_path / "x").exists() and not (tmp_path / "z").exists()

@@ -260,3 +260,18 @@ def test_sveb_run_library_function(tmp_path):
     assert result["counts"]["cases"] == 2 and result["cases"].exists() and result["results"].exists()
     assert set(result["report"]) == {"markdown", "json", "mae_plot", "differences_plot", "delta_plot"}
     assert json.loads(result["results"].read_text())["settings"]["rollouts"] == 4
+
+
+def test_sveb_run_with_critic(tmp_path):
+    from hista.sveb import run
+
+    overrides = {"model": "tiny", "problems": 2, "rollouts": 4, "continuations": 2, "max_new_tokens": 4,
+                 "lo": None, "hi": None}
+    result = run("quick", tmp_path / "run", methods=["grpo"], progress=False, overrides=overrides, with_critic=True)
+    critics = tmp_path / "run" / "critics"
+    assert sorted(p.name for p in critics.iterdir()) == ["ppo-1-0.95", "ppo-1-1", "ppo-n-0.95", "ppo-n-1",
+                                                         "train.json"]
+    assert json.loads((critics / "ppo-1-1" / "folds.json").read_text())["folds"] == 4  # one per problem
+    results = json.loads(result["results"].read_text())
+    assert list(results["methods"]) == ["grpo", "ppo-1?lam=0.95", "ppo-1?lam=1", "ppo-n?lam=0.95", "ppo-n?lam=1"]
+    assert "PPO critics (paper Table 1 layout)" in result["report"]["markdown"].read_text()

@@ -111,7 +111,7 @@ def test_gpu_recipe_validates_without_a_gpu(path, monkeypatch):
         assert loss["cap"] == 5.0
     elif loss["name"] in ("strace", "ptrace", "grpo_lambda"):
         assert loss["lam"] == 0.9 and loss.get("top_entropy_fraction", 0.2) == 0.2
-    assert r.estimator_config()["name"] in ("grpo", "numca", "hista")
+    assert r.estimator_config()["name"] in ("grpo", "numca", "hista", "critic")
 
 
 def test_every_paper_combination_has_a_recipe():

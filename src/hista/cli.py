@@ -45,6 +45,29 @@ def _layers(text: str) -> Optional[int]:
     return _number(int, 0, what="must be 'all' or an integer >= 0")(text)
 
 
+def _choice(*valid: str):
+    """An argparse type: one of ``valid``."""
+
+    def parse(text: str) -> str:
+        if text not in valid:
+            raise argparse.ArgumentTypeError(f"{text!r} is not one of {', '.join(valid)}")
+        return text
+
+    return parse
+
+
+def _list_of(item):
+    """An argparse type: a comma list of ``item`` values, without repeats."""
+
+    def parse(text: str) -> list:
+        values = [item(part.strip()) for part in text.split(",")]
+        if len(set(values)) != len(values):
+            raise argparse.ArgumentTypeError(f"{text!r} names a value twice")
+        return values
+
+    return parse
+
+
 def _device(text: str) -> str:
     """An argparse type: a torch device this machine has (SPEC §11)."""
     from .models import check_device
@@ -263,7 +286,8 @@ def cmd_sveb_run(args: argparse.Namespace) -> int:
     """`hista sveb run`: build + eval + report with a preset, through :func:`hista.sveb.run` (SPEC §8)."""
     from .sveb import report, run
 
-    result = run(args.preset, args.out, methods=_methods(args), overrides=_build_overrides(args), device=args.device)
+    result = run(args.preset, args.out, methods=_methods(args), overrides=_build_overrides(args), device=args.device,
+                 with_critic=args.with_critic)
     counts = result["counts"]
     print(f"sveb build: {counts['cases']} new cases, {counts['skipped']} problems skipped, "
           f"{counts['present']} records already present -> {result['cases']}")
@@ -323,9 +347,10 @@ def cmd_critic_train(args: argparse.Namespace) -> int:
     for critic in result["critics"]:
         losses = critic["losses"]
         print(f"critic {critic['path']}: {len(critic['problems'])} problems, loss {losses[0]['loss']:.4f} -> "
-              f"{losses[-1]['loss']:.4f} over {len(losses)} epochs in {critic['seconds']:.0f}s")
-    print(f"critic train: {args.mode} lam={args.lam:g} -> {result['out']} (use it with sveb eval --critic "
-          f"{result['out']} --methods '{args.mode}?lam={args.lam:g}')")
+              f"{losses[-1]['loss']:.4f} over {len(losses)} epochs in {critic['seconds']:.0f}s"
+              + (" (written before, kept)" if critic.get("resumed") else ""))
+    methods = ",".join(f"{m}?lam={lam:g}" for m in args.mode for lam in args.lam)
+    print(f"critic train: -> {result['out']} (use it with sveb eval --critic {result['out']} --methods '{methods}')")
     return 0
 
 
@@ -467,6 +492,10 @@ def build_parser() -> argparse.ArgumentParser:
     q.add_argument("--out", required=True, help="output folder")
     _add_build_options(q, "quick")
     _add_methods_option(q)
+    q.add_argument("--with-critic", action="store_true",
+                   help="also train the PPO critics (ppo-1 and ppo-n at lam 0.95 and 1.0, hista critic train's "
+                        "defaults) into OUT/critics after the build, and evaluate the four ppo methods beside the "
+                        "others")
     q.set_defaults(func=cmd_sveb_run)
 
     p = sub.add_parser("train", help="train a policy from a YAML recipe (estimator x loss on TRL's GRPOTrainer)",
@@ -502,11 +531,14 @@ def build_parser() -> argparse.ArgumentParser:
                                        "head train (the rest is frozen, and the critic folder stores only what "
                                        "trained); on a GPU the whole critic trains.")
     q.add_argument("--cases", required=True, help="the cases JSONL written by sveb build")
-    q.add_argument("--mode", required=True, choices=["ppo-1", "ppo-n"],
-                   help="ppo-1: cross-fitted by problem; ppo-n: trained on the cases' own problems")
-    q.add_argument("--lam", required=True, type=_number(float, 0.0, 1.0, what="must lie in [0, 1]"),
-                   help="GAE lambda of the targets (paper: 0.95 or 1.0; 1.0 regresses on the reward)")
-    q.add_argument("--out", required=True, help="output folder (new or empty)")
+    q.add_argument("--mode", required=True, type=_list_of(_choice("ppo-1", "ppo-n")),
+                   help="ppo-1: cross-fitted by problem; ppo-n: trained on the cases' own problems; a comma list "
+                        "trains each")
+    q.add_argument("--lam", required=True, type=_list_of(_number(float, 0.0, 1.0, what="must lie in [0, 1]")),
+                   help="GAE lambda of the targets (paper: 0.95 or 1.0; 1.0 regresses on the reward); a comma "
+                        "list trains each. Several modes or lambdas write OUT/MODE-LAMBDA folders")
+    q.add_argument("--out", required=True, help="output folder: new or empty, or the folder of an interrupted "
+                                                "run of the same command, which resumes")
     q.add_argument("--folds", type=AT_LEAST_2, default=5, help="ppo-1: folds by problem (default: %(default)s)")
     q.add_argument("--layers", type=_layers, default=None, metavar="K|all",
                    help=f"train the last K decoder layers (0: the head only) or all (default: {CPU_LAYERS} on the "

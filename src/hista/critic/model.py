@@ -19,6 +19,7 @@ A critic folder (:meth:`ValueModel.save_pretrained`):
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import os
 from pathlib import Path
@@ -62,6 +63,11 @@ class ValueModel(torch.nn.Module):
         self.head = head if head is not None else torch.nn.Linear(hidden, 1)
         self.info = dict(info or {})
         self.vocab_size = int(backbone.get_input_embeddings().num_embeddings)
+        self._blocks_name, self._blocks = decoder_layers(backbone)
+        self._tail_exact: Optional[bool] = None
+        #: a :class:`hista.critic.train.FrozenFeatures` that :meth:`values` reads and fills
+        #: (critics with the same frozen layers share their work; None: computed per call)
+        self.shared_features: Any = None
         self.layers_trained = self.set_trainable(layers)
 
     @classmethod
@@ -83,13 +89,13 @@ class ValueModel(torch.nn.Module):
 
     @property
     def num_layers(self) -> int:
-        return len(decoder_layers(self.backbone)[1])
+        return len(self._blocks)
 
     def set_trainable(self, layers: Optional[int]) -> int:
         """Freeze the backbone but for its last ``layers`` decoder layers and what follows them
         (the final norm); the head always trains (SPEC §4.5). None or the layer count: the whole
         backbone trains; 0: the head only. Returns the number of layers trained."""
-        prefix, blocks = decoder_layers(self.backbone)
+        prefix, blocks = self._blocks_name, self._blocks
         count = len(blocks)
         k = count if layers is None else int(layers)
         if not 0 <= k <= count:
@@ -113,17 +119,74 @@ class ValueModel(torch.nn.Module):
         out = self.backbone(input_ids=input_ids, attention_mask=attention_mask, use_cache=False)
         return self.head(out.last_hidden_state.float()).squeeze(-1)
 
-    def sequence_values(self, prompt_ids: Sequence[Sequence[int]], completion_ids: Sequence[Sequence[int]], *,
-                        terminal: bool = False) -> list[torch.Tensor]:
-        """V_0 .. V_{T−1} of each prompt + completion row, from one right-padded forward pass
-        with gradients (SPEC §4.5): V_t is the head's output at the last token of the prompt
-        plus the first t completion tokens. With ``terminal`` V_T (after the whole completion)
-        is appended. One tensor [T_i] (or [T_i + 1]) per row, on the model's device."""
+    # ---- frozen layers computed once ----------------------------------------------------------
+    @contextlib.contextmanager
+    def _only_blocks(self, blocks: Sequence[torch.nn.Module]):
+        """Within the block, the backbone's decoder stack is ``blocks`` only."""
+        parent_name, _, attr = self._blocks_name.rpartition(".")
+        parent = self.backbone.get_submodule(parent_name) if parent_name else self.backbone
+        setattr(parent, attr, torch.nn.ModuleList(blocks))
+        try:
+            yield
+        finally:
+            setattr(parent, attr, self._blocks)
+
+    @property
+    def first_trained(self) -> int:
+        """Index of the first trained decoder layer (the layer count when only the head trains)."""
+        return self.num_layers - self.layers_trained
+
+    def can_skip_frozen(self) -> bool:
+        """Whether training may run the trained layers alone on :meth:`features` computed once
+        (SPEC §4.5): the backbone is partly frozen and, checked once on a padded probe batch,
+        feeding its input embeddings past the frozen layers reproduces the full pass's last
+        hidden states within 1e-4 of their largest magnitude (float rounding; true for Llama /
+        Qwen / Mistral; a model that transforms its input embeddings, such as GPT-2 or Gemma,
+        falls back to full passes)."""
+        if not 0 < self.first_trained < self.num_layers:
+            return False
+        if self._tail_exact is None:
+            probe_p, probe_c = [[1, 2, 3], [4]], [[5, 6, 7, 8], [9, 10]]
+            was_training = self.training
+            self.eval()
+            try:
+                with torch.no_grad():
+                    full = self.sequence_values(probe_p, probe_c, hidden=True)
+                    fast = self.sequence_values(probe_p, probe_c, hidden=True,
+                                                features=self.features(probe_p, probe_c))
+                self._tail_exact = all(float((a - b).abs().max()) <= 1e-4 * (1.0 + float(a.abs().max()))
+                                       for a, b in zip(full, fast))
+            except (TypeError, ValueError, RuntimeError):
+                self._tail_exact = False
+            finally:
+                self.train(was_training)
+        return self._tail_exact
+
+    @torch.no_grad()
+    def features(self, prompt_ids: Sequence[Sequence[int]], completion_ids: Sequence[Sequence[int]], *,
+                 batch_size: int = 16) -> list[torch.Tensor]:
+        """The input of the first trained decoder layer for each prompt + completion row (SPEC
+        §4.5): what the frozen layers compute, which no training step changes, so a critic's
+        training computes it once (:meth:`can_skip_frozen`). One float32 [L_i, H] per row on the
+        CPU. Only the frozen layers and the first trained one run, and a prompt shared by
+        several rows is encoded once (:func:`hista.models.forward.shared_prefix_hidden`)."""
+        from ..models.forward import shared_prefix_hidden
+
+        first = self.first_trained
+        if not 0 < first < self.num_layers:
+            raise ValueError("features need a frozen layer and a trained one: this critic trains "
+                             + ("every layer" if first == 0 else "its head only"))
+        self._pad(prompt_ids, completion_ids)  # the rows' checks
+        with self._only_blocks(self._blocks[: first + 1]):  # the last hidden state is normed; the one before is not
+            return shared_prefix_hidden(self.backbone, prompt_ids, completion_ids, [first], batch_size)[first]
+
+    def _pad(self, prompt_ids: Sequence[Sequence[int]], completion_ids: Sequence[Sequence[int]]
+             ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Right-padded input ids and attention mask [B, L] of prompt + completion rows, on the
+        model's device, after checking the rows (a prompt token, ids inside the vocabulary)."""
         if len(prompt_ids) != len(completion_ids):
             raise ValueError(f"{len(prompt_ids)} prompts but {len(completion_ids)} completions")
         rows = [list(p) + list(c) for p, c in zip(prompt_ids, completion_ids)]
-        if not rows:
-            return []
         for p, row in zip(prompt_ids, rows):
             if not p:
                 raise ValueError("a prompt must hold at least one token: V_0 is read at its last token")
@@ -136,7 +199,40 @@ class ValueModel(torch.nn.Module):
         for k, row in enumerate(rows):
             ids[k, : len(row)] = torch.tensor(row, dtype=torch.long)
             mask[k, : len(row)] = 1
-        out = self(ids.to(self.device), mask.to(self.device))
+        return ids.to(self.device), mask.to(self.device)
+
+    def _from_features(self, features: Sequence[torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
+        """Hidden states [B, L, H] after the trained layers and the final norm, from each row's
+        :meth:`features` (right-padded), with the mask [B, L]."""
+        width = max(len(f) for f in features)
+        embeds = torch.zeros((len(features), width, features[0].size(-1)), device=self.device)
+        mask = torch.zeros((len(features), width), dtype=torch.long, device=embeds.device)
+        for k, f in enumerate(features):
+            embeds[k, : len(f)] = f
+            mask[k, : len(f)] = 1
+        with self._only_blocks(self._blocks[self.first_trained:]):
+            out = self.backbone(inputs_embeds=embeds, attention_mask=mask, use_cache=False)
+        return out.last_hidden_state, mask
+
+    def sequence_values(self, prompt_ids: Sequence[Sequence[int]], completion_ids: Sequence[Sequence[int]], *,
+                        terminal: bool = False, features: Optional[Sequence[torch.Tensor]] = None,
+                        hidden: bool = False) -> list[torch.Tensor]:
+        """V_0 .. V_{T−1} of each prompt + completion row, from one right-padded forward pass
+        with gradients (SPEC §4.5): V_t is the head's output at the last token of the prompt
+        plus the first t completion tokens. With ``terminal`` V_T (after the whole completion)
+        is appended. One tensor [T_i] (or [T_i + 1]) per row, on the model's device. With
+        ``features`` (the rows' :meth:`features`) only the trained layers run; with ``hidden``
+        the rows' last hidden states [L_i, H] are returned instead of values."""
+        if not prompt_ids:
+            return []
+        if features is None:
+            ids, mask = self._pad(prompt_ids, completion_ids)
+            states = self.backbone(input_ids=ids, attention_mask=mask, use_cache=False).last_hidden_state
+        else:
+            states, mask = self._from_features(features)
+        if hidden:
+            return [states[k, : int(n)] for k, n in enumerate(mask.sum(dim=1))]
+        out = self.head(states.float()).squeeze(-1)
         extra = 1 if terminal else 0
         return [out[k, len(p) - 1 : len(p) - 1 + len(c) + extra] for k, (p, c) in enumerate(zip(prompt_ids,
                                                                                                 completion_ids))]
@@ -146,15 +242,26 @@ class ValueModel(torch.nn.Module):
                batch_size: int = 8) -> list[torch.Tensor]:
         """Per-state values of completions of one prompt (SPEC §4.5): for each completion of T
         tokens, float32 [T] on the CPU holding V_0 .. V_{T−1} (``terminal``: also V_T), in
-        micro-batches of ``batch_size``, without gradients and in eval mode. A token id outside
-        the vocabulary raises ValueError."""
+        micro-batches of ``batch_size``, without gradients and in eval mode; a partly frozen
+        critic encodes the prompt once through its frozen layers (:meth:`features`, or the
+        :attr:`shared_features` critics with the same frozen layers share). A token id
+        outside the vocabulary raises ValueError."""
         was_training = self.training
         self.eval()
         try:
             out: list[torch.Tensor] = []
-            for start in range(0, len(completion_ids), batch_size):
-                chunk = [list(c) for c in completion_ids[start : start + batch_size]]
-                values = self.sequence_values([list(prompt_ids)] * len(chunk), chunk, terminal=terminal)
+            completions = [list(c) for c in completion_ids]
+            prompts = [list(prompt_ids)] * len(completions)
+            feats = None
+            if completions and self.shared_features is not None:
+                feats = self.shared_features.get(self, [(p, c, 0.0) for p, c in zip(prompts, completions)],
+                                                 batch_size=batch_size, progress=False)
+            elif completions and self.can_skip_frozen():
+                feats = self.features(prompts, completions, batch_size=batch_size)
+            for start in range(0, len(completions), batch_size):
+                part = slice(start, start + batch_size)
+                values = self.sequence_values(prompts[part], completions[part], terminal=terminal,
+                                              features=feats[part] if feats is not None else None)
                 out.extend(v.float().cpu() for v in values)
             return out
         finally:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Optional, Sequence
+from typing import Any, Optional, Sequence
 
 from ..errors import InputError
 from ..jsonio import loads
@@ -25,10 +25,10 @@ class CriticSet:
     """The critics of one ``hista critic train`` output folder (SPEC §4.5): ``mode``
     (``ppo-1``/``ppo-n``), ``lam``, ``policy`` (the model and revision whose rollouts trained
     it) and, for PPO-1, which fold's critic scores each problem. Critics load on ``device``
-    (default: cuda when available)."""
+    (default: cuda when available) and share ``features`` (:class:`hista.critic.train.FrozenFeatures`)."""
 
-    def __init__(self, folder: str | os.PathLike, *, device: Optional[str] = None):
-        self.folder, self.device = Path(folder), device
+    def __init__(self, folder: str | os.PathLike, *, device: Optional[str] = None, features: Any = None):
+        self.folder, self.device, self.features = Path(folder), device, features
         self._loaded: dict[str, ValueModel] = {}
         if (self.folder / FOLDS).is_file():
             self._read_folds()
@@ -138,24 +138,27 @@ class CriticSet:
         if member is None:
             raise InputError(f"no fold of this PPO-1 critic scores problem {problem!r}", path=self._where)
         if member not in self._loaded:
-            self._loaded[member] = ValueModel.from_pretrained(self.folder / member, device=self.device)
+            critic = ValueModel.from_pretrained(self.folder / member, device=self.device)
+            critic.shared_features = self.features
+            self._loaded[member] = critic
         return self._loaded[member]
 
 
-def discover(folder: str | os.PathLike, *, device: Optional[str] = None) -> list[CriticSet]:
+def discover(folder: str | os.PathLike, *, device: Optional[str] = None, features: Any = None) -> list[CriticSet]:
     """The critic sets of ``folder`` (SPEC §4.5): the folder itself when ``hista critic train``
     wrote it, else each of its subfolders that it wrote (a folder of critics). An InputError
-    when there is none. Their critics load on ``device``."""
+    when there is none. Their critics load on ``device`` and share ``features`` (a
+    :class:`hista.critic.train.FrozenFeatures`, or None)."""
     folder = Path(folder)
     if not folder.is_dir():
         raise InputError("does not exist or is not a folder", path=str(folder), field="--critic")
     if (folder / FOLDS).is_file() or (folder / CONFIG).is_file():
-        return [CriticSet(folder, device=device)]
+        return [CriticSet(folder, device=device, features=features)]
     subs = sorted(p for p in folder.iterdir() if p.is_dir() and ((p / FOLDS).is_file() or (p / CONFIG).is_file()))
     if not subs:
         raise InputError(f"holds no critic ({CONFIG} or {FOLDS}, or subfolders with one); write one with hista "
                          "critic train", path=str(folder), field="--critic")
-    return [CriticSet(p, device=device) for p in subs]
+    return [CriticSet(p, device=device, features=features) for p in subs]
 
 
 def match(sets: Sequence[CriticSet], method: str, requirement: dict) -> CriticSet:

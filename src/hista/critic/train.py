@@ -29,7 +29,7 @@ from .. import __version__
 from ..errors import InputError
 from ..jsonio import write_json_atomic
 from ..types import Rollout, RolloutGroup
-from .model import CONFIG, ValueModel, values_by_prompt
+from .model import CONFIG, ValueModel, decoder_layers, values_by_prompt
 from .targets import gae_targets
 
 MODES = ("ppo-1", "ppo-n")
@@ -100,10 +100,67 @@ def case_groups(records: Sequence[dict]) -> list[tuple[str, str, RolloutGroup]]:
 # --- 2. fitting --------------------------------------------------------------------------------
 
 
-def _all_values(model: ValueModel, items: list[tuple[list[int], list[int], float]], batch_size: int
-                ) -> list[torch.Tensor]:
-    """The critic's current V_0 .. V_{T−1} of every item, without gradients."""
-    return values_by_prompt(model, [p for p, _, _ in items], [c for _, c, _ in items], batch_size=batch_size)
+class FrozenFeatures:
+    """What a partly frozen critic's frozen layers compute for each rollout
+    (:meth:`ValueModel.features`), computed once and reused by every epoch and every critic
+    whose frozen layers are the same (same backbone model and revision, same first trained
+    layer): PPO-1's folds and both λ in training, every PPO method of ``sveb eval`` (SPEC
+    §4.5). Only the trained layers then run, which on the CPU is most of the cost saved.
+    ``keep_prompts``: hold the rollouts of at most that many prompts (the most recent; None:
+    all), as ``sveb eval`` needs one group at a time."""
+
+    def __init__(self, keep_prompts: Optional[int] = None) -> None:
+        self.keep_prompts = keep_prompts
+        self.frozen: Optional[tuple] = None
+        self.rows: dict[tuple, torch.Tensor] = {}
+        self.recent: dict[tuple, None] = {}
+
+    def get(self, model: ValueModel, items: Sequence[tuple[list[int], list[int], float]], *, batch_size: int = 8,
+            progress: bool = True) -> Optional[list[torch.Tensor]]:
+        """The features of ``items`` (prompt ids, completion ids, reward), computing those not
+        held yet one prompt at a time (its rollouts share its encoding); None when ``model``
+        cannot skip its frozen layers (:meth:`ValueModel.can_skip_frozen`)."""
+        if not model.can_skip_frozen():
+            return None
+        frozen = (json.dumps(model.info.get("backbone"), sort_keys=True), model.first_trained)
+        if self.frozen != frozen:
+            self.frozen, self.rows, self.recent = frozen, {}, {}
+        keys = [(tuple(p), tuple(c)) for p, c, _ in items]
+        by_prompt: dict[tuple, list[tuple]] = {}
+        for key in dict.fromkeys(k for k in keys if k not in self.rows):
+            by_prompt.setdefault(key[0], []).append(key)
+        for prompt, chunk in tqdm(by_prompt.items(), desc="frozen layers", unit="prompt",
+                                  disable=not progress or not by_prompt):
+            rows = model.features([prompt] * len(chunk), [c for _, c in chunk], batch_size=2 * batch_size)
+            self.rows.update(zip(chunk, rows))
+        found = [self.rows[k] for k in keys]
+        for prompt in dict.fromkeys(k[0] for k in keys):  # most recently used last
+            self.recent.pop(prompt, None)
+            self.recent[prompt] = None
+        while self.keep_prompts is not None and len(self.recent) > max(self.keep_prompts, 1):
+            oldest = next(iter(self.recent))
+            del self.recent[oldest]
+            self.rows = {k: v for k, v in self.rows.items() if k[0] != oldest}
+        return found
+
+
+def all_values(model: ValueModel, items: list[tuple[list[int], list[int], float]], batch_size: int,
+                features: Optional[list[torch.Tensor]] = None) -> list[torch.Tensor]:
+    """The critic's current V_0 .. V_{T−1} of every item (prompt ids, completion ids, reward),
+    without gradients, float32 on the CPU (SPEC §4.5): from ``features`` through the trained
+    layers only when given (:class:`FrozenFeatures`), else full passes grouped by prompt."""
+    if features is None:
+        return values_by_prompt(model, [p for p, _, _ in items], [c for _, c, _ in items], batch_size=batch_size)
+    was_training = model.training
+    model.eval()
+    out: list[torch.Tensor] = []
+    with torch.no_grad():
+        for start in range(0, len(items), batch_size):
+            chunk = items[start : start + batch_size]
+            out.extend(v.float().cpu() for v in model.sequence_values(
+                [p for p, _, _ in chunk], [c for _, c, _ in chunk], features=features[start : start + batch_size]))
+    model.train(was_training)
+    return out
 
 
 def _items(groups: Sequence[RolloutGroup]) -> list[tuple[list[int], list[int], float]]:
@@ -115,22 +172,24 @@ def value_loss(model: ValueModel, groups: Sequence[RolloutGroup], lam: float, *,
     """Mean squared error of the critic over every completion token of ``groups`` against its
     GAE(λ) targets (SPEC §4.5; for λ < 1 the targets bootstrap on the same values)."""
     items = _items(groups)
-    values = _all_values(model, items, batch_size)
+    values = all_values(model, items, batch_size)
     errors = [(v - gae_targets(v, reward, lam)) ** 2 for v, (_, _, reward) in zip(values, items)]
     return float(torch.cat(errors).mean()) if errors else math.nan
 
 
 def fit(model: ValueModel, groups: Sequence[RolloutGroup], config: FitConfig, *, progress: bool = True,
-        desc: str = "critic") -> list[dict]:
+        desc: str = "critic", features: Optional[FrozenFeatures] = None) -> list[dict]:
     """Fit ``model`` to the GAE(λ) targets of every rollout of ``groups`` (SPEC §4.5): each
     epoch recomputes the targets from the critic's current values (for λ = 1 they are the
     reward), shuffles the rollouts (seeded), and takes one AdamW step per ``batch_size``
     rollouts on the mean squared error over their completion tokens (PPO-clipped with
     ``value_clip``). Returns one ``{"epoch", "loss", "tokens"}`` per epoch, ``loss`` the mean of
-    the epoch's token errors as they were met."""
+    the epoch's token errors as they were met. A partly frozen critic runs its frozen layers
+    once per rollout (:class:`FrozenFeatures`; pass one to share them between critics)."""
     items = _items(groups)
     if not items:
         raise InputError("no rollout with a completion token to train the critic on")
+    feats = (features or FrozenFeatures()).get(model, items, batch_size=config.batch_size, progress=progress)
     params = [p for p in model.parameters() if p.requires_grad]
     optimizer = torch.optim.AdamW(params, lr=config.lr, weight_decay=config.weight_decay)
     shuffle = torch.Generator().manual_seed(config.seed)
@@ -139,7 +198,7 @@ def fit(model: ValueModel, groups: Sequence[RolloutGroup], config: FitConfig, *,
     history = []
     for epoch in range(config.epochs):
         bootstrap = config.lam < 1.0 or config.value_clip is not None
-        old = _all_values(model, items, config.batch_size) if bootstrap else None
+        old = all_values(model, items, config.batch_size, feats) if bootstrap else None
         targets = [gae_targets(old[k], reward, config.lam) if old is not None else torch.full((len(ids),), reward)
                    for k, (_, ids, reward) in enumerate(items)]
         model.train()
@@ -147,7 +206,8 @@ def fit(model: ValueModel, groups: Sequence[RolloutGroup], config: FitConfig, *,
         total, tokens = 0.0, 0
         for start in range(0, len(items), config.batch_size):
             batch = order[start : start + config.batch_size]
-            values = torch.cat(model.sequence_values([items[k][0] for k in batch], [items[k][1] for k in batch]))
+            values = torch.cat(model.sequence_values([items[k][0] for k in batch], [items[k][1] for k in batch],
+                                                     features=[feats[k] for k in batch] if feats else None))
             target = torch.cat([targets[k] for k in batch]).to(values.device)
             errors = (values - target) ** 2
             if config.value_clip is not None:
@@ -177,89 +237,143 @@ def default_layers(device: torch.device | str) -> Optional[int]:
     return None if torch.device(device).type == "cuda" else CPU_LAYERS
 
 
-def _check_out(out: Path) -> None:
-    from ..jsonio import check_output_dir
+REQUEST, REQUEST_FORMAT = "train.json", "hista-critic-train/1"
+
+
+def _check_out(out: Path, request: dict) -> bool:
+    """Whether ``out`` may take the critics of ``request``: True for a new or empty folder (the
+    request is to be written), False for a folder holding the same request (resumed: its
+    finished critics are kept); otherwise an InputError naming the folder or the field that
+    differs."""
+    from ..jsonio import check_output_dir, loads
 
     check_output_dir(out)
+    recorded = out / REQUEST
+    if recorded.is_file():
+        before = loads(recorded.read_text(encoding="utf-8"), path=str(recorded))
+        if not isinstance(before, dict):
+            raise InputError("is not a critic training request", path=str(recorded))
+        for key in sorted(set(before) | set(request)):
+            if before.get(key) != request.get(key):
+                raise InputError(f"holds critics of another request ({key}: {before.get(key)!r} there, "
+                                 f"{request.get(key)!r} now); use a new --out", path=str(recorded), field=key)
+        return False
     if out.exists() and any(out.iterdir()):
-        raise InputError("is not empty; critics are written into a new or empty folder", path=str(out),
-                         field="--out")
+        raise InputError("is not empty; critics are written into a new or empty folder (or one an interrupted "
+                         "hista critic train of the same request left)", path=str(out), field="--out")
+    return True
 
 
-def train_critics(cases_path: str | Path, out: str | Path, *, mode: str, lam: float, folds: int = 5,
-                  layers: Optional[int] = None, fit_config: Optional[FitConfig] = None, model: Optional[str] = None,
+def _as_list(value, kind) -> list:
+    return [kind(v) for v in value] if isinstance(value, (list, tuple)) else [kind(value)]
+
+
+def train_critics(cases_path: str | Path, out: str | Path, *, mode: str | Sequence[str],
+                  lam: float | Sequence[float], folds: Optional[int] = 5, layers: Optional[int] = None,
+                  fit_config: Optional[FitConfig] = None, model: Optional[str] = None,
                   device: Optional[str] = None, progress: bool = True) -> dict:
-    """Train the critics of ``mode`` on the rollouts of the case file ``cases_path`` into the
-    folder ``out`` (SPEC §4.5):
+    """Train the critics of ``mode`` and ``lam`` (one each, or lists: every pair) on the
+    rollouts of the case file ``cases_path`` into the folder ``out`` (SPEC §4.5):
 
-    - ``ppo-n``: one critic on every distinct group of the cases, written to ``out`` itself;
+    - ``ppo-n``: one critic on every distinct group of the cases;
     - ``ppo-1``: ``folds`` seeded folds of the problems (:func:`hista.sveb.sweep.fold_problems`,
-      seed ``fit_config.seed``); the critic of fold f trains on the problems outside it and
-      scores only fold f's cases; written to ``out/fold-f``, with ``out/folds.json`` mapping
-      each problem to its fold.
+      seed ``fit_config.seed``; None: 5, or one per problem when fewer); the critic of fold f
+      trains on the problems outside it and scores only fold f's cases; written to ``fold-f``
+      with ``folds.json`` mapping each problem to its fold.
 
-    The backbone is ``model`` (default: the model that built the cases, at the same revision),
-    the last ``layers`` decoder layers train (None: :func:`default_layers`), the head starts at
-    the mean reward of the critic's training rollouts. Each critic's ``critic.json`` records the
-    policy, λ, γ = 1, the mode, its fold, the training data (cases file, its settings, problems
-    and group digests trained on) and the losses. Returns {"out", "critics": [{"path",
-    "problems", "losses", "seconds"}]}. An InputError (before anything is trained) for a bad
-    mode, a non-empty ``out``, too few problems for ``folds``, a backbone of another revision
-    or whose vocabulary does not hold the cases' tokens."""
+    One pair is written to ``out`` itself, several to ``out/{mode}-{λ}``; they share one
+    backbone and its frozen layers' work (:class:`FrozenFeatures`). ``out/train.json`` records
+    the request: rerunning an interrupted request resumes it, keeping the critics already
+    written. The backbone is ``model`` (default: the model that built the cases, at the same
+    revision), the last ``layers`` decoder layers train (None: :func:`default_layers`), the
+    head starts at the mean reward of the critic's training rollouts. Each critic's
+    ``critic.json`` records the policy, λ, γ = 1, the mode, its fold, the training data (cases
+    file, its settings, problems and group digests trained on) and the losses. Returns {"out",
+    "critics": [{"path", "mode", "lam", "problems", "losses", "seconds"}]}. An InputError
+    (before anything is trained) for a bad mode, an ``out`` holding anything else, too few
+    problems for ``folds``, a backbone of another revision or whose vocabulary does not hold
+    the cases' tokens."""
     from ..models import load
     from ..sveb.eval import read_cases
     from ..sveb.sweep import fold_problems
 
-    if mode not in MODES:
-        raise InputError(f"unknown critic mode {mode!r}; valid: {', '.join(MODES)}", field="--mode")
-    config = dataclasses.replace(fit_config or FitConfig(), lam=float(lam))
+    modes, lams = _as_list(mode, str), _as_list(lam, float)
+    for m in modes:
+        if m not in MODES:
+            raise InputError(f"unknown critic mode {m!r}; valid: {', '.join(MODES)}", field="--mode")
+    config = fit_config or FitConfig()
+    for value in lams:
+        dataclasses.replace(config, lam=value)  # checks the range
     out = Path(out)
-    _check_out(out)
     records, recorded, revision = read_cases(cases_path)
     groups = case_groups(records)
     problems = sorted({p for p, _, _ in groups})
-    if mode == "ppo-1":
+    if "ppo-1" in modes:
+        folds = min(5, len(problems)) if folds is None else folds
         if folds < 2:
             raise InputError(f"PPO-1 needs at least 2 folds, got {folds}", field="--folds")
         if folds > len(problems):
             raise InputError(f"{folds} folds but the cases hold {len(problems)} problems: PPO-1 needs a problem in "
                              "every fold", path=str(cases_path), field="--folds")
-        plan = [(f"fold-{f}", {"index": f, "folds": folds, "seed": config.seed, "scores": held})
-                for f, held in enumerate(fold_problems(problems, folds, config.seed))]
-    else:
-        plan = [(None, None)]
+    pairs = [(m, value) for m in modes for value in lams]
+    request = {"format": REQUEST_FORMAT, "cases": str(cases_path),
+               "groups": hashlib.sha256("".join(d for _, d, _ in groups).encode()).hexdigest()[:16],
+               "modes": modes, "lams": lams, "folds": folds if "ppo-1" in modes else None, "layers": layers,
+               "model": model,
+               "fit": {k: v for k, v in dataclasses.asdict(config).items() if k != "lam"}}
+    new = _check_out(out, request)
     lm = load(model or recorded, device=device)
     if lm.name == recorded and lm.revision != revision:
         raise InputError(f"cases were built with {recorded} revision '{revision}', but the model loaded now is "
                          f"revision '{lm.revision}'", path=str(cases_path))
     _check_vocabulary(lm, records, cases_path)
     layers = default_layers(lm.device) if layers is None else layers
+    count = len(decoder_layers(lm.model.base_model)[1])
+    if layers is not None and not 0 <= layers <= count:
+        raise InputError(f"cannot train the last {layers} layers: the backbone has {count} (use 0 to {count})",
+                         field="--layers")
+    if new:
+        write_json_atomic(out / REQUEST, request)
 
-    base = {"policy": {"model": recorded, "revision": revision}, "mode": mode, "lam": config.lam, "gamma": 1.0}
+    features = FrozenFeatures()
     written = []
-    for sub, fold in plan:
-        held = set(fold["scores"]) if fold else set()
-        train = [(p, d, g) for p, d, g in groups if p not in held]
-        rewards = [r.reward for _, _, g in train for r in g.rollouts]
-        critic = ValueModel.from_policy(lm, layers=layers, init_value=sum(rewards) / len(rewards))
-        desc = f"critic {mode} λ={config.lam:g}" + (f" fold {fold['index'] + 1}/{folds}" if fold else "")
-        start = time.time()
-        losses = fit(critic, [g for _, _, g in train], config, progress=progress, desc=desc)
-        seconds = time.time() - start
-        critic.info.update(base, fold=fold, training={
-            "cases": str(cases_path), "settings": records[0]["settings"],
-            "problems": sorted({p for p, _, _ in train}), "groups": {p: d for p, d, _ in train},
-            "rollouts": len(rewards), "fit": dataclasses.asdict(config), "init_value": sum(rewards) / len(rewards),
-            "losses": losses, "seconds": round(seconds, 1)})
-        path = critic.save_pretrained(out / sub if sub else out)
-        written.append({"path": str(path), "problems": critic.info["training"]["problems"], "losses": losses,
-                        "seconds": seconds})
-        del critic
-    if mode == "ppo-1":
-        index = {"format": FOLDS_FORMAT, "hista_version": __version__, **base, "folds": folds, "seed": config.seed,
-                 "cases": str(cases_path), "dirs": [sub for sub, _ in plan],
-                 "problems": {p: f["index"] for _, f in plan for p in f["scores"]}}
-        write_json_atomic(out / FOLDS, index)
+    for m, value in pairs:
+        root = out if len(pairs) == 1 else out / f"{m}-{value:g}"
+        fitted = dataclasses.replace(config, lam=value)
+        base = {"policy": {"model": recorded, "revision": revision}, "mode": m, "lam": value, "gamma": 1.0}
+        if m == "ppo-1":
+            plan = [(root / f"fold-{f}", {"index": f, "folds": folds, "seed": config.seed, "scores": held})
+                    for f, held in enumerate(fold_problems(problems, folds, config.seed))]
+        else:
+            plan = [(root, None)]
+        for path, fold in plan:
+            if (path / CONFIG).is_file():  # written by an interrupted run of this request
+                info = json.loads((path / CONFIG).read_text(encoding="utf-8"))["training"]
+                written.append({"path": str(path), "mode": m, "lam": value, "problems": info["problems"],
+                                "losses": info["losses"], "seconds": info["seconds"], "resumed": True})
+                continue
+            held = set(fold["scores"]) if fold else set()
+            train = [(p, d, g) for p, d, g in groups if p not in held]
+            rewards = [r.reward for _, _, g in train for r in g.rollouts]
+            critic = ValueModel.from_policy(lm, layers=layers, init_value=sum(rewards) / len(rewards))
+            desc = f"critic {m} λ={value:g}" + (f" fold {fold['index'] + 1}/{folds}" if fold else "")
+            start = time.time()
+            losses = fit(critic, [g for _, _, g in train], fitted, progress=progress, desc=desc, features=features)
+            seconds = time.time() - start
+            critic.info.update(base, fold=fold, training={
+                "cases": str(cases_path), "settings": records[0]["settings"],
+                "problems": sorted({p for p, _, _ in train}), "groups": {p: d for p, d, _ in train},
+                "rollouts": len(rewards), "fit": dataclasses.asdict(fitted), "init_value": sum(rewards) / len(rewards),
+                "losses": losses, "seconds": round(seconds, 1)})
+            critic.save_pretrained(path)
+            written.append({"path": str(path), "mode": m, "lam": value, "problems": critic.info["training"]["problems"],
+                            "losses": losses, "seconds": seconds})
+            del critic
+        if m == "ppo-1":
+            index = {"format": FOLDS_FORMAT, "hista_version": __version__, **base, "folds": folds,
+                     "seed": config.seed, "cases": str(cases_path), "dirs": [p.name for p, _ in plan],
+                     "problems": {p: f["index"] for _, f in plan for p in f["scores"]}}
+            write_json_atomic(root / FOLDS, index)
     return {"out": str(out), "critics": written}
 
 
@@ -272,5 +386,5 @@ def _check_vocabulary(lm, records: Sequence[dict], path: str | Path) -> None:
                          "the critic's backbone must share the policy's tokenizer", path=str(path), field="--model")
 
 
-__all__ = ["CONFIG", "FOLDS", "FitConfig", "MODES", "case_groups", "default_layers", "fit", "group_digest",
-           "train_critics", "value_loss"]
+__all__ = ["CONFIG", "FOLDS", "FitConfig", "FrozenFeatures", "MODES", "case_groups", "default_layers", "fit",
+           "all_values", "group_digest", "train_critics", "value_loss"]

@@ -108,7 +108,13 @@ class Estimator(abc.ABC):
     - ``needs_text``: ``Rollout.completion_text`` and ``Rollout.offsets`` are filled;
     - ``needs_continuations``: Monte-Carlo continuation rewards arrive with the states or in
       ``RolloutGroup.continuations`` (only SVEB samples them; training cannot);
-    - ``needs_model``: the estimator calls a learned model (a critic) that the caller provides.
+    - ``needs_model``: the estimator calls a learned model (a critic) that the caller provides;
+    - ``trains_with_policy``: that model is trained alongside the policy, so only a trainer can
+      provide it (the PPO baseline, SPEC §4.5, §9: the trainer copies the critic from the policy
+      and updates it every generation batch); SVEB cannot.
+
+    Defaults a trainer uses when the recipe names none: ``default_scale`` (None: the scaling the
+    loss declares, SPEC §5) and :meth:`default_gae_lambda`.
     """
 
     name: ClassVar[str] = ""
@@ -119,6 +125,8 @@ class Estimator(abc.ABC):
     needs_text: ClassVar[bool] = False
     needs_continuations: ClassVar[bool] = False
     needs_model: ClassVar[bool] = False
+    trains_with_policy: ClassVar[bool] = False
+    default_scale: ClassVar[Optional[str]] = None
 
     def __init__(self, config: Optional[EstimatorConfig] = None, **overrides: Any):
         config = config or self.config_class()
@@ -139,6 +147,11 @@ class Estimator(abc.ABC):
         ``hidden_states[layer]``: −1 the last, after the final norm; SPEC §4.3): the config's
         ``layer``."""
         return int(getattr(self.config, "layer", -1))
+
+    def default_gae_lambda(self) -> float:
+        """The ``gae_lambda`` a trainer passes to :meth:`token_advantages` when the recipe sets
+        none (SPEC §3): 1.0."""
+        return 1.0
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self.config})"

@@ -1,21 +1,25 @@
-"""PPO critic values as an SVEB method (SPEC §4.5, §8): ``ppo-1`` (a critic that never saw the
+"""PPO critic values (SPEC §4.5): as SVEB methods (§8), ``ppo-1`` (a critic that never saw the
 state's problem, cross-fitted by problem) and ``ppo-n`` (a critic trained on the G initial
 rollouts of the cases' own problems), each with the λ its critic was trained with
-(``ppo-1?lam=0.95``, ``ppo-n?lam=1.0``).
+(``ppo-1?lam=0.95``, ``ppo-n?lam=1.0``); in training (§9), ``critic``, the PPO baseline, whose
+critic the trainer copies from the policy and trains alongside it.
 
-The estimator holds no math of its own: the values come from a trained critic
-(:class:`hista.critic.model.ValueModel`) that the caller hands over with :meth:`use_critic`
-(``needs_model``); ``sveb eval --critic DIR`` finds the critic whose mode and λ match."""
+The estimators hold no math of their own: the values come from a critic
+(:class:`hista.critic.model.ValueModel`, or :class:`hista.critic.online.OnlineCritic` in
+training) that the caller hands over with :meth:`use_critic` (``needs_model``); ``sveb eval
+--critic DIR`` finds the critic whose mode and λ match."""
 
 from __future__ import annotations
 
 import dataclasses
+import math
 from typing import Any, ClassVar, Optional, Sequence
 
 import torch
 
 from ..critic.model import values_by_prompt
 from ..critic.targets import gae_advantages
+from ..errors import InputError
 from ..types import Rollout, RolloutGroup, State
 from . import register
 from .base import Estimator, EstimatorConfig, state_length
@@ -112,3 +116,73 @@ class PPON(_PPOCritic):
 
     label = "PPO-N"
     critic_mode = "ppo-n"
+
+
+@dataclasses.dataclass
+class CriticConfig(EstimatorConfig):
+    """The PPO baseline in training (SPEC §4.5, §9). ``lam``: the GAE λ of the critic's targets
+    (γ = 1) and the default ``gae_lambda`` of its advantages; ``critic_lr``: AdamW's learning
+    rate; ``value_clip``: ε of PPO's clipped value loss around the values the batch was scored
+    with (None: plain squared error); ``critic_layers``: the last k decoder layers that train
+    (None: all; 0: the head only); ``critic_epochs``: passes over each generation batch;
+    ``critic_batch_size``: rollouts per critic optimiser step (and per no-grad forward pass).
+    A bad value raises an InputError naming its field."""
+
+    lam: float = 1.0
+    critic_lr: float = 1e-5
+    value_clip: Optional[float] = 0.2
+    critic_layers: Optional[int] = None
+    critic_epochs: int = 1
+    critic_batch_size: int = 8
+
+    def __post_init__(self) -> None:
+        def number(v: Any) -> bool:
+            return not isinstance(v, bool) and isinstance(v, (int, float)) and math.isfinite(v)
+
+        def count(v: Any, least: int) -> bool:
+            return not isinstance(v, bool) and isinstance(v, int) and v >= least
+
+        checks = [
+            ("lam", number(self.lam) and 0.0 <= self.lam <= 1.0, "must be a number in [0, 1]"),
+            ("critic_lr", number(self.critic_lr) and self.critic_lr > 0, "must be a finite number > 0"),
+            ("value_clip", self.value_clip is None or (number(self.value_clip) and self.value_clip > 0),
+             "must be a number > 0, or null (no value clipping)"),
+            ("critic_layers", self.critic_layers is None or count(self.critic_layers, 0),
+             "must be an integer >= 0 (0: the head only), or null (every layer)"),
+            ("critic_epochs", count(self.critic_epochs, 1), "must be an integer >= 1"),
+            ("critic_batch_size", count(self.critic_batch_size, 1), "must be an integer >= 1"),
+        ]
+        for field, ok, text in checks:
+            if not ok:
+                raise InputError(f"{getattr(self, field)!r}: {text}", field=field)
+        self.lam, self.critic_lr = float(self.lam), float(self.critic_lr)
+        self.value_clip = None if self.value_clip is None else float(self.value_clip)
+
+
+@register("critic")
+class PPOBaseline(_PPOCritic):
+    """The PPO baseline in training (SPEC §4.5, §9): V(s) is the value of a critic that the
+    trainer copies from the policy when it starts and trains on every generation batch
+    (:class:`hista.critic.online.OnlineCritic`); the advantages are PPO's GAE(λ) over those
+    values, with λ = ``gae_lambda`` (default: the critic's ``lam``). Its advantages are left
+    unscaled unless the recipe sets ``scale``: a group whose rewards are all equal has a reward
+    std of 0 but advantages R − V that are not, and dividing them by 0 + 1e-4 would multiply
+    them by 10,000. SVEB cannot provide a critic trained alongside a policy, and refuses it."""
+
+    config_class = CriticConfig
+    label = "PPO"
+    critic_mode = "online"
+    trains_with_policy = True
+    default_scale = "none"
+    critic_requirement = None  # no critic folder of `hista critic train` serves it (sveb eval reads this)
+
+    def default_gae_lambda(self) -> float:
+        """The critic's ``lam`` (SPEC §4.5): its advantages and its targets use one λ unless the
+        recipe sets ``gae_lambda`` too (decoupled λ, as VC-PPO does)."""
+        return self.config.lam
+
+    def _values(self, rollouts: Sequence[Rollout], terminal: bool = False) -> list[torch.Tensor]:
+        if self.critic is None:
+            raise ValueError("the critic estimator reads the critic that `hista train` trains alongside the policy; "
+                             "outside training hand one over with use_critic()")
+        return super()._values(rollouts, terminal)

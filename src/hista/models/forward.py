@@ -3,6 +3,7 @@ states are computed once, where the log-probs are computed)."""
 
 from __future__ import annotations
 
+import copy
 import inspect
 from dataclasses import dataclass
 from typing import Optional, Sequence
@@ -85,28 +86,41 @@ def hidden_states(lm: LoadedModel, prompt_ids: Sequence[Sequence[int]], completi
 def _hidden_layers(lm: LoadedModel, prompt_ids: Sequence[Sequence[int]], completion_ids: Sequence[Sequence[int]],
                    picked: list[int], batch_size: int) -> dict[int, list[torch.Tensor]]:
     """:func:`hidden_states` of the tuple indices ``picked`` (0..count-1), from one pass."""
+    return shared_prefix_hidden(lm.model.base_model, prompt_ids, completion_ids, picked, batch_size,
+                                pad=lm.tokenizer.pad_token_id or 0)
+
+
+def shared_prefix_hidden(model: torch.nn.Module, prompt_ids: Sequence[Sequence[int]],
+                         completion_ids: Sequence[Sequence[int]], picked: Sequence[int], batch_size: int, *,
+                         pad: int = 0) -> dict[int, list[torch.Tensor]]:
+    """Entries ``picked`` of the ``hidden_states`` tuple of a transformers base ``model`` for
+    every prompt + completion position, float32 on the CPU, [len(prompt) + len(completion), H]
+    per row (SPEC §4.3): rows are grouped by prompt, a prompt is encoded once, and its KV cache
+    is copied to micro-batches of ``batch_size`` of its completions (length-sorted, padded with
+    ``pad``), each from a copy of the prompt's cache."""
     from transformers import DynamicCache
 
-    model, pad, device = lm.model.base_model, lm.tokenizer.pad_token_id or 0, lm.device
+    device = next(model.parameters()).device
     by_prompt: dict[tuple, list[int]] = {}
     for row, prompt in enumerate(prompt_ids):
         by_prompt.setdefault(tuple(prompt), []).append(row)
     out: dict[int, list[Optional[torch.Tensor]]] = {k: [None] * len(prompt_ids) for k in picked}
     for prompt, rows in by_prompt.items():
         rows.sort(key=lambda r: -len(completion_ids[r]))  # similar lengths share a micro-batch: less padding
+        encoded = DynamicCache(config=model.config)
+        states = model(input_ids=torch.tensor([prompt], device=device), use_cache=True, output_hidden_states=True,
+                       **{cache_argument(model): encoded}).hidden_states
+        head = {k: states[k][0].float().cpu() for k in picked}
         for start in range(0, len(rows), batch_size):
             chunk = rows[start : start + batch_size]
             comps = [list(completion_ids[r]) for r in chunk]
-            cache = DynamicCache(config=lm.model.config)
-            states = model(input_ids=torch.tensor([prompt], device=device), use_cache=True, output_hidden_states=True,
-                           **{cache_argument(model): cache}).hidden_states
-            head = {k: states[k][0].float().cpu() for k in picked}
             width = max(len(c) for c in comps)
             if width == 0:
                 for k in picked:
                     for r in chunk:
                         out[k][r] = head[k].clone()
                 continue
+            cache = copy.deepcopy(encoded)
             cache.batch_select_indices(torch.zeros(len(chunk), dtype=torch.long, device=device))
             ids = torch.tensor([c + [pad] * (width - len(c)) for c in comps], device=device)
             mask = torch.tensor([[1] * (len(prompt) + len(c)) + [0] * (width - len(c)) for c in comps], device=device)

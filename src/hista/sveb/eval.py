@@ -309,8 +309,9 @@ def open_critics(chosen: dict[str, Estimator], folders: Optional[Sequence[str | 
     checked against the cases: an InputError for a critic of another model or revision, a
     PPO-N critic trained on other rollouts than the cases', a PPO-1 critic whose folds do not
     cover a case's problem, or a method no folder (or several) serves. The critics load on
-    ``device`` when first used. Empty when no method reads a critic (an InputError when
-    ``folders`` were given all the same: a flag that would do nothing)."""
+    ``device`` when first used and share the work of their frozen layers. Empty when no
+    method reads a critic (an InputError when ``folders`` were given all the same: a flag
+    that would do nothing)."""
     wanted = {m: est for m, est in chosen.items() if est.needs_model}
     if not wanted:
         if folders:
@@ -318,8 +319,10 @@ def open_critics(chosen: dict[str, Estimator], folders: Optional[Sequence[str | 
                              "critic (ppo-1?lam=..., ppo-n?lam=...)", field="--critic")
         return {}
     from ..critic import store
+    from ..critic.train import FrozenFeatures
 
-    sets = [s for folder in folders or [] for s in store.discover(folder, device=device)]
+    shared = FrozenFeatures(keep_prompts=2)  # the critics read one group at a time: its frozen layers run once
+    sets = [s for folder in folders or [] for s in store.discover(folder, device=device, features=shared)]
     bound = {m: store.match(sets, m, est.critic_requirement()) for m, est in wanted.items()}
     for critic_set in {id(s): s for s in bound.values()}.values():
         critic_set.check_cases(records, recorded, revision, path)

@@ -13,14 +13,23 @@ from .build import BuildConfig, build
 from .eval import evaluate
 from .presets import DEFAULT_METHODS, preset
 
+#: the λ of the critics ``run(with_critic=True)`` trains (the paper's Table 1)
+CRITIC_LAMS = (0.95, 1.0)
+#: the methods those critics add
+CRITIC_METHODS = tuple(f"{mode}?lam={lam:g}" for mode in ("ppo-1", "ppo-n") for lam in CRITIC_LAMS)
+
 
 def run(settings: Union[str, BuildConfig] = "quick", out: Union[str, Path] = "runs/sveb", *,
         methods: Sequence[str] = DEFAULT_METHODS, overrides: Optional[dict[str, Any]] = None,
-        device: Optional[str] = None, progress: bool = True) -> dict:
+        device: Optional[str] = None, progress: bool = True, with_critic: bool = False) -> dict:
     """Build (or resume) ``out/cases.jsonl`` with a preset's settings (by name, or a
     BuildConfig) and ``overrides`` of its fields, evaluate ``methods`` on it into
     ``out/results.json``, and write the report (``report.md``, ``report.json``, plots) into
-    ``out`` (SPEC §8). Returns the build counts, the output paths, the summary and the labels."""
+    ``out`` (SPEC §8). With ``with_critic`` the PPO critics of :data:`CRITIC_METHODS` are
+    trained on the cases into ``out/critics`` (:func:`hista.critic.train.train_critics` with its
+    defaults, PPO-1 in 5 folds or one per problem when fewer; resumed when interrupted) and
+    their methods are evaluated after ``methods``.
+    Returns the build counts, the output paths, the summary and the labels."""
     config = preset(settings) if isinstance(settings, str) else settings
     config = dataclasses.replace(config, **(overrides or {}))
     out = Path(out)
@@ -28,7 +37,15 @@ def run(settings: Union[str, BuildConfig] = "quick", out: Union[str, Path] = "ru
                            "delta.png"))
     cases_path, results_path = out / "cases.jsonl", out / "results.json"
     counts = build(config, cases_path, progress=progress)
-    results = evaluate(cases_path, methods, device=device, progress=progress)
+    critics = None
+    if with_critic:
+        from ..critic.train import train_critics
+
+        critics = [str(out / "critics")]
+        train_critics(cases_path, out / "critics", mode=["ppo-1", "ppo-n"], lam=list(CRITIC_LAMS), folds=None,
+                      device=device, progress=progress)
+        methods = list(methods) + [m for m in CRITIC_METHODS if m not in methods]
+    results = evaluate(cases_path, methods, device=device, progress=progress, critics=critics)
     write_json_atomic(results_path, results)
     paths = report.write_report(results["summary"], results["cases"], list(results["methods"]), out,
                                 labels=results["labels"])

@@ -1,7 +1,9 @@
 """SVEB report (SPEC §8 ``report``): a markdown table laid out like the paper's Table 4, the
-paired comparison with GRPO (ΔMAE with intervals and win rates, by field, position and length),
-a JSON file, and three plots (MAE bars with intervals; histograms of each estimator's
-difference from the group mean, as the paper's Figure 2; ΔMAE vs GRPO with intervals).
+PPO critics in the layout of the paper's Table 1 (λ columns; SPEC §4.5) when the results hold
+``ppo-1`` / ``ppo-n`` methods, the paired comparison with GRPO (ΔMAE with intervals and win
+rates, by field, position and length), a JSON file, and three plots (MAE bars with intervals;
+histograms of each estimator's difference from the group mean with its spread, as the paper's
+Figure 2; ΔMAE vs GRPO with intervals).
 
 Input is the dict returned by :func:`hista.sveb.metrics.summarise` and the per-case records it
 was computed from (for the difference plot and the paired comparison,
@@ -16,11 +18,15 @@ import os
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
+from ..errors import InputError
+from ..estimators import Estimator
+from ..estimators.group_mean import GroupMean
 from ..jsonio import check_output_dir, write_atomic, write_json_atomic
+from .eval import build_estimator, method_label, spec_label
 from .paired import paired_summary
 
-__all__ = ["markdown_table", "paired_table", "slices_table", "paired_markdown", "plot_mae", "plot_differences",
-           "plot_delta", "write_report"]
+__all__ = ["report_labels", "markdown_table", "table1", "table1_markdown", "paired_table", "slices_table",
+           "paired_markdown", "difference_stats", "plot_mae", "plot_differences", "plot_delta", "write_report"]
 
 
 # --------------------------------------------------------------------------------------------
@@ -79,6 +85,56 @@ def _new_figure(width: float, height: float) -> Any:
 
 
 # --------------------------------------------------------------------------------------------
+# what a method is: read from its spec, never from its label
+# --------------------------------------------------------------------------------------------
+
+
+def _estimator(spec: str) -> Estimator | None:
+    """The estimator of a method spec, or None when no registered estimator reads it (a plugin
+    not installed here, or a row key of a hand-made summary)."""
+    try:
+        return build_estimator(spec)
+    except InputError:
+        return None
+
+
+def _critic_need(est: Estimator | None) -> dict | None:
+    """``{"mode", "lam"}`` of a method that reads a trained critic (SPEC §4.5), else None."""
+    need = getattr(est, "critic_requirement", None)
+    return need() if need is not None else None
+
+
+def _lam_text(lam: float) -> str:
+    return str(float(lam))  # 0.95 -> "0.95", 1 -> "1.0", as the paper writes λ
+
+
+def report_labels(methods: Sequence[str], labels: Mapping[str, str] | None = None) -> dict[str, str]:
+    """The labels the report prints (SPEC §4.5, §8): ``labels`` (method spec -> label), where a
+    PPO critic method without a label of its own (``label=`` in its spec or a label other than
+    the automatic ``PPO-N?lam=0.95``) is named as in the paper: ``PPO-N``, or ``PPO-N (λ=0.95)``
+    when methods of that mode with several λ are reported. Names two methods would share are
+    left as they were. Other methods keep their labels."""
+    out = dict(labels or {})
+    critics = {}
+    for m in methods:
+        est = _estimator(m)
+        if (need := _critic_need(est)) is not None:
+            critics[m] = (est, need)
+    lams: dict[str, set[float]] = {}
+    for _, need in critics.values():
+        lams.setdefault(need["mode"], set()).add(need["lam"])
+    renamed = {}
+    for m, (est, need) in critics.items():
+        if spec_label(m) is not None or out.get(m, method_label(m, est)) != method_label(m, est):
+            continue  # a label someone chose
+        several = len(lams[need["mode"]]) > 1
+        renamed[m] = est.method_label() + (f" (λ={_lam_text(need['lam'])})" if several else "")
+    taken = [out.get(m, m) for m in methods if m not in renamed] + list(renamed.values())
+    out.update({m: name for m, name in renamed.items() if taken.count(name) == 1})
+    return out
+
+
+# --------------------------------------------------------------------------------------------
 # table
 # --------------------------------------------------------------------------------------------
 
@@ -96,6 +152,7 @@ def markdown_table(summary: dict, labels: dict[str, str] | None = None) -> str:
     rows = summary["rows"]
     names = _row_names(summary)
     counts = summary.get("counts", {})
+    labels = report_labels([r for r in names if not _is_mcs(summary, r)], labels)
 
     best: dict[str, str] = {}
     for field in fields:
@@ -163,6 +220,80 @@ def _pearson_table(summary: Mapping[str, Any], labels: Mapping[str, str] | None)
 
 
 # --------------------------------------------------------------------------------------------
+# PPO critics: the paper's Table 1
+# --------------------------------------------------------------------------------------------
+
+NO_LAMBDA = "no λ"
+
+
+def table1(summary: dict, labels: dict[str, str] | None = None) -> dict | None:
+    """The PPO critics in the layout of the paper's Table 1 (SPEC §4.5, §8), or None when no
+    method of ``summary`` reads a trained critic (``ppo-1``, ``ppo-n``).
+
+    Returns ``{"columns": ["λ = 0.95", "λ = 1.0", "no λ"], "rows": [{"label", "cells": {column:
+    {"method", "mae", "lo", "hi", "n"}}}]}``: one column per distinct λ of the critic methods
+    (a spec without ``lam`` has the default 1.0), sorted, then "no λ"; rows GRPO (each group
+    mean method, in "no λ"; without one, the summary's ``grpo_mae`` with no interval and
+    ``method`` None), then one row per critic mode (``PPO-1``, ``PPO-N``) with each method in
+    its λ column. A cell is the method's overall MAE (the "all" field) with its bootstrap
+    interval; a second method of the same mode and λ opens another row."""
+    rows = summary["rows"]
+    methods = [r for r in _row_names(summary) if not _is_mcs(summary, r)]
+    found = {m: _estimator(m) for m in methods}
+    critics = {m: need for m, est in found.items() if (need := _critic_need(est)) is not None}
+    if not critics:
+        return None
+    labels = report_labels(methods, labels)
+    columns = [f"λ = {_lam_text(lam)}" for lam in sorted({need["lam"] for need in critics.values()})] + [NO_LAMBDA]
+
+    def cell(m: str) -> dict:
+        whole = rows[m].get("all") or {}
+        return {"method": m, **{k: whole.get(k, math.nan) for k in ("mae", "lo", "hi", "n")}}
+
+    out = [{"label": _label(labels, m), "cells": {NO_LAMBDA: cell(m)}}
+           for m, est in found.items() if isinstance(est, GroupMean)]
+    grpo_mae = (summary.get("grpo_mae") or {}).get("all")
+    if not out and _finite(grpo_mae):
+        n = (summary.get("counts") or {}).get("all", math.nan)
+        out.append({"label": "GRPO", "cells": {NO_LAMBDA: {"method": None, "mae": grpo_mae, "lo": math.nan,
+                                                           "hi": math.nan, "n": n}}})
+    first_critic_row = len(out)
+    for m in sorted(critics, key=lambda m: found[m].method_label()):  # PPO-1, then PPO-N
+        name, column = found[m].method_label(), f"λ = {_lam_text(critics[m]['lam'])}"
+        row = next((r for r in out[first_critic_row:] if r["label"] == name and column not in r["cells"]), None)
+        if row is None:
+            row = {"label": name, "cells": {}}
+            out.append(row)
+        row["cells"][column] = cell(m)
+    return {"columns": columns, "rows": out}
+
+
+def table1_markdown(table: dict | None, level: float = 0.95) -> str:
+    """The markdown of :func:`table1` (SPEC §4.5, §8): a caption, then one line per row, each
+    cell ``MAE [lo, hi]`` as in the main table (the MAE alone without an interval), "–" where
+    the row has no method of that λ. Empty text for ``None`` (no critic methods)."""
+    if table is None:
+        return ""
+    caption = (
+        f"Table: MAE over all cases (the main table's \"All\" column) of GRPO and the PPO critics, by "
+        f"the GAE λ each critic was trained with (GRPO has none), as in the paper's Table 1; {level:.0%} "
+        f"bootstrap interval in brackets. PPO-1: a critic that never saw the state's problem; PPO-N: a "
+        f"critic trained on the initial rollouts of the same problems."
+    )
+    columns = table["columns"]
+    lines = [caption, "", "| Method | " + " | ".join(columns) + " |", "| --- | " + " | ".join("---" for _ in columns)
+             + " |"]
+    for row in table["rows"]:
+        cells = []
+        for column in columns:
+            cell = row["cells"].get(column)
+            bare = cell is not None and cell["method"] is None  # the recorded group mean: no interval
+            cells.append(_fmt(cell["mae"]) if bare else _cell_text(cell))
+        lines.append(f"| {row['label']} | " + " | ".join(cells) + " |")
+    return "\n".join(lines) + "\n"
+
+
+# --------------------------------------------------------------------------------------------
 # paired comparison with GRPO
 # --------------------------------------------------------------------------------------------
 
@@ -186,6 +317,7 @@ def _paired_cell_text(cell: Mapping[str, Any] | None) -> str:
 def _paired_rows(paired: Mapping[str, Any], columns: Sequence[tuple[str, str]], labels: Mapping[str, str] | None,
                  column_label: Any) -> list[str]:
     """Header, rule and one line per method of a paired table over ``(group, slice)`` columns."""
+    labels = report_labels(paired["methods"], labels)
     header = "| Estimator | " + " | ".join(column_label(group, name) for group, name in columns) + " |"
     lines = [header, "| --- | " + " | ".join("---" for _ in columns) + " |"]
     for m in paired["methods"]:
@@ -258,6 +390,7 @@ def plot_mae(summary: dict, path: str | os.PathLike, labels: dict[str, str] | No
     fields = list(summary["fields"])
     rows = summary["rows"]
     names = _row_names(summary)
+    labels = report_labels([r for r in names if not _is_mcs(summary, r)], labels)
     width = 0.8 / max(1, len(names))
     fig = _new_figure(min(18.0, max(6.0, 0.25 * len(fields) * max(1, len(names)) + 3.5)), 4.2)
     ax = fig.add_subplot(1, 1, 1)
@@ -310,30 +443,71 @@ def plot_mae(summary: dict, path: str | os.PathLike, labels: dict[str, str] | No
     return _save_figure(fig, Path(path))
 
 
+#: estimators the paper's Figure 2 shows, in its order (registered names); other panels follow
+FIGURE2_ORDER = ("ppo-1", "ppo-n", "numca", "hista")
+
+
+def _figure2_order(methods: Sequence[str]) -> list[str]:
+    """``methods`` with, when one reads a trained critic, PPO-1, PPO-N, Numca and Hista (any
+    profile or parameters) first, as in the paper's Figure 2; otherwise as given."""
+    found = {m: _estimator(m) for m in methods}
+    if not any(_critic_need(est) is not None for est in found.values()):
+        return list(methods)
+
+    def rank(m: str) -> int:
+        name = getattr(found[m], "name", None)
+        return FIGURE2_ORDER.index(name) if name in FIGURE2_ORDER else len(FIGURE2_ORDER)
+
+    return sorted(methods, key=rank)  # stable: the given order within a rank and after them
+
+
+def _differences(records: Sequence[dict], method: str) -> list[float]:
+    """V − V_GRPO of ``method`` on every case that has both a finite value and group mean."""
+    d = []
+    for rec in records:
+        v = (rec.get("values") or {}).get(method)
+        g = rec.get("group_mean")
+        if _finite(v) and _finite(g):
+            d.append(float(v) - float(g))
+    return d
+
+
+def difference_stats(records: Sequence[dict], methods: Sequence[str]) -> dict[str, dict[str, float]]:
+    """How far each estimator's value V moves from the GRPO baseline V_GRPO, the case's group
+    mean (the paper's Figure 2; SPEC §8): method -> ``{"n", "mean", "std", "mean_abs"}`` of
+    V − V_GRPO over the cases with both (``std`` the population standard deviation,
+    ``mean_abs`` the mean of |V − V_GRPO|; NaN without cases), in the panel order of
+    :func:`plot_differences`."""
+    import numpy as np
+
+    out = {}
+    for m in _figure2_order(methods):
+        d = np.asarray(_differences(records, m), dtype=float)
+        stats = (float(d.mean()), float(d.std()), float(np.abs(d).mean())) if d.size else (math.nan,) * 3
+        out[m] = {"n": int(d.size), **dict(zip(("mean", "std", "mean_abs"), stats))}
+    return out
+
+
 def plot_differences(
     records: Sequence[dict],
     methods: Sequence[str],
     path: str | os.PathLike,
     labels: dict[str, str] | None = None,
 ) -> Path:
-    """PNG with one histogram panel per estimator of ``value - group_mean`` over the cases
-    (the paper's Figure 2: how far an estimator moves away from the GRPO group-mean
-    baseline). All panels share one x range and binning; a vertical line marks 0. Cases with
-    a missing value or group mean are left out of that panel. Returns the path written."""
+    """PNG with one histogram panel per estimator of V − V_GRPO, its value minus the case's
+    group mean (the paper's Figure 2: how far an estimator moves away from the GRPO baseline),
+    each panel listing n, the mean, the standard deviation and the mean |V − V_GRPO| of
+    :func:`difference_stats`. When a method reads a trained critic, the panels start with
+    PPO-1, PPO-N, Numca and Hista, as in the paper. All panels share one x range and binning;
+    a vertical line marks 0. Cases with a missing value or group mean are left out of that
+    panel. Returns the path written."""
     import numpy as np
     from matplotlib.ticker import MaxNLocator
 
-    methods = list(methods)
-    diffs: dict[str, np.ndarray] = {}
-    for m in methods:
-        d = []
-        for rec in records:
-            v = (rec.get("values") or {}).get(m)
-            g = rec.get("group_mean")
-            if _finite(v) and _finite(g):
-                d.append(float(v) - float(g))
-        diffs[m] = np.asarray(d, dtype=float)
-
+    stats = difference_stats(records, methods)
+    methods = list(stats)
+    diffs = {m: np.asarray(_differences(records, m), dtype=float) for m in methods}
+    labels = report_labels(methods, labels)
     extent = max((float(np.abs(d).max()) for d in diffs.values() if d.size), default=0.0)
     extent = max(extent * 1.05, 0.05)
     bins = np.linspace(-extent, extent, 42)  # 41 bins: 0 is the centre of the middle one
@@ -344,22 +518,25 @@ def plot_differences(
     fig = _new_figure(3.6 * ncols, 2.8 * nrows + 0.4)
     axes = [fig.add_subplot(nrows, ncols, i + 1) for i in range(n)]
     for ax, m in zip(axes, methods):
-        d = diffs[m]
-        if d.size:
-            ax.hist(d, bins=bins, color="C0", alpha=0.85)
-            ax.text(0.02, 0.95, f"n={d.size}\nmean={d.mean():+.3f}\nstd={d.std():.3f}",
-                    transform=ax.transAxes, va="top", ha="left", fontsize="x-small")
+        st = stats[m]
+        if st["n"]:
+            counts, _, _ = ax.hist(diffs[m], bins=bins, color="C0", alpha=0.85)
+            ax.set_ylim(0.0, 1.6 * max(1.0, float(counts.max())))  # headroom for the numbers
+            ax.yaxis.set_major_locator(MaxNLocator(integer=True))
+            ax.text(0.02, 0.96, f"n={st['n']}\nmean={st['mean']:+.3f}\nstd={st['std']:.3f}\n"
+                    f"mean |Δ|={st['mean_abs']:.3f}", transform=ax.transAxes, va="top", ha="left",
+                    fontsize="x-small", bbox={"facecolor": "white", "alpha": 0.8, "edgecolor": "none"})
         else:
             ax.text(0.5, 0.5, "no values", transform=ax.transAxes, ha="center", va="center")
         ax.axvline(0.0, color="C3", linewidth=1.0)
         ax.set_xlim(-extent, extent)
         ax.xaxis.set_major_locator(MaxNLocator(nbins=5, symmetric=True))
         ax.set_title(_label(labels, m), fontsize="medium")
-        ax.set_xlabel("value − group mean", fontsize="small")
+        ax.set_xlabel("V − V_GRPO (value − group mean)", fontsize="small")
         ax.set_ylabel("cases", fontsize="small")
     if not methods:
         axes[0].text(0.5, 0.5, "no estimators", transform=axes[0].transAxes, ha="center")
-    fig.suptitle("Difference from the group-mean (GRPO) baseline")
+    fig.suptitle("Difference from the group-mean (GRPO) baseline, V − V_GRPO (Δ)")
     fig.tight_layout()
     return _save_figure(fig, Path(path))
 
@@ -370,6 +547,7 @@ def plot_delta(paired: dict, path: str | os.PathLike, labels: dict[str, str] | N
     bar, and a vertical line at 0 (left of it: better than GRPO). A method without cases is
     listed with "no values". Returns the path written."""
     methods = list(paired["methods"])
+    labels = report_labels(methods, labels)
     fig = _new_figure(6.4, 1.2 + 0.45 * max(1, len(methods)))
     ax = fig.add_subplot(1, 1, 1)
     ax.axvline(0.0, color="C3", linewidth=1.0)
@@ -414,6 +592,18 @@ _HOW_TO_READ = (
 )
 
 
+def _differences_table(stats: Mapping[str, Mapping[str, Any]], labels: Mapping[str, str] | None) -> str:
+    """Markdown of :func:`difference_stats`: one line per estimator, as the histogram panels."""
+    lines = ["Table: each estimator's value V minus the GRPO baseline V_GRPO (the case's group mean), "
+             "over the cases with both, as in the histograms (the paper's Figure 2); std is the population "
+             "standard deviation.", "",
+             "| Estimator | n | mean V − V_GRPO | std | mean abs(V − V_GRPO) |", "| --- | --- | --- | --- | --- |"]
+    for m, st in stats.items():
+        lines.append(f"| {_label(labels, m)} | {st['n']} | {_signed(st['mean'])} | {_fmt(st['std'])} | "
+                     f"{_fmt(st['mean_abs'])} |")
+    return "\n".join(lines) + "\n"
+
+
 def write_report(
     summary: dict,
     records: Sequence[dict],
@@ -423,10 +613,13 @@ def write_report(
     *,
     paired: dict | None = None,
 ) -> dict[str, Path]:
-    """Write the SVEB report into ``out_dir`` (SPEC §8 ``report``): ``report.md`` (title, the
-    Table-4 style MAE table, how to read it, the paired comparison with GRPO by field and by
-    position and length, Pearson table, links to the plots), ``report.json``
-    (``{"summary": ..., "paired": ..., "labels": ...}``, NaN written as null), ``mae.png``,
+    """Write the SVEB report into ``out_dir`` (SPEC §4.5, §8 ``report``): ``report.md`` (title,
+    the Table-4 style MAE table, how to read it, the PPO critics in the paper's Table 1 layout
+    when a method reads a critic (:func:`table1`), the paired comparison with GRPO by field and
+    by position and length, Pearson table, each estimator's difference from GRPO
+    (:func:`difference_stats`), links to the plots), ``report.json`` (``{"summary": ...,
+    "paired": ..., "labels": ..., "table1": ... or null, "differences": ...}``, the labels as the
+    report prints them (:func:`report_labels`), NaN written as null), ``mae.png``,
     ``differences.png`` and ``delta.png``. ``paired`` defaults to
     :func:`hista.sveb.paired.paired_summary` of ``records`` and ``methods`` with the summary's
     ``n_boot`` and ``seed``. Each file is written atomically. Returns
@@ -442,22 +635,27 @@ def write_report(
     # SPEC §11: a bad folder or a non-regular file in the way fails here, before any plotting
     check_output_dir(out, [p.name for p in paths.values()])
     out.mkdir(parents=True, exist_ok=True)
-    labels = dict(labels or {})
+    labels = report_labels(methods, labels)
     plot_mae(summary, paths["mae_plot"], labels=labels)
     plot_differences(records, methods, paths["differences_plot"], labels=labels)
     if paired is None:
         paired = paired_summary(records, methods, n_boot=summary.get("n_boot", 2000), seed=summary.get("seed", 0))
     plot_delta(paired, paths["delta_plot"], labels=labels)
 
-    write_json_atomic(paths["json"], {"summary": summary, "paired": paired, "labels": labels}, indent=2)
+    ppo = table1(summary, labels)
+    differences = difference_stats(records, methods)
+    write_json_atomic(paths["json"], {"summary": summary, "paired": paired, "labels": labels, "table1": ppo,
+                                      "differences": differences}, indent=2)
 
     level = summary.get("level", 0.95)
+    ppo_section = ["## PPO critics (paper Table 1 layout)", "", table1_markdown(ppo, level)] if ppo else []
     md = "\n".join([
         "# SVEB report",
         "",
         markdown_table(summary, labels),
         _HOW_TO_READ.format(level=f"{level:.0%}"),
         "",
+        *ppo_section,
         "## Paired comparison with GRPO",
         "",
         paired_table(paired, labels),
@@ -465,6 +663,9 @@ def write_report(
         "## Pearson correlation with the target",
         "",
         _pearson_table(summary, labels),
+        "## Difference from GRPO (paper Figure 2)",
+        "",
+        _differences_table(differences, labels),
         "## Plots",
         "",
         f"![MAE by field with {level:.0%} intervals]({paths['mae_plot'].name})",

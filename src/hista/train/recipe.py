@@ -164,13 +164,22 @@ class Recipe:
         return self.accelerate_config is not None or self.world_size > 1
 
     def estimator_config(self) -> dict:
-        """The advantage_estimator section with the scale default filled in: the scaling the
-        loss declares (``advantage_scale``: unscaled for Dr. GRPO, SPEC §5; the group std for
-        the others)."""
+        """The advantage_estimator section with the defaults filled in: ``gae_lambda`` the
+        estimator's (1.0; the critic's ``lam`` for ``critic``), and ``scale`` the estimator's
+        own (``critic``: unscaled) or else the scaling the loss declares (``advantage_scale``:
+        unscaled for Dr. GRPO, SPEC §5; the group std for the others)."""
+        from .. import estimators
         from ..losses import lookup
 
-        cfg = {"name": "grpo", "gae_lambda": 1.0, **self.advantage_estimator}
-        cfg.setdefault("scale", lookup(self.loss.get("name", "dapo")).advantage_scale)
+        cfg = {"name": "grpo", **self.advantage_estimator}
+        try:
+            est = estimators.get(cfg["name"], **{k: v for k, v in cfg.items() if k not in ("name", "gae_lambda",
+                                                                                            "scale")})
+        except (ValueError, TypeError):
+            est = None  # validate says what is wrong
+        cfg.setdefault("gae_lambda", est.default_gae_lambda() if est is not None else 1.0)
+        cfg.setdefault("scale", (est is not None and est.default_scale)
+                       or lookup(self.loss.get("name", "dapo")).advantage_scale)
         return cfg
 
     def batch_layout(self) -> dict:
@@ -250,10 +259,11 @@ class Recipe:
 
 def untrainable(estimator, loss) -> Optional[tuple[str, str]]:
     """Why training cannot run this estimator and loss (SPEC §9), as (recipe field, message),
-    from what they declare: an estimator that needs Monte-Carlo continuations or a learned model,
-    a loss that needs reference log-probs without a KL term (TRL computes them only when beta >
-    0). None when it can."""
-    if estimator.needs_continuations or estimator.needs_model:
+    from what they declare: an estimator that needs Monte-Carlo continuations or a learned model
+    other than one trained alongside the policy (``trains_with_policy``, the PPO baseline's
+    critic), a loss that needs reference log-probs without a KL term (TRL computes them only
+    when beta > 0). None when it can."""
+    if estimator.needs_continuations or (estimator.needs_model and not estimator.trains_with_policy):
         what = "Monte-Carlo continuations of every state" if estimator.needs_continuations else "a learned model"
         return "advantage_estimator.name", f"estimator {estimator.name!r} needs {what}, which training does not provide"
     if loss.needs_ref_logp and loss.config["beta"] == 0.0:
@@ -466,7 +476,10 @@ def validate(data: dict, *, source: str = "<recipe>",
     try:
         estimator = estimators.get(est["name"], **params)
     except (ValueError, TypeError) as exc:
-        raise fail("advantage_estimator", str(exc) if not isinstance(exc, InputError) else exc.message) from None
+        if not isinstance(exc, InputError):
+            raise fail("advantage_estimator", str(exc)) from None
+        named = f"advantage_estimator.{exc.field}" if exc.field in params else "advantage_estimator"
+        raise fail(named, exc.message) from None
     refusal = untrainable(estimator, loss)
     if refusal is not None:
         raise fail(*refusal)
@@ -503,6 +516,12 @@ def validate(data: dict, *, source: str = "<recipe>",
             raise fail("accelerate_config", f"{config} does not set num_processes (an integer)")
         if processes != recipe.world_size:
             raise fail("world_size", f"{recipe.world_size}, but {config} launches {processes} processes")
+        deepspeed = launch.get("deepspeed_config")  # launch is a mapping: it has num_processes
+        zero = deepspeed.get("zero_stage") if isinstance(deepspeed, dict) else None
+        if estimator.trains_with_policy and zero == 3:
+            raise fail("accelerate_config", f"{config} shards the policy's weights (ZeRO-3), and the "
+                       f"{estimator.name!r} estimator copies them into its critic: launch with ZeRO-2 "
+                       "(configs/accelerate/zero2-4gpus.yaml: 4 GPUs)")
     try:
         recipe.batch_layout()
     except InputError as exc:

@@ -49,20 +49,23 @@ def correct(completions: list, answer: list, verifier: list, **_: Any) -> list[f
 
 
 def _model(recipe: Recipe):
+    """The policy for the trainer: (model, tokenizer, (name, revision)); for hub ids and local
+    paths the model is its name (TRL loads it) and the revision is left to the trainer."""
     from ..models import ALIASES, load
 
     if recipe.model in ALIASES:
         lm = load(recipe.model, device="cpu")
         lm.model.train()
-        return lm.model, lm.tokenizer
-    return recipe.model, None  # TRL loads hub ids and local paths itself (dtype, ZeRO-3 init)
+        return lm.model, lm.tokenizer, (lm.name, lm.revision)
+    return recipe.model, None, (recipe.model, None)  # TRL loads hub ids and local paths itself (dtype, ZeRO-3)
 
 
 class MetricsLog(TrainerCallback):
     """Appends every logged step to ``metrics.jsonl`` and prints a one-line summary (SPEC §9)."""
 
     KEYS = (("reward", "reward"), ("adv_std", "advantages/std"), ("clip_hi", "loss/clip_frac_high"),
-            ("entropy", "entropy"), ("len", "completions/mean_length"), ("est", "estimator/time_frac"))
+            ("entropy", "entropy"), ("len", "completions/mean_length"), ("est", "estimator/time_frac"),
+            ("v_loss", "critic/value_loss"), ("ev", "critic/explained_variance"))
 
     def __init__(self, path: Path):
         self.path = path
@@ -72,7 +75,7 @@ class MetricsLog(TrainerCallback):
             return
         with open(self.path, "a") as f:
             f.write(json.dumps(jsonable({"step": state.global_step, "time": time.time(), **logs})) + "\n")
-        parts = [f"{name} {logs[key]:.3g}" for name, key in self.KEYS if key in logs]
+        parts = [f"{name} {logs[key]:.3g}" for name, key in self.KEYS if logs.get(key) is not None]
         print(f"step {state.global_step}/{state.max_steps}: " + ", ".join(parts), flush=True)
 
 
@@ -157,7 +160,7 @@ def train(recipe: Recipe, overwrite: bool = False) -> dict:
     replaced = check_output_dir(recipe, overwrite)
     config = recipe.grpo_config()
     dataset = build_dataset(recipe)
-    model, tokenizer = _model(recipe)
+    model, tokenizer, policy = _model(recipe)
     out = Path(recipe.output_dir)
     metrics = out / "metrics.jsonl"
     checkpoint = get_last_checkpoint(str(out)) if recipe.resume and out.is_dir() else None
@@ -165,7 +168,7 @@ def train(recipe: Recipe, overwrite: bool = False) -> dict:
         print(f"resume: no checkpoint in {out}, starting from step 0", flush=True)
     trainer = HistaGRPOTrainer(
         model=model, reward_funcs=[correct], args=config, train_dataset=dataset, processing_class=tokenizer,
-        advantage_estimator=recipe.estimator_config(), loss=recipe.loss,
+        advantage_estimator=recipe.estimator_config(), loss=recipe.loss, policy=policy,
         callbacks=[ReplaceEarlierRun(replaced), MetricsLog(metrics)],
     )
     text = yaml.safe_dump({**recipe.to_dict(), "versions": {"trl": trl.__version__}}, sort_keys=False)

@@ -8,15 +8,22 @@ The subclass overrides only TRL's advantage path and its loss:
   (Hista) and old-policy entropies (S-trace) are captured from the old-log-prob pass TRL already
   runs; only when TRL skips that pass (fully on-policy steps) is it run here, once;
 * ``_compute_loss`` calls the configured :class:`hista.losses.Loss` (SPEC §5).
+
+An estimator whose critic trains with the policy (``trains_with_policy``: ``critic``, the PPO
+baseline, SPEC §4.5) gets one (:class:`hista.critic.online.OnlineCritic`), copied from the
+policy when the trainer is built and updated after each generation batch's advantages; it is
+saved into ``critic/`` of every checkpoint and of the final model, and restored on resume.
 """
 
 from __future__ import annotations
 
 import time
+from pathlib import Path
 from typing import Any, Optional
 
 import torch
 from accelerate.utils import gather_object
+from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
 from trl import GRPOTrainer
 
 from .. import estimators, losses
@@ -40,14 +47,20 @@ class HistaGRPOTrainer(GRPOTrainer):
     ``loss`` (SPEC §9). ``advantage_estimator``: ``{"name": ..., "gae_lambda": ..., "scale":
     ..., **estimator parameters}``; ``loss``: ``{"name": ..., **policy_loss parameters}``.
     What is captured and passed on is decided by what the estimator and the loss declare
-    (``needs_hidden`` and its layer, ``needs_text``, ``needs_entropy``, ``needs_ref_logp``)."""
+    (``needs_hidden`` and its layer, ``needs_text``, ``needs_entropy``, ``needs_ref_logp``,
+    ``trains_with_policy``). ``policy``: (name, revision) of the policy as
+    :func:`hista.models.load` records them, for the critic's record (default: read from the
+    model); ``gae_lambda`` and ``scale`` default to the estimator's own defaults (1.0 and the
+    group std for most)."""
 
-    def __init__(self, *args: Any, advantage_estimator: dict, loss: dict, **kwargs: Any):
+    def __init__(self, *args: Any, advantage_estimator: dict, loss: dict,
+                 policy: Optional[tuple[str, Optional[str]]] = None, **kwargs: Any):
         est_cfg = dict(advantage_estimator)
         name = est_cfg.pop("name", "grpo")
-        self.gae_lambda = float(est_cfg.pop("gae_lambda", 1.0))
-        self.scale = est_cfg.pop("scale", "group")
+        gae_lambda, scale = est_cfg.pop("gae_lambda", None), est_cfg.pop("scale", None)
         self.estimator = estimators.get(name, **est_cfg)
+        self.gae_lambda = float(self.estimator.default_gae_lambda() if gae_lambda is None else gae_lambda)
+        self.scale = scale or self.estimator.default_scale or "group"
         loss_cfg = dict(loss)
         self.loss = losses.get(loss_cfg.pop("name", "dapo"), **loss_cfg)
         refusal = untrainable(self.estimator, self.loss)
@@ -65,6 +78,24 @@ class HistaGRPOTrainer(GRPOTrainer):
         self._hista_rewards: Optional[torch.Tensor] = None
         self._cycle_start: Optional[float] = None
         self._estimator_seconds = 0.0
+        self.critic = self._build_critic(policy) if self.estimator.trains_with_policy else None
+
+    def _build_critic(self, policy: Optional[tuple[str, Optional[str]]]):
+        """The estimator's critic (SPEC §4.5, §9): a copy of the policy as it is now (before any
+        step; a resumed run restores the checkpoint's critic), on this process's device."""
+        from ..critic.online import OnlineCritic, policy_revision
+        from ..models import LoadedModel
+
+        if any(hasattr(p, "ds_id") for p in self.model.parameters()):
+            raise ValueError("the critic estimator copies the policy's weights, which DeepSpeed ZeRO-3 partitions: "
+                             "launch with ZeRO-2 (configs/accelerate/zero2-4gpus.yaml) or without DeepSpeed")
+        name, revision = policy or (getattr(self.model.config, "_name_or_path", "") or "policy", None)
+        lm = LoadedModel(self.model, self.processing_class, name, revision or policy_revision(self.model, name))
+        critic = OnlineCritic.from_policy(
+            lm, self.estimator.config, seed=self.args.seed, device=self.accelerator.device,
+            checkpointing=bool(self.args.activation_checkpointing), bf16=bool(self.args.bf16))
+        self.estimator.use_critic(critic)
+        return critic
 
     # ---- advantage hook ------------------------------------------------------------------
     def _calculate_rewards(self, inputs, prompts, completions, completion_ids_list):
@@ -132,8 +163,13 @@ class HistaGRPOTrainer(GRPOTrainer):
         groups = batch_to_groups(prompt_ids, prompt_mask, completion_ids, completion_mask, rewards,
                                  self.num_generations, problem_ids=problem_ids, hidden=hidden,
                                  tokenizer=self.processing_class if self.estimator.needs_text else None)
+        if self.critic is not None:
+            self.critic.observe(groups)  # the values this batch's advantages and targets start from
         per_group = [self.estimator.token_advantages(g, gae_lambda=self.gae_lambda, scale=self.scale,
                                                      batch_std=batch_std) for g in groups]
+        if self.critic is not None:  # PPO's order: advantages from the values before the critic's update
+            for key, value in self.critic.update(groups).items():
+                self._metrics["train"][key].append(value)
         advantages = groups_to_batch(per_group, completion_ids.shape, device=completion_ids.device)
         valid = advantages[completion_mask.bool()]
         if valid.numel():
@@ -142,6 +178,23 @@ class HistaGRPOTrainer(GRPOTrainer):
             self._metrics["train"]["advantages/abs_max"].append(valid.abs().max().item())
         first = self.accelerator.process_index * local_b
         return advantages[first: first + local_b, :local_t]
+
+    # ---- the critic's checkpoints -----------------------------------------------------------
+    def _save_checkpoint(self, model, trial):
+        super()._save_checkpoint(model, trial)
+        if self.critic is not None and self.args.should_save:
+            folder = Path(self._get_output_dir(trial=trial)) / f"{PREFIX_CHECKPOINT_DIR}-{self.state.global_step}"
+            self.critic.save(folder / "critic", optimizer=not self.args.save_only_model)
+
+    def save_model(self, output_dir: Optional[str] = None, _internal_call: bool = False):
+        super().save_model(output_dir, _internal_call)
+        if self.critic is not None and not _internal_call and self.args.should_save:  # checkpoints: above
+            self.critic.save(Path(output_dir or self.args.output_dir) / "critic", optimizer=False)
+
+    def _load_optimizer_and_scheduler(self, checkpoint):
+        super()._load_optimizer_and_scheduler(checkpoint)
+        if checkpoint is not None and self.critic is not None:
+            self.critic.load(Path(checkpoint) / "critic")
 
     # ---- loss ----------------------------------------------------------------------------
     def _compute_loss(self, model, inputs):
