@@ -26,13 +26,7 @@ BUILD = ["sveb", "build", "--model", "tiny", "--tasks", "builtin:arith", "--task
 FAST = ["--epochs", "1", "--layers", "1", "--device", "cpu"]
 
 
-@pytest.fixture(autouse=True, scope="module")
-def one_thread():
-    """One CPU thread: the tiny model's matrices are small, and a second thread only waits."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_thread")  # tests/conftest.py
 
 
 @pytest.fixture(scope="module")

@@ -28,13 +28,7 @@ CRITIC_KEYS = ("critic/value_loss", "critic/explained_variance", "critic/mean_ab
                "critic/seconds")
 
 
-@pytest.fixture(autouse=True, scope="module")
-def one_thread():
-    """One CPU thread: the tiny model's matrices are small, and a second thread only waits."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_thread")  # tests/conftest.py
 
 
 # ---- recipes --------------------------------------------------------------------------------
