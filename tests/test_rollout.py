@@ -61,6 +61,25 @@ def test_greedy_generation(tiny):
     assert a[0].completion_ids == a[1].completion_ids
 
 
+def test_greedy_takes_the_argmax_and_records_log_probs_of_the_greedy_policy(tiny):
+    """Temperature 0: every token is the argmax of a fresh forward pass over prompt + completion
+    so far, whatever the seed and the other prompts of the batch (left padding), and its recorded
+    log-prob is that of the greedy policy, log 1 = 0 (softmax(logits / T) as T -> 0)."""
+    eng = GenerateEngine(tiny, SamplingConfig(temperature=0.0, max_new_tokens=10, batch_size=8))
+    problems = ["What is 2 + 3?", "Start with 4. Add 1. Then multiply by 3. What number do you get?"]
+    mixed = eng.generate(problems, 1, seed=1)
+    alone = [eng.generate([p], 1, seed=2)[0] for p in problems]
+    for group, single in zip(mixed, alone):
+        r = group[0]
+        assert r.completion_ids == single[0].completion_ids
+        ids = torch.tensor([r.prompt_ids + r.completion_ids])
+        with torch.no_grad():
+            logits = tiny.model(input_ids=ids).logits[0].float()
+        p = len(r.prompt_ids)
+        assert logits[p - 1 : p - 1 + len(r.completion_ids)].argmax(-1).tolist() == r.completion_ids
+        assert len(r.logprobs) == len(r.completion_ids) and max(abs(lp) for lp in r.logprobs) < 1e-6
+
+
 def _first_token_draws(tiny, prefix, n, temperature, top_p, seed=0, chunk=1000):
     from hista.rollout.engine import sample_continuations
 

@@ -1,7 +1,9 @@
-"""Atomic file writing: readers see the old file or the complete new one, never a partial one."""
+"""Result files: atomic writes (readers see the old file or the complete new one, never a partial one)
+and append-only JSON lines."""
 
 from __future__ import annotations
 
+import fcntl
 import json
 import math
 import os
@@ -253,6 +255,52 @@ def jsonable(obj: Any) -> Any:
     if hasattr(obj, "item") and callable(obj.item):
         return jsonable(obj.item())
     return obj
+
+
+def dumps_line(record: Any) -> str:
+    """One canonical strict-JSON line (NaN -> null, sorted keys, no spaces, newline-terminated):
+    the same record always gives the same bytes."""
+    return json.dumps(jsonable(record), sort_keys=True, separators=(",", ":"), ensure_ascii=False,
+                      allow_nan=False) + "\n"
+
+
+def append_jsonl(path: str | os.PathLike, records: Iterable[Any]) -> None:
+    """Append ``records`` as canonical JSON lines (:func:`dumps_line`) with one write and an
+    fsync (:func:`append_text`), creating missing parent folders: a crash loses at most the
+    lines of this call, the last of them possibly cut short (a reader of an append-only file
+    drops an unterminated last line; SPEC §8, §10)."""
+    text = "".join(dumps_line(r) for r in records)
+    target = check_output_file(path)
+    try:
+        target.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise InputError(f"cannot create folder {target.parent} ({exc.strerror or exc})", path=str(path)) from None
+    append_text(path, text)
+
+
+def append_text(path: str | os.PathLike, text: str) -> None:
+    """Append ``text`` to the file ``path`` with a single write and fsync it (SPEC §11 output
+    files). Only ever a regular file is appended to: :func:`check_output_file` refuses a FIFO,
+    device, directory or system path with an InputError, and the file is opened non-blocking
+    and checked again with ``fstat``, so the call never hangs on a FIFO that appears in
+    between. A symlink is followed."""
+    target = check_output_file(path)
+    flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0)
+    try:
+        fd = os.open(target, flags, 0o666)
+    except OSError as exc:  # ENXIO: a FIFO without a reader appeared after the check
+        raise InputError(f"cannot append ({exc.strerror})", path=str(path)) from None
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise InputError("output path is not a regular file", path=str(path))
+        fcntl.fcntl(fd, fcntl.F_SETFL, fcntl.fcntl(fd, fcntl.F_GETFL) & ~os.O_NONBLOCK)
+    except BaseException:
+        os.close(fd)
+        raise
+    with os.fdopen(fd, "a", encoding="utf-8") as fh:
+        fh.write(text)
+        fh.flush()
+        os.fsync(fh.fileno())
 
 
 def write_jsonl_atomic(path: str | os.PathLike, records: Iterable[dict]) -> Path:

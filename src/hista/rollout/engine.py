@@ -241,7 +241,7 @@ class GenerateEngine:
         texts = list(prompt_texts) if prompt_texts is not None else [""] * len(prompts)
         rows = [(i, j) for i in range(len(prompts)) for j in range(n)]
         out: list[list[Rollout]] = [[] for _ in prompts]
-        eos = _eos_ids(self.lm)
+        eos = eos_ids(self.lm)
         for b, start in enumerate(range(0, len(rows), cfg.batch_size)):
             chunk = rows[start : start + cfg.batch_size]
             distinct = sorted({i for i, _ in chunk})
@@ -259,7 +259,9 @@ class GenerateEngine:
         return out
 
 
-def _eos_ids(lm: LoadedModel) -> list[int]:
+def eos_ids(lm: LoadedModel) -> list[int]:
+    """The token ids that end a completion (SPEC §7): the tokenizer's EOS and those of the
+    model's generation config, sorted."""
     ids = {lm.tokenizer.eos_token_id}
     gen_eos = getattr(getattr(lm.model, "generation_config", None), "eos_token_id", None)
     if isinstance(gen_eos, int):

@@ -10,7 +10,6 @@ rewards and the target (their mean).
 
 from __future__ import annotations
 
-import fcntl
 import gzip
 import json
 import math
@@ -21,7 +20,7 @@ from pathlib import Path
 from typing import Any, Iterator
 
 from ..errors import InputError
-from ..jsonio import check_output_file, loads
+from ..jsonio import append_text, loads
 from .schema import Where, is_int, is_unit, kind, require, short, text
 
 #: How far a case's ``target`` may be from the mean of its continuation rewards.
@@ -35,29 +34,9 @@ def dumps(record: dict[str, Any]) -> str:
 
 def append(path: Path, record: dict[str, Any]) -> None:
     """Append one record with a single write and fsync it, so a crash loses at most the line
-    being written (which ``read(..., repair=True)`` then drops). Only ever a regular file is
-    appended to (SPEC §11 output files): :func:`hista.jsonio.check_output_file` refuses a
-    FIFO, device, directory or system path with an InputError, and the file is opened
-    non-blocking and checked again with ``fstat``, so the call can never hang on a FIFO that
-    appears in between. A symlink is followed."""
-    target = check_output_file(path)
-    flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0)
-    try:
-        fd = os.open(target, flags, 0o666)
-    except OSError as exc:  # ENXIO: a FIFO without a reader appeared after the check
-        raise InputError(f"cannot append ({exc.strerror})", path=str(path)) from None
-    try:
-        st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode):
-            raise InputError("output path is not a regular file", path=str(path))
-        fcntl.fcntl(fd, fcntl.F_SETFL, fcntl.fcntl(fd, fcntl.F_GETFL) & ~os.O_NONBLOCK)
-    except BaseException:
-        os.close(fd)
-        raise
-    with os.fdopen(fd, "a", encoding="utf-8") as fh:
-        fh.write(dumps(record))
-        fh.flush()
-        os.fsync(fh.fileno())
+    being written (which ``read(..., repair=True)`` then drops); only ever to a regular file
+    (:func:`hista.jsonio.append_text`, SPEC §11 output files)."""
+    append_text(path, dumps(record))
 
 
 _MAX_TOKEN_ID = 2**31 - 1  # no vocabulary is larger; bigger ints cannot index a model's embeddings

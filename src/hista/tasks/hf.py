@@ -90,6 +90,18 @@ def _openr1(row: dict) -> Optional[tuple[str, str, str, dict]]:
     return str(row["problem"]), str(answer), str(row.get("problem_type") or "math"), meta
 
 
+def _olympiad(row: dict) -> Optional[tuple[str, str, str, dict]]:
+    """OlympiadBench as math-ai/olympiadbench holds it: ``question`` and a list ``final_answer``
+    (several answers are joined by ", ", as a tuple)."""
+    answers = row.get("final_answer")
+    answers = [str(a).strip() for a in (answers if isinstance(answers, list) else [answers]) if a is not None]
+    answers = [a for a in answers if a]
+    if not row.get("question") or not answers:
+        return None
+    meta = {k: row[k] for k in ("id", "answer_type", "unit", "subfield") if k in row}
+    return str(row["question"]), ", ".join(answers), str(row.get("subfield") or "olympiad"), meta
+
+
 def _generic(row: dict) -> Optional[tuple[str, str, str, dict]]:
     problem = row.get("problem", row.get("question"))
     answer = row.get("answer")
@@ -124,6 +136,8 @@ DATASETS = [
               ("train",), _dapo, dedupe=True),
     HFDataset("open-r1/OpenR1-Math-220k", "openr1-math", ("openr1-math",), "default",
               ("train",), _openr1),
+    # OlympiadBench, the text-only English math problems (the paper's evaluation, SPEC §10).
+    HFDataset("math-ai/olympiadbench", "olympiadbench", ("olympiadbench",), None, ("test",), _olympiad),
 ]
 _BY_NAME = {}
 for _d in DATASETS:

@@ -1,0 +1,15 @@
+"""Evaluation of policies on benchmark suites (SPEC §10): ``hista eval`` and ``hista eval compare``.
+
+:mod:`.suites` (benchmarks, presets, problems), :mod:`.checkpoint` (what ``--model`` names,
+``hista train`` runs included), :mod:`.metrics` (avg@k, pass@k, bootstrap intervals),
+:mod:`.store` (the per-problem file that makes an evaluation resumable), :mod:`.summary`,
+:mod:`.run` (:func:`evaluate`), :mod:`.compare` (:func:`compare`) and :mod:`.report`
+(markdown tables).
+"""
+
+from .compare import compare
+from .metrics import pass_at_k
+from .run import EvalConfig, evaluate, read_results
+from .suites import PRESETS
+
+__all__ = ["PRESETS", "EvalConfig", "compare", "evaluate", "pass_at_k", "read_results"]

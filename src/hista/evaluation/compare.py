@@ -1,0 +1,111 @@
+"""``hista eval compare``: runs side by side, with paired differences from the first (SPEC §10).
+
+Runs are comparable when their settings are equal but for the model (name, revision, weights):
+the same benchmarks and problems (their fingerprints), temperature, k, token cap, system
+prompt, seed and batch size. Other runs are refused, naming the fields, unless ``force``.
+A later run's difference from the first is paired: per problem, the later run's score minus
+the first's, over the problems both have; its interval resamples those differences (the
+stratified bootstrap of :mod:`hista.evaluation.metrics`), which is much narrower than the two
+runs' own intervals when the runs agree on most problems.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Optional, Sequence
+
+from ..errors import InputError
+from ..sveb.schema import Where
+from . import store
+from .metrics import N_BOOT, bootstrap, problem_score
+from .run import read_results
+
+#: Settings that may differ between compared runs: they say which model ran.
+MODEL_FIELDS = ("model", "revision", "weights")
+
+
+def _comparable(settings: dict) -> dict:
+    return {k: v for k, v in settings.items() if k not in MODEL_FIELDS}
+
+
+def _scores(path: str, results: dict, metric: str) -> dict[str, dict[str, float]]:
+    """benchmark -> problem key -> score under ``metric`` (problems with fewer samples than
+    pass@K needs are left out)."""
+    out: dict[str, dict[str, float]] = {}
+    need = int(metric[5:]) if metric != "avg" else 1
+    for record in results["problems"]:
+        store.check_problem(record, Where(path, None))
+        if len(record["samples"]) >= need:
+            out.setdefault(record["benchmark"], {})[record["key"]] = problem_score(
+                [s["reward"] for s in record["samples"]], metric)
+    return out
+
+
+def _intervals(scores: dict[str, list[float]], categories: dict[str, str], seed: int, n_boot: int) -> dict:
+    """Bootstrap intervals of the benchmarks present; a category (and ALL) only when every
+    benchmark of it (of all) is present."""
+    present = {n: v for n, v in scores.items() if v}
+    if not present:
+        return {"benchmarks": {}, "categories": {}, "overall": None}
+    result = bootstrap(present, {n: categories[n] for n in present}, n_boot=n_boot, seed=seed)
+    complete = {c for c in set(categories.values()) if all(n in present for n in categories if categories[n] == c)}
+    return {"benchmarks": result["benchmarks"],
+            "categories": {c: v for c, v in result["categories"].items() if c in complete},
+            "overall": result["overall"] if len(present) == len(categories) else None}
+
+
+def _entry(metric: str, interval: Optional[dict]) -> dict:
+    return {"avg": interval} if metric == "avg" else {"pass": {metric[5:]: interval}}
+
+
+def compare(paths: Sequence[str], *, force: bool = False, metric: str = "avg", seed: int = 0,
+            n_boot: int = N_BOOT) -> dict:
+    """Compare the results files ``paths`` (SPEC §10; module docstring) under ``metric``
+    (``avg`` or ``pass@K``). Raises an InputError for fewer than two files, a file that is not a
+    results file, a bad metric, or (without ``force``) settings that differ from the first run's
+    other than the model, naming the fields. Returns the runs (label, path, model, summary of
+    the metric), the differences allowed by ``force``, and the table: per benchmark, category
+    and ALL, each run's interval and each later run's paired difference from the first."""
+    if len(paths) < 2:
+        raise InputError("give at least two results files to compare", field="results")
+    if metric != "avg" and not re.fullmatch(r"pass@[1-9][0-9]*", metric):
+        raise InputError(f"unknown metric {metric!r}: use avg or pass@K (K >= 1)", field="metric")
+    runs = [read_results(p) for p in paths]
+    first = _comparable(runs[0]["settings"])
+    differences = []
+    for path, run in zip(paths[1:], runs[1:]):
+        differences += [f"{path}: {d}" for d in store.differences(first, _comparable(run["settings"]),
+                                                                    sides=("in the first run", "here"))]
+    if differences and not force:
+        raise InputError(f"settings differ from the first run's ({paths[0]}), so the runs are not comparable: "
+                         + "; ".join(differences) + ". Pass --force to compare them anyway",
+                         path=str(paths[1]), field=differences[0].split(": ", 1)[1].split(" (")[0])
+    categories = {b["name"]: b["category"] for b in runs[0]["settings"]["benchmarks"]}
+    scores = [_scores(p, r, metric) for p, r in zip(paths, runs)]
+    base = scores[0]
+    own = [_intervals({n: list(s.get(n, {}).values()) for n in categories}, categories, seed, n_boot)
+           for s in scores]
+    paired = []
+    for s in scores[1:]:
+        diffs = {n: [s[n][key] - base[n][key] for key in base.get(n, {}) if key in s.get(n, {})] for n in categories}
+        paired.append(_intervals(diffs, categories, seed, n_boot))
+    table: dict = {"benchmarks": {}, "categories": {}, "overall": {}}
+    for n, c in categories.items():
+        table["benchmarks"][n] = {"category": c, "problems": len(base.get(n, {})),
+                                  "values": [o["benchmarks"].get(n) for o in own],
+                                  "differences": [p["benchmarks"].get(n) for p in paired]}
+    for c in dict.fromkeys(categories.values()):
+        table["categories"][c] = {"category": c, "values": [o["categories"].get(c) for o in own],
+                                  "differences": [p["categories"].get(c) for p in paired]}
+    table["overall"]["ALL"] = {"values": [o["overall"] for o in own], "differences": [p["overall"] for p in paired]}
+    names = [r["model"]["name"] for r in runs]
+    labels = names if len(set(names)) == len(names) else [str(p) for p in paths]
+    out_runs = []
+    for label, path, run, o in zip(labels, paths, runs, own):
+        summary = {"benchmarks": {n: _entry(metric, v) for n, v in o["benchmarks"].items()},
+                   "categories": {c: _entry(metric, v) for c, v in o["categories"].items()},
+                   "overall": _entry(metric, o["overall"])}
+        out_runs.append({"label": label, "path": str(Path(path)), "model": run["model"]["name"],
+                         "revision": run["model"]["revision"], "run": run["model"].get("run"), "summary": summary})
+    return {"metric": metric, "seed": seed, "runs": out_runs, "differences": differences, "table": table}

@@ -1,0 +1,236 @@
+"""``hista eval``: evaluate a model on benchmark suites, resumably (SPEC §10).
+
+Each benchmark's problems are cut into fixed chunks of ``batch_size // n`` problems (n samples
+per problem), and each chunk is generated in one batch of the rollout engine, mixing problems.
+Its seed derives from the evaluation seed, the benchmark and the chunk's first problem, so a
+chunk's samples do not depend on what ran before it: a resumed evaluation regenerates an
+unfinished chunk exactly and appends only the problems the per-problem file lacks. Every
+finished chunk is verified with the verifiers that give training rewards (SPEC §6) and appended
+at once; at the end ``results.json`` (settings, model, versions, every problem's samples with
+verdict and reason, the summary) and ``results.md`` are written atomically.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import numbers
+import time
+from pathlib import Path
+from typing import Callable, Optional, Sequence
+
+from tqdm.auto import tqdm
+
+from .. import __version__
+from ..errors import InputError
+from ..jsonio import check_output_file, loads, write_atomic, write_json_atomic
+from ..models import EMBEDDED, LoadedModel, load
+from ..rewards import verify_with_reason
+from ..rollout import GenerateEngine, SamplingConfig
+from ..rollout.engine import eos_ids
+from ..sveb.build import derive_seed
+from ..sveb.schema import Where
+from . import checkpoint, store, suites
+from .report import result_markdown
+from .summary import summarise
+
+#: The ``format`` of a results file.
+FORMAT = "hista-eval-results/1"
+
+
+@dataclasses.dataclass
+class EvalConfig:
+    """Settings of ``hista eval`` (SPEC §10). ``suites``: preset names and task specs;
+    ``temperature`` and ``k``: when given, every benchmark's (else each benchmark's own: a plain
+    spec is greedy, k = 1); ``max_new_tokens``: None takes the suites' own cap; ``limit``: at
+    most this many problems per benchmark (the first ones); ``seed`` seeds the sampling;
+    ``batch_size``: sequences per generation batch. A bad value raises an InputError naming the
+    field (the CLI option's name)."""
+
+    model: str = EMBEDDED
+    suites: Sequence[str] = ("builtin",)
+    k: Optional[int] = None
+    temperature: Optional[float] = None
+    max_new_tokens: Optional[int] = None
+    limit: Optional[int] = None
+    seed: int = 0
+    batch_size: int = 64
+
+    def __post_init__(self) -> None:
+        if isinstance(self.suites, str):
+            self.suites = [s for s in self.suites.split(",")]
+        self.suites = list(self.suites)
+        least = {"k": 1, "max_new_tokens": 1, "limit": 1, "seed": 0, "batch_size": 1}
+        for name, low in least.items():
+            value = getattr(self, name)
+            if value is None and name in ("k", "max_new_tokens", "limit"):
+                continue
+            if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < low:
+                raise InputError(f"must be an integer >= {low}, got {value!r}", field=name)
+        t = self.temperature
+        if t is not None and (isinstance(t, bool) or not isinstance(t, numbers.Real) or not math.isfinite(t) or t < 0):
+            raise InputError(f"must be a finite number >= 0 (0 = greedy), got {t!r}", field="temperature")
+
+
+def results_markdown_path(out: Path) -> Path:
+    """The markdown table written beside the results file ``out`` (SPEC §10)."""
+    return out.with_suffix(".md") if out.suffix == ".json" else out.with_name(out.name + ".md")
+
+
+def problem_key(benchmark: str, problem: dict) -> str:
+    """The key of a problem in the per-problem file: ``BENCHMARK/ID`` (SPEC §10)."""
+    return f"{benchmark}/{problem['id']}"
+
+
+def read_results(path: str | Path) -> dict:
+    """A results file written by :func:`evaluate` (SPEC §10): an InputError naming the file and
+    field when it is not one (not JSON, another format, no settings, summary or problems)."""
+    path = Path(path)
+    try:
+        raw = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise InputError(f"cannot read the results file ({getattr(exc, 'strerror', None) or exc})",
+                         path=str(path)) from None
+    data = loads(raw, path=str(path))
+    where = Where(path)
+    if not isinstance(data, dict) or data.get("format") != FORMAT:
+        where.fail(f"not a hista eval results file (expected \"format\": \"{FORMAT}\")", "format")
+    for name, kind in (("settings", dict), ("summary", dict), ("problems", list), ("model", dict)):
+        if not isinstance(data.get(name), kind):
+            where.fail(f"missing, or not {'an object' if kind is dict else 'a list'}", name)
+    return data
+
+
+def _settings(config: EvalConfig, source: checkpoint.ModelSource, benchmarks: list, problems: dict,
+              categories: dict, max_new_tokens: int) -> dict:
+    """What a resumed evaluation must match and a comparison must share (SPEC §10)."""
+    model = str(Path(source.load_as)) if Path(source.load_as).exists() else source.load_as
+    return {"model": model, "revision": None, "weights": checkpoint.weights_stamp(source.load_as),
+            "system_prompt": source.system_prompt,
+            "suites": [s.strip() for s in config.suites],
+            "benchmarks": [{**b.to_dict(), "category": categories[b.name], "n_problems": len(problems[b.name]),
+                            "problems_sha256": suites.fingerprint(problems[b.name])} for b in benchmarks],
+            "limit": config.limit, "max_new_tokens": max_new_tokens, "top_p": 1.0, "batch_size": config.batch_size,
+            "seed": config.seed}
+
+
+def _check_earlier(out: Path, samples: Path, settings: dict) -> tuple[Optional[dict], list[dict]]:
+    """What an earlier evaluation into ``out`` left, refused when its settings differ (the
+    model revision is checked once the model is loaded): the per-problem file's header and
+    records. A results file at ``out`` that is not a hista eval results file is refused too."""
+    unloaded = {k: v for k, v in settings.items() if k != "revision"}
+    if out.exists():
+        earlier = read_results(out)
+        store.check_settings({k: v for k, v in earlier["settings"].items() if k != "revision"}, unloaded,
+                             Where(out), f"{out} holds an evaluation")
+    header, records = store.read(samples)
+    if header is not None:
+        store.check_settings({k: v for k, v in header["settings"].items() if k != "revision"}, unloaded,
+                             Where(samples, 1), "was written by an evaluation")
+    return header, records
+
+
+def _record(benchmark: str, category: str, problem: dict, rollouts, eos: set[int]) -> dict:
+    """One finished problem: its samples verified (SPEC §6, §10)."""
+    samples = []
+    for r in rollouts:
+        reward, reason = verify_with_reason(problem["verifier"], r.completion_text, problem["answer"])
+        samples.append({"text": r.completion_text, "tokens": len(r.completion_ids), "reward": reward,
+                        "reason": reason, "truncated": not r.completion_ids or r.completion_ids[-1] not in eos})
+    return {"kind": "problem", "key": problem_key(benchmark, problem), "benchmark": benchmark, "category": category,
+            "id": problem["id"], "problem": problem["problem"], "answer": problem["answer"],
+            "verifier": problem["verifier"], "samples": samples}
+
+
+def _versions() -> dict:
+    import torch
+    import transformers
+
+    return {"hista": __version__, "torch": torch.__version__, "transformers": transformers.__version__}
+
+
+def evaluate(config: EvalConfig, out: str | Path, *, lm: Optional[LoadedModel] = None, device: Optional[str] = None,
+             progress: bool = True, log: Callable[[str], None] = print) -> dict:
+    """Evaluate ``config.model`` on ``config.suites`` into ``out`` (SPEC §10; module docstring),
+    resuming an earlier evaluation with the same settings there. Everything is checked before
+    the model loads: the suites and their problems (an unreachable hub fails in seconds), the
+    output files, and the settings of an earlier evaluation in ``out``, which must equal these
+    (an InputError names the fields that differ). ``lm`` replaces loading ``config.model`` (it
+    must be that model). Notes (greedy with k > 1) go to ``log``. Returns the output paths,
+    the summary, the timing of this call and how many problems it evaluated and found done."""
+    out = Path(out)
+    samples_file, markdown_file = store.samples_path(out), results_markdown_path(out)
+    for path in (out, samples_file, markdown_file):
+        check_output_file(path)
+    benchmarks, cap, notes = suites.resolve(config.suites, temperature=config.temperature, k=config.k)
+    for note in notes:
+        log(note)
+    max_new_tokens = config.max_new_tokens or cap
+    problems = {b.name: suites.load_problems(b, config.limit) for b in benchmarks}
+    categories = {b.name: suites.category_of(b, problems[b.name]) for b in benchmarks}
+    source = checkpoint.resolve(config.model)
+    settings = _settings(config, source, benchmarks, problems, categories, max_new_tokens)
+    header, records = _check_earlier(out, samples_file, settings)
+
+    lm = lm or load(source.load_as, device=device)
+    settings["revision"] = lm.revision
+    if header is None:
+        store.append(samples_file, [{"kind": "settings", "settings": settings, "hista_version": __version__}])
+    else:
+        store.check_settings(header["settings"], settings, Where(samples_file, 1), "was written by an evaluation")
+    keys = {problem_key(b.name, p) for b in benchmarks for p in problems[b.name]}
+    done = {}
+    for r in records:
+        if r["key"] not in keys:
+            raise InputError(f"problem {r['key']!r} is not among this evaluation's problems", path=str(samples_file),
+                             field="key")
+        done[r["key"]] = r
+
+    timing = {"generate_s": 0.0, "verify_s": 0.0, "write_s": 0.0, "problems": 0, "samples": 0, "tokens": 0}
+    eos = set(eos_ids(lm))
+    start = time.perf_counter()
+    bar = tqdm(total=len(keys), initial=len(done), desc="eval", unit="problem", disable=not progress)
+    for b in benchmarks:
+        engine = GenerateEngine(lm, SamplingConfig(temperature=b.temperature, top_p=1.0, max_new_tokens=max_new_tokens,
+                                                   batch_size=config.batch_size, system_prompt=source.system_prompt))
+        per_chunk = max(1, config.batch_size // b.samples)
+        items = problems[b.name]
+        bar.set_postfix(benchmark=b.name)
+        for first in range(0, len(items), per_chunk):
+            chunk = items[first:first + per_chunk]
+            if all(problem_key(b.name, p) in done for p in chunk):
+                continue
+            t = time.perf_counter()
+            groups = engine.generate([p["problem"] for p in chunk], b.samples,
+                                     seed=derive_seed(config.seed, b.name, chunk[0]["id"]))
+            timing["generate_s"] += time.perf_counter() - t
+            t = time.perf_counter()
+            new = [_record(b.name, categories[b.name], p, group, eos) for p, group in zip(chunk, groups)
+                   if problem_key(b.name, p) not in done]
+            timing["verify_s"] += time.perf_counter() - t
+            t = time.perf_counter()
+            store.append(samples_file, new)
+            timing["write_s"] += time.perf_counter() - t
+            done.update((r["key"], r) for r in new)
+            timing["problems"] += len(new)
+            timing["samples"] += sum(len(r["samples"]) for r in new)
+            timing["tokens"] += sum(s["tokens"] for r in new for s in r["samples"])
+            bar.update(len(new))
+    bar.close()
+
+    t = time.perf_counter()
+    ordered = [done[problem_key(b.name, p)] for b in benchmarks for p in problems[b.name]]
+    summary = summarise(ordered, settings["benchmarks"], seed=config.seed)
+    timing["summary_s"] = time.perf_counter() - t
+    results = {"format": FORMAT, "settings": settings,
+               "model": {"name": settings["model"], "revision": lm.revision, "device": str(lm.device),
+                         "run": source.run},
+               "versions": _versions(), "notes": notes, "summary": summary, "problems": ordered}
+    t = time.perf_counter()
+    write_json_atomic(out, {**results, "timing": {**timing, "wall_s": time.perf_counter() - start}})
+    text = result_markdown(results)
+    write_atomic(markdown_file, lambda fh: fh.write(text))
+    timing["write_s"] += time.perf_counter() - t
+    timing["wall_s"] = time.perf_counter() - start
+    return {"results": str(out), "samples": str(samples_file), "markdown": str(markdown_file), "summary": summary,
+            "timing": timing, "evaluated": timing["problems"], "found": len(records), "table": text}
