@@ -49,6 +49,16 @@ def decoder_layers(backbone: torch.nn.Module) -> tuple[str, torch.nn.ModuleList]
     raise ValueError(f"cannot find the {count} decoder layers of {type(backbone).__name__}")
 
 
+def check_layers(layers: Optional[int], count: int, *, field: str) -> int:
+    """The number of decoder layers a critic trains (SPEC §4.5): ``layers``, or ``count`` (all)
+    for None; an InputError naming ``field`` when it is not 0 to ``count``."""
+    k = count if layers is None else int(layers)
+    if not 0 <= k <= count:
+        raise InputError(f"cannot train the last {k} layers: the backbone has {count} (use 0 to {count})",
+                         field=field)
+    return k
+
+
 class ValueModel(torch.nn.Module):
     """A critic (SPEC §4.5): ``backbone`` (a transformers base model such as LlamaModel) and a
     linear ``head`` H → 1 on its last hidden states. ``info`` is the record written to
@@ -97,10 +107,7 @@ class ValueModel(torch.nn.Module):
         backbone trains; 0: the head only. Returns the number of layers trained."""
         prefix, blocks = self._blocks_name, self._blocks
         count = len(blocks)
-        k = count if layers is None else int(layers)
-        if not 0 <= k <= count:
-            raise InputError(f"cannot train the last {k} layers: the backbone has {count} (use 0 to {count})",
-                             field="layers")
+        k = check_layers(layers, count, field="layers")
         first = count - k  # the first trained block
         before = True  # parameters registered before the blocks (the embeddings) freeze with the first one
         for name, param in self.backbone.named_parameters():
@@ -176,14 +183,14 @@ class ValueModel(torch.nn.Module):
         if not 0 < first < self.num_layers:
             raise ValueError("features need a frozen layer and a trained one: this critic trains "
                              + ("every layer" if first == 0 else "its head only"))
-        self._pad(prompt_ids, completion_ids)  # the rows' checks
+        self._check_rows(prompt_ids, completion_ids)
         with self._only_blocks(self._blocks[: first + 1]):  # the last hidden state is normed; the one before is not
             return shared_prefix_hidden(self.backbone, prompt_ids, completion_ids, [first], batch_size)[first]
 
-    def _pad(self, prompt_ids: Sequence[Sequence[int]], completion_ids: Sequence[Sequence[int]]
-             ) -> tuple[torch.Tensor, torch.Tensor]:
-        """Right-padded input ids and attention mask [B, L] of prompt + completion rows, on the
-        model's device, after checking the rows (a prompt token, ids inside the vocabulary)."""
+    def _check_rows(self, prompt_ids: Sequence[Sequence[int]], completion_ids: Sequence[Sequence[int]]
+                    ) -> list[list[int]]:
+        """The prompt + completion rows, after a ValueError for a prompt without tokens or a
+        token id outside the vocabulary."""
         if len(prompt_ids) != len(completion_ids):
             raise ValueError(f"{len(prompt_ids)} prompts but {len(completion_ids)} completions")
         rows = [list(p) + list(c) for p, c in zip(prompt_ids, completion_ids)]
@@ -193,6 +200,13 @@ class ValueModel(torch.nn.Module):
             bad = [t for t in row if not 0 <= int(t) < self.vocab_size]
             if bad:
                 raise ValueError(f"token id {bad[0]} is outside the critic's vocabulary (0 to {self.vocab_size - 1})")
+        return rows
+
+    def _pad(self, prompt_ids: Sequence[Sequence[int]], completion_ids: Sequence[Sequence[int]]
+             ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Right-padded input ids and attention mask [B, L] of prompt + completion rows, on the
+        model's device, after checking the rows (a prompt token, ids inside the vocabulary)."""
+        rows = self._check_rows(prompt_ids, completion_ids)
         width = max(len(r) for r in rows)
         ids = torch.zeros((len(rows), width), dtype=torch.long)
         mask = torch.zeros((len(rows), width), dtype=torch.long)

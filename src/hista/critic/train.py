@@ -29,7 +29,7 @@ from .. import __version__
 from ..errors import InputError
 from ..jsonio import write_json_atomic
 from ..types import Rollout, RolloutGroup
-from .model import CONFIG, ValueModel, decoder_layers, values_by_prompt
+from .model import CONFIG, ValueModel, check_layers, decoder_layers, values_by_prompt
 from .targets import gae_targets
 
 MODES = ("ppo-1", "ppo-n")
@@ -328,10 +328,8 @@ def train_critics(cases_path: str | Path, out: str | Path, *, mode: str | Sequen
                          f"revision '{lm.revision}'", path=str(cases_path))
     _check_vocabulary(lm, records, cases_path)
     layers = default_layers(lm.device) if layers is None else layers
-    count = len(decoder_layers(lm.model.base_model)[1])
-    if layers is not None and not 0 <= layers <= count:
-        raise InputError(f"cannot train the last {layers} layers: the backbone has {count} (use 0 to {count})",
-                         field="--layers")
+    if layers is not None:  # before anything is written
+        check_layers(layers, len(decoder_layers(lm.model.base_model)[1]), field="--layers")
     if new:
         write_json_atomic(out / REQUEST, request)
 
