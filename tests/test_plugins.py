@@ -174,3 +174,15 @@ def test_registering_a_taken_name_needs_replace():
     finally:
         estimators.REGISTRY.register("grpo", old, replace=True)
     assert type(estimators.get("grpo")) is old
+
+
+def test_verl_check_without_verl_says_how_to_install(capsys):
+    """hista verl check in an environment without verl: exit 2, and how to install it."""
+    import importlib.util
+
+    from hista.cli import main
+
+    if importlib.util.find_spec("verl") is not None:
+        pytest.skip("verl is installed here (tests/test_verl.py covers the plugin)")
+    assert main(["verl", "check"]) == 2
+    assert "pip install 'hista[verl]'" in capsys.readouterr().err

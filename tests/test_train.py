@@ -25,7 +25,8 @@ def test_smoke_recipe_loads_with_overrides():
     assert r.estimator_config()["name"] == "hista" and r.loss == {"name": "strace", "lam": 0.5}
     assert r.trl["max_steps"] == 2
     assert r.batch_layout() == {"rollouts_per_optimizer_step": 16, "generation_batch": 16,
-                                "prompts_per_generation": 2, "num_generations": 8}
+                                "prompts_per_generation": 2, "num_generations": 8, "rows_per_process": 16,
+                                "group_local": True}
 
 
 def test_dr_grpo_defaults_to_unscaled_advantages():
@@ -47,6 +48,16 @@ def test_dr_grpo_defaults_to_unscaled_advantages():
     (["trl.num_generations=6"], "trl.num_generations", "multiple of num_generations"),
     (["tasks=builtin:nope"], "tasks", "nope"),
     (["world_size=0"], "world_size", "positive"),
+    (["world_size=4", "trl.per_device_train_batch_size=4"], "trl.per_device_train_batch_size", "span processes"),
+    (["eval.suites=nope", "eval.every=2"], "eval.suites", "unknown suite"),
+    (["eval.suites=builtin"], "eval.every", "required"),
+    (["eval.suites=builtin", "eval.every=0"], "eval.every", ">= 1"),
+    (["eval.suites=builtin", "eval.every=2", "eval.k=0"], "eval.k", ">= 1"),
+    (["eval.suites=builtin", "eval.every=2", "eval.temperature=-1"], "eval.temperature", ">= 0"),
+    (["eval.suites=builtin", "eval.every=2", "eval.at_start=3"], "eval.at_start", "true or false"),
+    (["eval.suites=[]", "eval.every=2"], "eval.suites", "list of them"),
+    (["eval.suits=builtin", "eval.every=2"], "eval.suits", "unknown key"),
+    (["eval=3"], "eval", "must be"),
 ])
 def test_bad_recipes_name_the_field(overrides, field, needle):
     with pytest.raises(InputError) as err:
@@ -66,6 +77,11 @@ def test_recipe_errors_carry_the_line(tmp_path):
     path.write_text("base: r.yaml\nmodel: tiny\n")
     with pytest.raises(InputError, match="includes itself"):
         load_recipe(path)
+    path.write_text("model: tiny\ntasks: builtin:arith\neval:\n  suites: builtin\n  every: 5\n  limit: -2\n")
+    with pytest.raises(InputError) as err:
+        load_recipe(path)
+    assert f"{path}:6:" in str(err.value) and err.value.field == "eval.limit"
+    assert load_recipe(path, ["eval.limit=8", "trl.bf16=false"]).eval == {"suites": "builtin", "every": 5, "limit": 8}
 
 
 def test_cli_dry_run_and_bad_recipe_exit_codes(capsys, tmp_path, monkeypatch):
@@ -101,7 +117,7 @@ def test_gpu_recipe_validates_without_a_gpu(path, monkeypatch):
     assert layout["num_generations"] == g
     # 4 optimiser steps per generation batch, whole groups everywhere
     assert layout["generation_batch"] == 4 * layout["rollouts_per_optimizer_step"]
-    assert layout["rollouts_per_optimizer_step"] % g == 0
+    assert layout["rollouts_per_optimizer_step"] % g == 0 and layout["group_local"]
     launch = yaml.safe_load((ROOT / r.accelerate_config).read_text())
     assert launch["num_processes"] * 1 == r.world_size and launch["distributed_type"] == "DEEPSPEED"
     loss = r.loss
@@ -287,6 +303,39 @@ def test_training_resumes_from_its_checkpoint(tmp_path, capsys):
     assert sorted(p.name for p in out.glob("checkpoint-*")) == ["checkpoint-1"]
 
 
+def test_evaluation_during_training(tmp_path, capsys):
+    """A recipe eval section: the policy is evaluated before the first step, every 2 steps and
+    at the last one; the numbers join metrics.jsonl; the evaluation before training is the one
+    hista eval gives for the same model and settings; an overwritten run loses its old eval/."""
+    from hista.evaluation import EvalConfig, evaluate
+
+    out = tmp_path / "run"
+    settings = {"suites": "builtin:arith?steps=1", "k": 2, "temperature": 1.0, "limit": 3, "max_new_tokens": 6}
+    args = ["train", str(SMOKE), "model=tiny", f"output_dir={out}", "trl.max_completion_length=8",
+            "trl.save_steps=3", "trl.max_steps=3", "eval.every=2", *(f"eval.{k}={v}" for k, v in settings.items())]
+    assert main(args) == 0
+    text = capsys.readouterr().out
+    assert "eval at step 0" in text and "eval at step 2" in text and "eval at step 3" in text
+    rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in rows] == [0, 1, 2, 3]
+    key = "eval/builtin:arith?steps=1/avg@2"
+    assert [key in r for r in rows] == [True, False, True, True]
+    assert "loss" not in rows[0] and "pass@2" in " ".join(rows[2])
+    for step in (0, 2, 3):
+        results = json.loads((out / "eval" / f"step-{step}.json").read_text())
+        assert results["summary"]["benchmarks"]["builtin:arith?steps=1"]["avg"]["mean"] == \
+            pytest.approx(next(r[key] for r in rows if r["step"] == step))
+        assert len(results["problems"]) == 3 and results["settings"]["model"] == f"{out}@step-{step}"
+    alone = evaluate(EvalConfig(model="tiny", **{**settings, "suites": [settings["suites"]]}), tmp_path / "e.json",
+                     progress=False)
+    at_start = json.loads((out / "eval" / "step-0.json").read_text())
+    assert [s["text"] for p in at_start["problems"] for s in p["samples"]] == \
+        [s["text"] for p in json.loads(Path(alone["results"]).read_text())["problems"] for s in p["samples"]]
+    capsys.readouterr()
+    assert main([*args, "trl.max_steps=1", "eval.at_start=false", "--overwrite"]) == 0
+    assert sorted(p.name for p in (out / "eval").glob("*.json")) == ["step-1.json"]
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("estimator, loss", [("grpo", "dapo"), ("numca", "dapo"), ("hista", "dapo"),
                                              ("hista", "strace")])
@@ -310,12 +359,26 @@ def test_reward_curves_from_metrics_files(tmp_path):
     assert summarise(got, last=2) == {"steps": 3, "mean": 0.5, "first2": 0.25, "last2": 0.75}
     png = plot_reward_curves({"a": path, "b": path}, tmp_path / "c.png", window=2)
     assert png.read_bytes()[:4] == b"\x89PNG"
+    rows = [{"step": 0, "eval/arith/avg@1": 0.2}, *rows, {"step": 3, "reward": 1.0, "eval/arith/avg@1": 0.6}]
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))  # evaluations during training
+    assert summarise(read_metrics(path), last=2)["steps"] == 3
+    png = plot_reward_curves({"a": path}, tmp_path / "d.png", window=2)
+    assert png.read_bytes()[:4] == b"\x89PNG"
 
 
-@pytest.mark.parametrize("estimator", ["grpo", "hista"])
-def test_groups_split_across_processes_are_estimated_whole(tmp_path, estimator):
-    """Two CPU processes, 2 rollouts each, groups of 4: every rank's advantages equal those of
-    the estimator on the whole group rebuilt from both ranks' local data."""
+@pytest.mark.parametrize("estimator, processes, per_device, group", [
+    ("grpo", 2, 2, 4), ("hista", 2, 2, 4),  # each group split 2 + 2 over two processes
+    ("hista", 2, 4, 4),                     # group-local: one group per process
+    ("hista", 4, 2, 4),                     # four processes, each group split over two of them
+    ("hista", 4, 4, 4),                     # four processes, group-local
+])
+def test_multi_process_advantages_equal_single_process(tmp_path, estimator, processes, per_device, group):
+    """CPU processes (gloo) running one training step: every rank's advantages equal those of
+    the estimator run in one process on the whole batch rebuilt from all ranks' local data.
+    Group-local layouts move nothing between processes while advantages are computed (no
+    collective call at all). Split layouts gather nothing either: only the processes sharing a
+    group exchange, point to point, and for hista the hidden states that travel are the
+    completion tokens' of the rows sent to the group's owner."""
     import socket
     import subprocess
     import sys
@@ -327,24 +390,47 @@ def test_groups_split_across_processes_are_estimated_whole(tmp_path, estimator):
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    proc = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2",
-                           "--master_port", str(port), str(script),
-                           str(tmp_path), estimator], capture_output=True, text=True, timeout=300)
+    proc = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", str(processes),
+                           "--master_port", str(port), str(script), str(tmp_path), estimator, str(per_device),
+                           str(group)], capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:]
-    ranks = [torch.load(tmp_path / f"rank{r}.pt", weights_only=False) for r in (0, 1)]
-    rows = ranks[0]["rows"] + ranks[1]["rows"]
+    ranks = [torch.load(tmp_path / f"rank{r}.pt", weights_only=False) for r in range(processes)]
+    rows = [row for rank in ranks for row in rank["rows"]]
     rewards = ranks[0]["rewards"]
-    assert rewards == ranks[1]["rewards"] and len(rows) == len(rewards) == 4
-    group = RolloutGroup(rollouts=[Rollout(prompt_ids=r["prompt_ids"], completion_ids=r["completion_ids"],
-                                           reward=rw, hidden=r["hidden"]) for r, rw in zip(rows, rewards)])
-    assert len({tuple(r["prompt_ids"]) for r in rows}) == 1  # one prompt, split over both ranks
-    want = estimators.get(estimator).token_advantages(group, gae_lambda=1.0, scale="group")
-    for got, expected in zip((r["advantages"] for r in rows), want):
-        torch.testing.assert_close(got, expected, atol=1e-5, rtol=1e-5)
+    assert all(rank["rewards"] == rewards for rank in ranks) and len(rows) == len(rewards) == processes * per_device
+    local = per_device % group == 0
+    assert all(rank["local"] == local for rank in ranks)
+    if local:
+        assert all(rank["calls"] == [] for rank in ranks)  # nothing crossed processes
+    else:  # point to point, only between a group's owner (the rank of its first row) and its other ranks
+        holder = [i // per_device for i in range(len(rows))]
+        owner = [(i // group * group) // per_device for i in range(len(rows))]
+        for r, rank in enumerate(ranks):
+            peers = {owner[i] for i in range(len(rows)) if holder[i] == r} | \
+                {holder[i] for i in range(len(rows)) if owner[i] == r}
+            assert rank["calls"] and {name for name, _, _ in rank["calls"]} <= \
+                {"send", "recv", "send_object_list", "recv_object_list"}, rank["calls"]
+            assert {peer for _, _, peer in rank["calls"]} <= peers - {r}
+        if estimator == "hista":  # tensors sent: completion states of the rows sent, their advantages back
+            sent = sum(size for rank in ranks for name, size, _ in rank["calls"] if name == "send")
+            moved = [row for i, row in enumerate(rows) if holder[i] != owner[i]]
+            expected = sum(row["hidden"][len(row["prompt_ids"]):].numel() * row["hidden"].element_size()
+                           + row["advantages"].numel() * 4 for row in moved)
+            assert sent == expected  # no prompt states, no padding, no other rows
+    est = estimators.get(estimator)
+    for first in range(0, len(rows), group):
+        members = rows[first: first + group]
+        assert len({tuple(r["prompt_ids"]) for r in members}) == 1  # a group is one prompt's rollouts
+        whole = RolloutGroup(rollouts=[Rollout(prompt_ids=r["prompt_ids"], completion_ids=r["completion_ids"],
+                                               reward=rw, hidden=r["hidden"])
+                                       for r, rw in zip(members, rewards[first: first + group])])
+        want = est.token_advantages(whole, gae_lambda=1.0, scale="group")
+        for got, expected in zip((r["advantages"] for r in members), want):
+            torch.testing.assert_close(got, expected, atol=1e-5, rtol=1e-5)
     # a half group alone would give different advantages: the test can tell
-    half = RolloutGroup(rollouts=group.rollouts[:2])
-    alone = estimators.get(estimator).token_advantages(half, gae_lambda=1.0, scale="group")
-    assert not torch.allclose(alone[0], rows[0]["advantages"], atol=1e-3)
+    half = RolloutGroup(rollouts=whole.rollouts[: group // 2])
+    alone = est.token_advantages(half, gae_lambda=1.0, scale="group")
+    assert not torch.allclose(alone[0], rows[len(rows) - group]["advantages"], atol=1e-3)
 
 
 def test_cpu_smoke_one_step_on_the_embedded_model(tmp_path, capsys):
@@ -498,3 +584,18 @@ def test_trainer_keys_value_tables_by_problem_not_batch_slot(tmp_path):
     assert set(tables) == {"problem-A", "problem-B"}
     for p in ("A", "B"):  # the empty state: 4 rollouts per step, 2 steps, this problem's rewards only
         assert tables[f"problem-{p}"].stats[frozenset()] == [8.0, 2 * sum(rewards[p])]
+
+
+def test_hista_works_without_trl(tmp_path):
+    """TRL is the trl extra: without it hista imports (estimators, losses, SVEB, evaluation) and
+    hista train exits 2 saying how to install it."""
+    import subprocess
+    import sys
+
+    script = tmp_path / "notrl.py"
+    script.write_text("import sys\nsys.modules['trl'] = None  # as if TRL were not installed\n"
+                      "import hista.estimators, hista.losses, hista.sveb, hista.evaluation, hista.train\n"
+                      "from hista.cli import main\nsys.exit(main(sys.argv[1:]))\n")
+    proc = subprocess.run([sys.executable, str(script), "train", str(SMOKE), "--dry-run"], capture_output=True,
+                          text=True, timeout=300)
+    assert proc.returncode == 2 and "pip install 'hista[trl]'" in proc.stderr and "Traceback" not in proc.stderr

@@ -372,6 +372,10 @@ def cmd_train(args: argparse.Namespace) -> int:
     print(f"recipe {args.recipe}: {recipe.model} on {', '.join(recipe.task_specs)}; estimator {est['name']}, "
           f"loss {loss.get('name')}; {layout['prompts_per_generation']} prompts x {layout['num_generations']} "
           f"rollouts per generation batch", flush=True)
+    if recipe.world_size > 1:
+        print(f"{layout['rows_per_process']} rows per process: " + (
+            "group-local, each process estimates its own groups" if layout["group_local"] else
+            "groups span processes (allow_split_groups): each is estimated by the process holding its first row"))
     if recipe.accelerate_config:
         print(f"launch on {recipe.world_size} processes: accelerate launch --config_file {recipe.accelerate_config} "
               f"-m hista.cli train {args.recipe}")
@@ -392,6 +396,26 @@ def cmd_train(args: argparse.Namespace) -> int:
     print(f"trained {result['global_step']} steps{resumed}\n  checkpoints: {result['output_dir']}\n"
           f"  final model: {result['final_model']}\n  metrics:     {result['metrics']}")
     return 0
+
+
+def cmd_verl_check(args: argparse.Namespace) -> int:
+    """`hista verl check`: import verl and hista's plugin in the open and print what hista
+    registered with verl (docs/verl.md). Exit 1 when a name is not registered."""
+    from .integrations.verl import status
+
+    found = status()
+    print(f"verl {found['verl']}; hista's entry point in verl.plugins: "
+          f"{', '.join(found['entry_points']) or 'none (is hista installed in this environment?)'}")
+    missing = [n for kind in ("losses", "estimators") for n, ok in found[kind].items() if not ok]
+    for kind, flag in (("losses", "actor_rollout_ref.actor.policy_loss.loss_mode"),
+                       ("estimators", "algorithm.adv_estimator")):
+        for name, ok in found[kind].items():
+            print(f"  {flag}={name}: {'registered by hista' if ok else 'NOT registered by hista'}")
+    print("hista losses verl already has (set these instead):")
+    for name, settings in found["equivalent"].items():
+        print(f"  {name}: " + " ".join(f"{k}={v:g}" if isinstance(v, float) else f"{k}={v}"
+                                       for k, v in settings.items()))
+    return 1 if missing else 0
 
 
 def cmd_eval(args: argparse.Namespace) -> int:
@@ -601,6 +625,14 @@ def build_parser() -> argparse.ArgumentParser:
     q.add_argument("--seed", dest="compare_seed", type=SEED, default=0, metavar="SEED",
                    help="seed of the bootstrap (default: %(default)s)")
     q.set_defaults(func=cmd_eval_compare)
+
+    p = sub.add_parser("verl", help="hista inside verl: check the plugin's registrations",
+                       description="hista registers its losses and estimators with verl through the verl.plugins "
+                                   "entry point (docs/verl.md). check imports verl and the plugin and prints what is "
+                                   "registered; verl itself hides a failing plugin import.")
+    actions = p.add_subparsers(dest="action", required=True, metavar="ACTION")
+    q = actions.add_parser("check", help="print what hista registered with verl (exit 1 if something is missing)")
+    q.set_defaults(func=cmd_verl_check)
 
     from .critic.train import CPU_LAYERS, FitConfig
 

@@ -1,6 +1,11 @@
-"""Run by tests/test_train.py under `accelerate launch --num_processes 2 --cpu`: one training
-step on the tiny model with groups of 4 rollouts split 2 + 2 across the processes. Each rank
-saves what it saw locally and the per-token advantages it kept."""
+"""Run by tests/test_train.py under `torch.distributed.run --nproc_per_node N` (gloo, CPU): one
+training step on the tiny model with PER_DEVICE rows per process and groups of G rollouts, so
+groups lie on one process (PER_DEVICE a multiple of G) or span several. Each rank saves what it
+saw locally, the per-token advantages it kept, and every collective or point-to-point call
+made while the advantages were computed (name, tensor bytes, peer).
+
+    python -m torch.distributed.run --nproc_per_node N split_groups.py OUT ESTIMATOR PER_DEVICE G
+"""
 
 import os
 import sys
@@ -12,13 +17,46 @@ from trl import GRPOConfig
 from hista.models.loading import build_tiny
 from hista.train.trainer import HistaGRPOTrainer
 
-out_dir, estimator = sys.argv[1], sys.argv[2]
+out_dir, estimator, per_device, group = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
 saved = {}
+calls = []
 original = HistaGRPOTrainer._token_advantages
+COLLECTIVES = ("all_gather", "all_gather_into_tensor", "all_gather_object", "all_reduce", "broadcast",
+               "broadcast_object_list", "gather", "gather_object", "scatter", "scatter_object_list",
+               "reduce_scatter", "reduce_scatter_tensor", "all_to_all", "all_to_all_single", "send", "recv",
+               "isend", "irecv", "send_object_list", "recv_object_list")
+PEER = {"send": "dst", "isend": "dst", "send_object_list": "dst", "recv": "src", "irecv": "src",
+        "recv_object_list": "src"}
+
+
+def _bytes(value):
+    if isinstance(value, torch.Tensor):
+        return value.numel() * value.element_size()
+    if isinstance(value, (list, tuple)):
+        return sum(_bytes(v) for v in value)
+    return 0
+
+
+def _counted(name, fn):
+    def wrapper(*args, **kwargs):
+        if saved.get("counting"):
+            peer = kwargs.get(PEER[name], args[1] if len(args) > 1 else None) if name in PEER else None
+            calls.append((name, _bytes(args) + _bytes(list(kwargs.values())), peer))
+        return fn(*args, **kwargs)
+    return wrapper
+
+
+for _name in COLLECTIVES:
+    if hasattr(torch.distributed, _name):
+        setattr(torch.distributed, _name, _counted(_name, getattr(torch.distributed, _name)))
 
 
 def spy(self, out, hidden, problem_ids=None):
-    adv = original(self, out, hidden, problem_ids)
+    saved["counting"] = True
+    try:
+        adv = original(self, out, hidden, problem_ids)
+    finally:
+        saved["counting"] = False
     rows = []
     for i in range(out["completion_ids"].size(0)):
         pm, n = out["prompt_mask"][i].bool(), int(out["completion_mask"][i].sum())
@@ -27,7 +65,8 @@ def spy(self, out, hidden, problem_ids=None):
                      "completion_ids": out["completion_ids"][i, :n].tolist(),
                      "hidden": None if hidden is None else torch.cat([hidden[i, :p][pm], hidden[i, p:p + n]]),
                      "advantages": adv[i, :n].clone()})
-    saved.update(rank=self.accelerator.process_index, rows=rows, rewards=self._hista_rewards.tolist())
+    saved.update(rank=self.accelerator.process_index, rows=rows, rewards=self._hista_rewards.tolist(),
+                 calls=list(calls), local=self.groups_are_local(out["completion_ids"].size(0)))
     return adv
 
 
@@ -39,8 +78,8 @@ def reward(completions, **_):
 
 
 lm = build_tiny()
-data = Dataset.from_list([{"prompt": [{"role": "user", "content": f"What is {i} + {i}?"}]} for i in range(8)])
-args = GRPOConfig(output_dir=f"{out_dir}/run", per_device_train_batch_size=2, num_generations=4,
+data = Dataset.from_list([{"prompt": [{"role": "user", "content": f"What is {i} + {i}?"}]} for i in range(16)])
+args = GRPOConfig(output_dir=f"{out_dir}/run", per_device_train_batch_size=per_device, num_generations=group,
                   max_completion_length=6, max_steps=1, report_to="none", seed=0, save_strategy="no",
                   bf16=False, disable_tqdm=True, activation_checkpointing=False, use_cpu=True)
 trainer = HistaGRPOTrainer(model=lm.model, reward_funcs=[reward], args=args, train_dataset=data,

@@ -150,14 +150,17 @@ def _versions() -> dict:
 
 
 def evaluate(config: EvalConfig, out: str | Path, *, lm: Optional[LoadedModel] = None, device: Optional[str] = None,
-             progress: bool = True, log: Callable[[str], None] = print) -> dict:
+             progress: bool = True, log: Callable[[str], None] = print,
+             source: Optional[checkpoint.ModelSource] = None) -> dict:
     """Evaluate ``config.model`` on ``config.suites`` into ``out`` (SPEC §10; module docstring),
     resuming an earlier evaluation with the same settings there. Everything is checked before
     the model loads: the suites and their problems (an unreachable hub fails in seconds), the
     output files, and the settings of an earlier evaluation in ``out``, which must equal these
     (an InputError names the fields that differ). ``lm`` replaces loading ``config.model`` (it
-    must be that model). Notes (greedy with k > 1) go to ``log``. Returns the output paths,
-    the summary, the timing of this call and how many problems it evaluated and found done."""
+    must be that model). ``source`` replaces what ``config.model`` names, for an ``lm`` held in
+    memory (the policy during training): the name recorded and the system prompt. Notes (greedy
+    with k > 1) go to ``log``. Returns the output paths, the summary, the timing of this call and
+    how many problems it evaluated and found done."""
     out = Path(out)
     samples_file, markdown_file = store.samples_path(out), results_markdown_path(out)
     for path in (out, samples_file, markdown_file):
@@ -168,7 +171,7 @@ def evaluate(config: EvalConfig, out: str | Path, *, lm: Optional[LoadedModel] =
     max_new_tokens = config.max_new_tokens or cap
     problems = {b.name: suites.load_problems(b, config.limit) for b in benchmarks}
     categories = {b.name: suites.category_of(b, problems[b.name]) for b in benchmarks}
-    source = checkpoint.resolve(config.model)
+    source = source or checkpoint.resolve(config.model)
     settings = _settings(config, source, benchmarks, problems, categories, max_new_tokens)
     header, records = _check_earlier(out, samples_file, settings)
 

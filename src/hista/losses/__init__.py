@@ -225,12 +225,17 @@ class Loss:
     def __repr__(self) -> str:
         return f"Loss({self.name!r}, {self.config})"
 
-    def __call__(self, logp: Tensor, old_logp: Tensor, advantages: Tensor, mask: Tensor, *,
-                 entropies: Optional[Tensor] = None, ref_logp: Optional[Tensor] = None,
-                 token_weights: Optional[Tensor] = None) -> tuple[Tensor, dict[str, float]]:
-        """Scalar loss and metrics (SPEC §5); see :func:`policy_loss` for the arguments."""
+    def per_token(self, logp: Tensor, old_logp: Tensor, advantages: Tensor, mask: Tensor, *,
+                  entropies: Optional[Tensor] = None, ref_logp: Optional[Tensor] = None,
+                  token_weights: Optional[Tensor] = None) -> tuple[Tensor, Tensor, LossOut, Optional[Tensor]]:
+        """The checked inputs' per-token loss [B, T] before aggregation (KL term and token
+        weights included), the boolean mask, the loss function's output (ratio, clipping) and
+        the per-token KL (None when ``beta`` is 0) (SPEC §5): what :meth:`__call__` aggregates,
+        and what another trainer's aggregation (verl's ``agg_loss``) can take instead."""
         name, cfg = self.name, dict(self.config)
-        aggregation, max_len, beta = cfg.pop("aggregation"), cfg.pop("max_len", None), cfg.pop("beta")
+        for key in ("aggregation", "max_len"):
+            cfg.pop(key, None)
+        beta = cfg.pop("beta")
         if self.needs_ref_logp and ref_logp is None:
             why = f"beta={beta}" if beta != 0.0 else "it"
             raise ValueError(f"{why} needs ref_logp (reference-policy log-probs) for loss {name!r}")
@@ -281,8 +286,21 @@ class Loss:
         if beta != 0.0:
             kl = k3_kl(logp, ref_logp.detach().to(logp.dtype), mask)
             per_token = per_token + beta * kl
-        loss = aggregate(per_token, mask, aggregation, max_len)
+        return per_token, mask, out, kl
 
+    def __call__(self, logp: Tensor, old_logp: Tensor, advantages: Tensor, mask: Tensor, *,
+                 entropies: Optional[Tensor] = None, ref_logp: Optional[Tensor] = None,
+                 token_weights: Optional[Tensor] = None) -> tuple[Tensor, dict[str, float]]:
+        """Scalar loss and metrics (SPEC §5); see :func:`policy_loss` for the arguments."""
+        per_token, mask, out, kl = self.per_token(logp, old_logp, advantages, mask, entropies=entropies,
+                                                  ref_logp=ref_logp, token_weights=token_weights)
+        loss = aggregate(per_token, mask, self.config["aggregation"], self.config.get("max_len"))
+        return loss, self.metrics(mask, out, kl)
+
+    @staticmethod
+    def metrics(mask: Tensor, out: LossOut, kl: Optional[Tensor] = None) -> dict[str, float]:
+        """The loss's metrics over the valid tokens (SPEC §5): clip_frac_low, clip_frac_high,
+        ratio_mean/min/max, the loss function's own (kept_frac) and kl when there is a KL term."""
         with torch.no_grad():
             n_valid = max(float(mask.sum()), 1.0)
             mean, lo, hi = _masked_stats(out.ratio, mask)
@@ -296,7 +314,7 @@ class Loss:
             }
             if kl is not None:
                 metrics["kl"] = float(torch.where(mask, kl, torch.zeros_like(kl)).sum()) / n_valid
-        return loss, metrics
+        return metrics
 
 
 def policy_loss(name: str, logp: Tensor, old_logp: Tensor, advantages: Tensor, mask: Tensor, *,

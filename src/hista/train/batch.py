@@ -52,21 +52,33 @@ def batch_to_groups(
     lengths = completion_mask.sum(dim=1).long().tolist()
     groups = []
     for start in range(0, batch, group_size):
-        rollouts = []
+        prompts, completions, states = [], [], []
         for i in range(start, start + group_size):
             keep = prompt_mask[i].bool()
-            prompt = prompt_ids[i][keep].tolist()
-            ids = completion_ids[i, : lengths[i]].tolist()
-            text, offsets = decode_with_offsets(tokenizer, ids) if tokenizer is not None else ("", None)
-            h = None
+            prompts.append(prompt_ids[i][keep].tolist())
+            completions.append(completion_ids[i, : lengths[i]].tolist())
             if hidden is not None:
-                h = torch.cat([hidden[i, :prompt_width][keep], hidden[i, prompt_width: prompt_width + lengths[i]]])
-            rollouts.append(Rollout(prompt_ids=prompt, completion_ids=ids, reward=float(rewards[i]),
-                                    completion_text=text, offsets=offsets, hidden=h))
-        key = problem_ids[start] if problem_ids is not None else None
-        prompt_id = str(key) if key is not None else _digest(rollouts[0].prompt_ids)
-        groups.append(RolloutGroup(rollouts, prompt_id=prompt_id))
+                states.append(torch.cat([hidden[i, :prompt_width][keep],
+                                         hidden[i, prompt_width: prompt_width + lengths[i]]]))
+        groups.append(build_group(prompts, completions, rewards[start: start + group_size].tolist(),
+                                  hidden=states or None, tokenizer=tokenizer,
+                                  problem_id=problem_ids[start] if problem_ids is not None else None))
     return groups
+
+
+def build_group(prompts: Sequence[Sequence[int]], completions: Sequence[Sequence[int]], rewards: Sequence[float], *,
+                hidden: Optional[Sequence[torch.Tensor]] = None, problem_id: Optional[str] = None,
+                tokenizer: Any = None) -> RolloutGroup:
+    """One RolloutGroup from unpadded rows (SPEC §3): prompt and completion ids, rewards, and
+    optionally each row's hidden states [prompt + completion, H]; ``tokenizer`` decodes text and
+    offsets. Its ``prompt_id`` is ``problem_id``, else a digest of the first prompt's ids."""
+    rollouts = []
+    for i, (prompt, ids, reward) in enumerate(zip(prompts, completions, rewards)):
+        text, offsets = decode_with_offsets(tokenizer, ids) if tokenizer is not None else ("", None)
+        rollouts.append(Rollout(prompt_ids=prompt, completion_ids=ids, reward=float(reward), completion_text=text,
+                                offsets=offsets, hidden=None if hidden is None else hidden[i]))
+    prompt_id = str(problem_id) if problem_id is not None else _digest(rollouts[0].prompt_ids)
+    return RolloutGroup(rollouts, prompt_id=prompt_id)
 
 
 def groups_to_batch(advantages: Sequence[Sequence[torch.Tensor]], shape: Sequence[int],

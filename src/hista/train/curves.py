@@ -38,7 +38,8 @@ def summarise(rows: list[dict], key: str = "reward", last: int = 25) -> dict:
 def plot_reward_curves(runs: Mapping[str, Union[str, Path]], out: Union[str, Path], window: int = 10,
                        key: str = "reward") -> Path:
     """Plot ``key`` per step (faint) and its ``window``-step moving average for each labelled
-    run into a PNG (SPEC §9)."""
+    run into a PNG (SPEC §9), with the run's evaluations during training (every logged
+    ``eval/<benchmark>/avg@k``) as dashed lines with markers in the run's colour."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -51,8 +52,13 @@ def plot_reward_curves(runs: Mapping[str, Union[str, Path]], out: Union[str, Pat
         values = np.array([r[key] for r in rows if key in r], dtype=float)
         (line,) = ax.plot(steps, moving_average(values, window), label=f"{label} ({window}-step mean)")
         ax.plot(steps, values, color=line.get_color(), alpha=0.2, linewidth=0.8)
+        evaluated = sorted({k for r in rows for k in r if k.startswith("eval/") and "/avg@" in k})
+        for name, marker in zip(evaluated, "osD^v<>"):
+            points = [(r["step"], r[name]) for r in rows if r.get(name) is not None]
+            ax.plot(*zip(*points), linestyle="--", marker=marker, markersize=4, color=line.get_color(),
+                    label=f"{label} {name}")
     ax.set_xlabel("optimiser step")
-    ax.set_ylabel(f"{key} (mean over the step's rollouts)")
+    ax.set_ylabel(f"{key} (mean over the step's rollouts); eval accuracy")
     ax.legend()
     ax.grid(alpha=0.3)
     fig.tight_layout()

@@ -9,9 +9,12 @@ A recipe has these top-level keys (all but ``model`` and ``tasks`` optional)::
     seed: 0
     output_dir: runs/cpu-smoke
     world_size: 1                       # processes the recipe is laid out for (batch checks)
+    allow_split_groups: false           # true: accept groups that span processes (gathered)
     advantage_estimator: {name: grpo, gae_lambda: 1.0, scale: group, ...}
     loss: {name: dapo, eps_low: 0.2, eps_high: 0.28, ...}
     trl: {...}                          # any other GRPOConfig field
+    eval: {suites: builtin, every: 25}  # optional: evaluate the policy during training
+                                        # (hista.train.evaluate)
     accelerate_config: configs/accelerate/zero2.yaml   # how to launch it on many GPUs
     base: ../common.yaml                # optional: start from another recipe (path relative
                                         # to this file); sections merge key by key
@@ -94,6 +97,17 @@ TRL_RANGES: dict[str, tuple[Callable[[Any], bool], str]] = {
 }
 
 
+def require_trl():
+    """The ``trl`` module, or an InputError that says how to install it: training needs the
+    ``trl`` extra (SPEC §9), the rest of hista does not."""
+    try:
+        import trl
+    except ImportError:
+        raise InputError("hista train needs TRL: pip install 'hista[trl]' (setup.sh installs it)",
+                         field="trl") from None
+    return trl
+
+
 def _check(value: Any, hint: Any, ranges: dict, name: str) -> Optional[str]:
     """The type error or range error of one value, or None."""
     problem = type_error(value, hint)
@@ -121,12 +135,14 @@ class Recipe:
     seed: int = 0
     output_dir: str = "runs/train"
     world_size: int = 1
+    allow_split_groups: bool = False
     system_prompt: str = SYSTEM_PROMPT
     resume: bool = False
     accelerate_config: Optional[str] = None
     advantage_estimator: dict = dataclasses.field(default_factory=lambda: {"name": "grpo"})
     loss: dict = dataclasses.field(default_factory=lambda: {"name": "dapo"})
     trl: dict = dataclasses.field(default_factory=dict)
+    eval: Optional[dict] = None
     source: str = "<recipe>"
     #: where each dotted key was written: (file, line); for error messages, not configuration
     lines: dict = dataclasses.field(default_factory=dict, repr=False, compare=False)
@@ -184,7 +200,10 @@ class Recipe:
 
     def batch_layout(self) -> dict:
         """Batch arithmetic of TRL (SPEC §9): rollouts per optimiser step and per generation
-        batch, prompts per generation batch. Raises InputError when they do not divide."""
+        batch, prompts per generation batch, rows per process of a generation batch, and
+        whether the layout is group-local (every group on one process: one process, or rows per
+        process a multiple of G, since TRL emits a prompt's G rollouts back to back and each
+        process gets a contiguous slice). Raises InputError when they do not divide."""
         t = {**TRL_DEFAULTS, **self.trl}
         per_step = t["per_device_train_batch_size"] * t["gradient_accumulation_steps"] * self.world_size
         steps = t.get("steps_per_generation") or t["gradient_accumulation_steps"]
@@ -207,8 +226,9 @@ class Recipe:
         if gen % micro:
             raise InputError(f"generation_batch_size {gen} is not a multiple of per_device_train_batch_size x "
                              f"world_size ({micro})", field="trl.generation_batch_size")
+        rows = gen // self.world_size
         return {"rollouts_per_optimizer_step": per_step, "generation_batch": gen, "prompts_per_generation": gen // g,
-                "num_generations": g}
+                "num_generations": g, "rows_per_process": rows, "group_local": self.world_size == 1 or rows % g == 0}
 
     def grpo_config(self, *, portable: bool = False):
         """The TRL GRPOConfig of this recipe (SPEC §9), built as a run on this machine builds it.
@@ -216,9 +236,9 @@ class Recipe:
         be told; bf16 on a machine without a CUDA GPU gets a message that says what to change.
         ``portable``: leave out the settings that depend on the machine (``MACHINE_SETTINGS``),
         to check the rest of a recipe meant for other machines."""
-        from trl import GRPOConfig
-
         from ..losses import default_config
+
+        GRPOConfig = require_trl().GRPOConfig
 
         loss = {**default_config(self.loss["name"]), **self.loss}
         kwargs = {"output_dir": self.output_dir, "seed": self.seed, "beta": float(loss.get("beta", 0.0)),
@@ -396,13 +416,14 @@ def validate(data: dict, *, source: str = "<recipe>",
     is what a run accepts: the type and range of each top-level field; the estimator and the
     loss and the types of their parameters; task specs (without downloading); each ``trl``
     value against the type of its GRPOConfig field and the range of the common ones; the
-    accelerate config; the batch arithmetic; and finally the GRPOConfig itself, built as the
-    run builds it (on this machine, or without its precision settings for a recipe laid out
-    for ``accelerate launch``, see ``Recipe.is_launch_plan``). ``lines``: where each dotted
-    key was written, as a line of ``source`` or a (file, line) pair."""
-    import trl
-    from trl import GRPOConfig
-
+    accelerate config; the ``eval`` section (``hista.train.evaluate.parse``); the batch
+    arithmetic, and a group-local layout unless ``allow_split_groups``; and finally the
+    GRPOConfig itself, built as the run builds it (on this machine, or without its precision
+    settings for a recipe laid out for ``accelerate launch``, see ``Recipe.is_launch_plan``).
+    ``lines``: where each dotted key was written, as a line of ``source`` or a (file, line)
+    pair."""
+    trl = require_trl()
+    GRPOConfig = trl.GRPOConfig
     from .. import estimators, losses, tasks
     from .trainer import UNSUPPORTED
 
@@ -421,8 +442,8 @@ def validate(data: dict, *, source: str = "<recipe>",
     for key in ("model", "tasks"):
         if data.get(key) is None:
             raise fail(key, "required")
-    for section in ("advantage_estimator", "loss", "trl"):
-        if section in data:
+    for section in ("advantage_estimator", "loss", "trl", "eval"):
+        if section in data and not (section == "eval" and data[section] is None):  # eval: null = none
             if not isinstance(data[section], dict):
                 raise fail(section, f"must be a mapping, not {kind(data[section])}")
             for key in data[section]:
@@ -518,14 +539,32 @@ def validate(data: dict, *, source: str = "<recipe>",
             raise fail("world_size", f"{recipe.world_size}, but {config} launches {processes} processes")
         deepspeed = launch.get("deepspeed_config")  # launch is a mapping: it has num_processes
         zero = deepspeed.get("zero_stage") if isinstance(deepspeed, dict) else None
+        if recipe.eval is not None and zero == 3:
+            raise fail("eval", f"{config} shards the policy's weights (ZeRO-3), and evaluation during training "
+                       "generates on the main process alone: launch with ZeRO-2, or evaluate the checkpoints "
+                       "with hista eval")
         if estimator.trains_with_policy and zero == 3:
             raise fail("accelerate_config", f"{config} shards the policy's weights (ZeRO-3), and the "
                        f"{estimator.name!r} estimator copies them into its critic: launch with ZeRO-2 "
                        "(configs/accelerate/zero2-4gpus.yaml: 4 GPUs)")
+    if recipe.eval is not None:
+        from .evaluate import parse
+
+        try:
+            parse(recipe.eval)
+        except InputError as exc:
+            raise fail(f"eval.{exc.field}" if exc.field else "eval", exc.message) from None
     try:
-        recipe.batch_layout()
+        layout = recipe.batch_layout()
     except InputError as exc:
         raise fail(exc.field or "trl", exc.message) from None
+    if not layout["group_local"] and not recipe.allow_split_groups:
+        raise fail("trl.per_device_train_batch_size",
+                   f"groups of {layout['num_generations']} rollouts span processes: each of the {recipe.world_size} "
+                   f"processes holds {layout['rows_per_process']} rows of a generation batch (per_device_train_batch_"
+                   "size x steps_per_generation), not a multiple of num_generations; make it one, so that every group "
+                   "is estimated where it lies, or set allow_split_groups: true to send each group's rows to the "
+                   "process holding its first row (their completion tokens' hidden states included)")
 
     # GRPOConfig as the run builds it
     try:

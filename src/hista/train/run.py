@@ -61,7 +61,8 @@ def _model(recipe: Recipe):
 
 
 class MetricsLog(TrainerCallback):
-    """Appends every logged step to ``metrics.jsonl`` and prints a one-line summary (SPEC §9)."""
+    """Appends every logged step (and the evaluation before the first, at step 0) to
+    ``metrics.jsonl`` and prints a one-line summary (SPEC §9)."""
 
     KEYS = (("reward", "reward"), ("adv_std", "advantages/std"), ("clip_hi", "loss/clip_frac_high"),
             ("entropy", "entropy"), ("len", "completions/mean_length"), ("est", "estimator/time_frac"),
@@ -71,30 +72,33 @@ class MetricsLog(TrainerCallback):
         self.path = path
 
     def on_log(self, args, state, control, logs=None, **kwargs):
-        if not state.is_world_process_zero or not logs or "loss" not in logs:
+        evaluated = [key for key in logs or {} if key.startswith("eval/")]
+        if not state.is_world_process_zero or not logs or ("loss" not in logs and not evaluated):
             return
         with open(self.path, "a") as f:
             f.write(json.dumps(jsonable({"step": state.global_step, "time": time.time(), **logs})) + "\n")
         parts = [f"{name} {logs[key]:.3g}" for name, key in self.KEYS if logs.get(key) is not None]
+        parts += [f"{key} {logs[key]:.3g}" for key in evaluated if logs[key] is not None]
         print(f"step {state.global_step}/{state.max_steps}: " + ", ".join(parts), flush=True)
 
 
 def earlier_run(out: Path) -> list[Path]:
     """What an earlier run left in ``out``: ``metrics.jsonl``, ``checkpoint-N/`` (in step
-    order) and ``final/``; empty when ``out`` holds none of them or does not exist."""
+    order), ``final/`` and ``eval/``; empty when ``out`` holds none of them or does not exist."""
     if not out.is_dir():
         return []
     checkpoints = sorted((p for p in out.iterdir() if CHECKPOINT.match(p.name) and p.is_dir()),
                          key=lambda p: int(CHECKPOINT.match(p.name).group(1)))
-    metrics, final = out / "metrics.jsonl", out / "final"
-    return [*([metrics] if metrics.exists() else []), *checkpoints, *([final] if final.exists() else [])]
+    metrics, final, evaluations = out / "metrics.jsonl", out / "final", out / "eval"
+    return [*([metrics] if metrics.exists() else []), *checkpoints,
+            *(p for p in (final, evaluations) if p.exists())]
 
 
 def check_output_dir(recipe: Recipe, overwrite: bool = False) -> list[Path]:
     """Check that a run of ``recipe`` may write to its ``output_dir`` and return what of an
     earlier run it will replace (SPEC §9): an output_dir (or a folder above it) that is a file,
     or that cannot be written, is an error; an earlier run there (``metrics.jsonl``,
-    ``checkpoint-N``, ``final``) is continued with ``resume: true`` (which needs a checkpoint
+    ``checkpoint-N``, ``final``, ``eval``) is continued with ``resume: true`` (which needs a checkpoint
     to continue from), replaced with ``overwrite`` (the returned paths, removed only once the
     new run has started), and otherwise refused. Reads only; ``--dry-run`` runs it too."""
     out = Path(recipe.output_dir)
@@ -152,9 +156,13 @@ def train(recipe: Recipe, overwrite: bool = False) -> dict:
     checkpoint there when ``recipe.resume`` is true, or starts afresh, replacing an earlier
     run's files once training begins when ``overwrite`` is true. Returns where outputs went and
     the final metrics."""
-    import trl
+    from .recipe import require_trl
+
+    trl = require_trl()  # before the modules that import it
     from transformers.trainer_utils import get_last_checkpoint
 
+    from .evaluate import EvaluateDuringTraining
+    from .evaluate import parse as parse_eval
     from .trainer import HistaGRPOTrainer
 
     replaced = check_output_dir(recipe, overwrite)
@@ -166,11 +174,16 @@ def train(recipe: Recipe, overwrite: bool = False) -> dict:
     checkpoint = get_last_checkpoint(str(out)) if recipe.resume and out.is_dir() else None
     if recipe.resume and checkpoint is None:
         print(f"resume: no checkpoint in {out}, starting from step 0", flush=True)
+    callbacks = [ReplaceEarlierRun(replaced), MetricsLog(metrics)]
+    if recipe.eval is not None:
+        evaluation = EvaluateDuringTraining(parse_eval(recipe.eval), out, recipe.system_prompt, policy)
+        callbacks.append(evaluation)  # after ReplaceEarlierRun: its step-0 row goes into the new metrics.jsonl
     trainer = HistaGRPOTrainer(
         model=model, reward_funcs=[correct], args=config, train_dataset=dataset, processing_class=tokenizer,
-        advantage_estimator=recipe.estimator_config(), loss=recipe.loss, policy=policy,
-        callbacks=[ReplaceEarlierRun(replaced), MetricsLog(metrics)],
+        advantage_estimator=recipe.estimator_config(), loss=recipe.loss, policy=policy, callbacks=callbacks,
     )
+    if recipe.eval is not None:
+        evaluation.trainer = trainer
     text = yaml.safe_dump({**recipe.to_dict(), "versions": {"trl": trl.__version__}}, sort_keys=False)
     write_atomic(out / "recipe.yaml", lambda fh: fh.write(text))
     result = trainer.train(resume_from_checkpoint=checkpoint)

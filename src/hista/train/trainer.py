@@ -28,7 +28,8 @@ from trl import GRPOTrainer
 
 from .. import estimators, losses
 from ..models.capture import capture_logprob_pass
-from .batch import batch_to_groups, groups_to_batch
+from . import split
+from .batch import batch_to_groups, build_group, groups_to_batch
 from .recipe import untrainable
 
 #: TRL options whose effect lives in the ``_compute_loss`` this class replaces; set the
@@ -146,23 +147,44 @@ class HistaGRPOTrainer(GRPOTrainer):
         x = self.accelerator.pad_across_processes(x, dim=1, pad_index=0, pad_first=pad_first)
         return self.accelerator.gather(x)
 
+    def groups_are_local(self, local_rows: int) -> bool:
+        """Whether this process's ``local_rows`` rows are whole groups (SPEC §9): one process,
+        or a multiple of G rows per process (TRL's sampler emits a prompt's G rollouts back to
+        back and each process gets a contiguous slice)."""
+        return self.accelerator.num_processes == 1 or local_rows % self.num_generations == 0
+
     def _token_advantages(self, out: dict, hidden: Optional[torch.Tensor],
                           problem_ids: Optional[list[str]] = None) -> torch.Tensor:
-        """Per-token advantages [B_local, T] from the estimator, on whole groups gathered
-        across processes (SPEC §4, §9); groups are keyed by their problem id."""
+        """Per-token advantages [B_local, T] from the estimator on whole groups (SPEC §4, §9),
+        keyed by their problem ids. When this process holds whole groups
+        (:meth:`groups_are_local`) they are estimated here and nothing crosses processes (TRL
+        has already gathered the rewards). When groups span processes, each is estimated once
+        by the process holding its first row, which gets only that group's rows from the others
+        (:mod:`hista.train.split`). A critic trained with the policy sees every group on every
+        process, so that its copies stay equal: with one, every process gathers the batch."""
         local_b, local_t = out["completion_ids"].shape
-        p = out["prompt_ids"].size(1)
-        prompt_ids, prompt_mask = self._gather(out["prompt_ids"], True), self._gather(out["prompt_mask"], True)
-        completion_ids, completion_mask = self._gather(out["completion_ids"]), self._gather(out["completion_mask"])
-        if hidden is not None:
-            hidden = torch.cat([self._gather(hidden[:, :p], True), self._gather(hidden[:, p:])], dim=1)
-        if problem_ids is not None and self.accelerator.num_processes > 1:
-            problem_ids = gather_object(list(problem_ids))
-        rewards = self._hista_rewards.to(completion_ids.device)
-        batch_std = float(rewards.std()) if rewards.numel() > 1 else 0.0
-        groups = batch_to_groups(prompt_ids, prompt_mask, completion_ids, completion_mask, rewards,
-                                 self.num_generations, problem_ids=problem_ids, hidden=hidden,
-                                 tokenizer=self.processing_class if self.estimator.needs_text else None)
+        first = self.accelerator.process_index * local_b
+        rewards = self._hista_rewards.to(out["completion_ids"].device)
+        batch_std = float(rewards.std()) if rewards.numel() > 1 else 0.0  # over the whole generation batch
+        tokenizer = self.processing_class if self.estimator.needs_text else None
+        local = self.groups_are_local(local_b)
+        if not local and self.critic is None:
+            advantages = self._split_advantages(out, hidden, problem_ids, rewards, batch_std, tokenizer)
+            self._log_advantages(advantages, out["completion_mask"])
+            return advantages
+        if local:
+            batch = (out["prompt_ids"], out["prompt_mask"], out["completion_ids"], out["completion_mask"],
+                     rewards[first: first + local_b])
+        else:
+            batch = (self._gather(out["prompt_ids"], True), self._gather(out["prompt_mask"], True),
+                     self._gather(out["completion_ids"]), self._gather(out["completion_mask"]), rewards)
+            if hidden is not None:
+                p = out["prompt_ids"].size(1)
+                hidden = torch.cat([self._gather(hidden[:, :p], True), self._gather(hidden[:, p:])], dim=1)
+            if problem_ids is not None:
+                problem_ids = gather_object(list(problem_ids))
+        groups = batch_to_groups(*batch, self.num_generations, problem_ids=problem_ids, hidden=hidden,
+                                 tokenizer=tokenizer)
         if self.critic is not None:
             self.critic.observe(groups)  # the values this batch's advantages and targets start from
         per_group = [self.estimator.token_advantages(g, gae_lambda=self.gae_lambda, scale=self.scale,
@@ -170,14 +192,42 @@ class HistaGRPOTrainer(GRPOTrainer):
         if self.critic is not None:  # PPO's order: advantages from the values before the critic's update
             for key, value in self.critic.update(groups).items():
                 self._metrics["train"][key].append(value)
-        advantages = groups_to_batch(per_group, completion_ids.shape, device=completion_ids.device)
-        valid = advantages[completion_mask.bool()]
+        advantages = groups_to_batch(per_group, batch[2].shape, device=batch[2].device)
+        if not local:
+            advantages = advantages[first: first + local_b, :local_t]
+        self._log_advantages(advantages, out["completion_mask"])
+        return advantages
+
+    def _split_advantages(self, out: dict, hidden: Optional[torch.Tensor], problem_ids: Optional[list[str]],
+                          rewards: torch.Tensor, batch_std: float, tokenizer: Any) -> torch.Tensor:
+        """This process's advantages when groups span processes (:mod:`hista.train.split`)."""
+        local_b, p = out["completion_ids"].size(0), out["prompt_ids"].size(1)
+        first = self.accelerator.process_index * local_b
+        lengths = out["completion_mask"].sum(dim=1).long().tolist()
+        rows = []
+        for i in range(local_b):
+            keep = out["prompt_mask"][i].bool()
+            states = None if hidden is None else torch.cat([hidden[i, :p][keep], hidden[i, p: p + lengths[i]]])
+            rows.append(split.Row(first + i, out["prompt_ids"][i][keep].tolist(),
+                                  out["completion_ids"][i, : lengths[i]].tolist(),
+                                  None if problem_ids is None else problem_ids[i], states))
+
+        def estimate(group: list, group_rewards: list[float]) -> list[torch.Tensor]:
+            whole = build_group([r.prompt_ids for r in group], [r.completion_ids for r in group], group_rewards,
+                                hidden=None if hidden is None else [r.hidden for r in group],
+                                problem_id=group[0].problem_id, tokenizer=tokenizer)
+            return self.estimator.token_advantages(whole, gae_lambda=self.gae_lambda, scale=self.scale,
+                                                   batch_std=batch_std)
+
+        per_row = split.estimate_split(rows, rewards, self.num_generations, estimate)
+        return groups_to_batch([per_row], out["completion_ids"].shape, device=out["completion_ids"].device)
+
+    def _log_advantages(self, advantages: torch.Tensor, mask: torch.Tensor) -> None:
+        valid = advantages[mask.bool()]
         if valid.numel():
             self._metrics["train"]["advantages/mean"].append(valid.mean().item())
             self._metrics["train"]["advantages/std"].append(valid.std().item() if valid.numel() > 1 else 0.0)
             self._metrics["train"]["advantages/abs_max"].append(valid.abs().max().item())
-        first = self.accelerator.process_index * local_b
-        return advantages[first: first + local_b, :local_t]
 
     # ---- the critic's checkpoints -----------------------------------------------------------
     def _save_checkpoint(self, model, trial):

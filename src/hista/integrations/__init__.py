@@ -1,0 +1,1 @@
+"""Adapters that plug hista into other trainers (verl: :mod:`hista.integrations.verl`)."""

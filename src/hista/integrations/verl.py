@@ -1,0 +1,202 @@
+"""hista inside verl: policy losses and advantage estimators registered with verl's own registries
+(SPEC §4, §5; docs/verl.md).
+
+verl imports this module in every process that imports ``verl`` (driver and Ray workers),
+through the ``verl.plugins`` entry point hista declares; importing it registers, with
+``verl.trainer.ppo.core_algos``:
+
+* the policy losses of :data:`LOSSES`, hista's losses that verl lacks and that need only
+  log-probs, old log-probs, advantages and the response mask, as verl policy-loss functions:
+  hista computes the per-token loss (:meth:`hista.losses.Loss.per_token`) and verl's
+  ``agg_loss`` aggregates it with the run's ``loss_agg_mode`` and global batch information;
+* the estimators of :data:`ESTIMATORS`, hista estimators that need only what verl's trainer
+  hands an estimator (rewards, the response mask and the group index ``uid``).
+
+Parameters that verl's strict config does not know reach hista through two environment
+variables holding a YAML mapping, read when a loss or estimator runs: ``HISTA_LOSS`` (``{lam:
+0.95, trace: recency}``; ``eps_low`` / ``eps_high`` default to verl's ``clip_ratio_low`` /
+``clip_ratio_high``) and ``HISTA_ESTIMATOR`` (``{scale: batch}``). verl logs a failed plugin
+import at debug level only: ``hista verl check`` imports and registers in the open and prints
+what is registered. Without verl installed, importing this module registers nothing.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+from typing import Any, Callable, Optional
+
+import numpy as np
+import torch
+import yaml
+
+from .. import estimators, losses
+from ..errors import InputError
+from ..types import Rollout, RolloutGroup
+
+#: hista losses registered with verl: verl has no equivalent, and each needs only log-probs,
+#: old log-probs, advantages and the mask (``strace`` also needs old-policy entropies).
+LOSSES = ("ptrace", "grpo_lambda")
+#: verl estimator names -> hista estimators that need only rewards, the mask and the group index.
+ESTIMATORS = {"hista_grpo": "grpo"}
+#: The environment variables that carry parameters verl's config cannot hold.
+LOSS_ENV, ESTIMATOR_ENV = "HISTA_LOSS", "HISTA_ESTIMATOR"
+#: hista losses verl already has: the verl overrides that give the same objective
+#: (docs/verl.md; tests/test_verl.py checks each on random tensors). verl's ``vanilla`` loss adds a
+#: dual clip for negative advantages (``clip_ratio_c``, default 3), which hista's losses do not
+#: have: a very large ``clip_ratio_c`` turns it off.
+_A = "actor_rollout_ref.actor."
+EQUIVALENT = {
+    "dapo": {f"{_A}policy_loss.loss_mode": "vanilla", f"{_A}loss_agg_mode": "token-mean",
+             f"{_A}clip_ratio_low": 0.2, f"{_A}clip_ratio_high": 0.28, f"{_A}clip_ratio_c": 1e9},
+    "grpo": {f"{_A}policy_loss.loss_mode": "vanilla", f"{_A}loss_agg_mode": "seq-mean-token-mean",
+             f"{_A}clip_ratio_low": 0.2, f"{_A}clip_ratio_high": 0.2, f"{_A}clip_ratio_c": 1e9},
+    "dr_grpo": {f"{_A}policy_loss.loss_mode": "vanilla", f"{_A}loss_agg_mode": "seq-mean-token-sum-norm",
+                f"{_A}clip_ratio_low": 0.2, f"{_A}clip_ratio_high": 0.2, f"{_A}clip_ratio_c": 1e9,
+                "algorithm.norm_adv_by_std_in_grpo": False},
+    "gspo": {f"{_A}policy_loss.loss_mode": "gspo", f"{_A}loss_agg_mode": "seq-mean-token-mean",
+             f"{_A}clip_ratio_low": 3e-4, f"{_A}clip_ratio_high": 4e-4},
+    "cispo": {f"{_A}policy_loss.loss_mode": "cispo", f"{_A}loss_agg_mode": "token-mean",
+              f"{_A}clip_ratio_low": 1.0, f"{_A}clip_ratio_high": 4.0},
+}
+
+
+def settings(variable: str) -> dict:
+    """The YAML mapping in environment variable ``variable`` (empty when unset), or an
+    InputError naming the variable."""
+    raw = os.environ.get(variable, "").strip()
+    if not raw:
+        return {}
+    try:
+        value = yaml.safe_load(raw)
+    except yaml.YAMLError as exc:
+        raise InputError(f"not a YAML mapping: {getattr(exc, 'problem', None) or exc}", field=variable) from None
+    if not isinstance(value, dict):
+        raise InputError(f"must be a YAML mapping such as '{{lam: 0.95}}', got {raw!r}", field=variable)
+    return value
+
+
+def _clip(config: Any, name: str) -> Optional[float]:
+    """verl's clip ratio ``name`` (``clip_ratio_low`` / ``_high``, else ``clip_ratio``)."""
+    if config is None:
+        return None
+    value = getattr(config, name, None)
+    return getattr(config, "clip_ratio", None) if value is None else value
+
+
+def make_loss(name: str) -> Callable:
+    """hista loss ``name`` as a verl policy-loss function (SPEC §5): ``fn(old_log_prob,
+    log_prob, advantages, response_mask, loss_agg_mode, config, rollout_is_weights) -> (loss,
+    metrics)``. The per-token loss is hista's; the aggregation is verl's ``agg_loss`` with the
+    run's ``loss_agg_mode`` and ``config.global_batch_info``; ``rollout_is_weights`` multiply the
+    per-token loss as hista's ``token_weights``; parameters come from ``HISTA_LOSS`` over
+    verl's clip ratios."""
+    from verl.trainer.ppo.core_algos import agg_loss
+
+    def loss_fn(old_log_prob: torch.Tensor, log_prob: torch.Tensor, advantages: torch.Tensor,
+                response_mask: torch.Tensor, loss_agg_mode: str = "token-mean", config: Any = None,
+                rollout_is_weights: Optional[torch.Tensor] = None) -> tuple[torch.Tensor, dict[str, Any]]:
+        params = {"eps_low": _clip(config, "clip_ratio_low"), "eps_high": _clip(config, "clip_ratio_high")}
+        params = {k: v for k, v in params.items() if v is not None}
+        loss = losses.get(name, **{**params, **settings(LOSS_ENV)})
+        per_token, mask, out, kl = loss.per_token(log_prob, old_log_prob, advantages, response_mask,
+                                                  token_weights=rollout_is_weights)
+        info = dict(getattr(config, "global_batch_info", None) or {})
+        value = agg_loss(loss_mat=per_token, loss_mask=response_mask, loss_agg_mode=loss_agg_mode, **info)
+        metrics = loss.metrics(mask, out, kl)
+        with torch.no_grad():
+            ppo_kl = float(-(torch.where(mask, log_prob - old_log_prob, torch.zeros_like(log_prob))).sum()
+                           / mask.sum().clamp(min=1))
+        return value, {"actor/pg_clipfrac": metrics["clip_frac_high"], "actor/pg_clipfrac_lower":
+                       metrics["clip_frac_low"], "actor/ppo_kl": ppo_kl,
+                       **{f"actor/hista_{k}": v for k, v in metrics.items()}}
+
+    loss_fn.__name__ = loss_fn.__qualname__ = f"hista_{name}_loss"
+    return loss_fn
+
+
+def make_estimator(name: str) -> Callable:
+    """hista estimator ``name`` as a verl advantage estimator (SPEC §4): ``fn(token_level_rewards,
+    response_mask, index, config, **_) -> (advantages, returns)``. Rollouts sharing an ``index``
+    (verl's ``uid``) form a group; a rollout's reward is its row sum of ``token_level_rewards``.
+    ``scale`` comes from ``HISTA_ESTIMATOR``, else ``config.norm_adv_by_std_in_grpo`` (group
+    std, or unscaled when false); ``gae_lambda`` from ``HISTA_ESTIMATOR``, else
+    ``config.lam``. Returns are the advantages, as verl's GRPO returns them."""
+
+    def estimator_fn(token_level_rewards: torch.Tensor, response_mask: torch.Tensor, index: Any = None,
+                     config: Any = None, **_: Any) -> tuple[torch.Tensor, torch.Tensor]:
+        params = settings(ESTIMATOR_ENV)
+        scale = params.pop("scale", "group" if getattr(config, "norm_adv_by_std_in_grpo", True) else "none")
+        lam = float(params.pop("gae_lambda", getattr(config, "lam", 1.0) if config is not None else 1.0))
+        est = estimators.get(name, **params)
+        rewards = token_level_rewards.sum(dim=-1)
+        lengths = response_mask.sum(dim=-1).long().tolist()
+        keys = np.asarray(index if index is not None else np.arange(len(lengths)), dtype=object)
+        members: dict[Any, list[int]] = {}
+        for row, key in enumerate(keys.tolist()):
+            members.setdefault(key, []).append(row)
+        batch_std = float(rewards.std()) if rewards.numel() > 1 else 0.0
+        out = torch.zeros_like(token_level_rewards, dtype=torch.float32)
+        with torch.no_grad():
+            for key, rows in members.items():
+                group = RolloutGroup([Rollout(prompt_ids=[], completion_ids=[0] * lengths[r], reward=float(rewards[r]))
+                                      for r in rows], prompt_id=str(key))
+                for r, adv in zip(rows, est.token_advantages(group, gae_lambda=lam, scale=scale,
+                                                             batch_std=batch_std)):
+                    out[r, : lengths[r]] = adv.to(out.device)
+        out = out * response_mask
+        return out, out
+
+    estimator_fn.__name__ = estimator_fn.__qualname__ = f"hista_{name}_estimator"
+    return estimator_fn
+
+
+def register() -> dict[str, list[str]]:
+    """Register :data:`LOSSES` and :data:`ESTIMATORS` with verl (SPEC §4, §5), skipping a name
+    verl's registry already holds from another package (verl's own, or a second import).
+    Returns the names this call registered and the names it found taken."""
+    from verl.trainer.ppo import core_algos
+
+    done: dict[str, list[str]] = {"losses": [], "estimators": [], "taken": []}
+    for name in LOSSES:
+        if name in core_algos.POLICY_LOSS_REGISTRY:
+            done["taken"].append(name)
+            continue
+        core_algos.register_policy_loss(name)(make_loss(name))
+        done["losses"].append(name)
+    for verl_name, name in ESTIMATORS.items():
+        if verl_name in core_algos.ADV_ESTIMATOR_REGISTRY:
+            done["taken"].append(verl_name)
+            continue
+        core_algos.register_adv_est(verl_name)(make_estimator(name))
+        done["estimators"].append(verl_name)
+    return done
+
+
+#: What importing this module registered (None without verl).
+REGISTERED = register() if importlib.util.find_spec("verl") is not None else None
+
+
+def status() -> dict:
+    """What ``hista verl check`` prints (docs/verl.md): the verl version, hista's entry point in
+    the ``verl.plugins`` group, and for each name hista registers whether verl's registry holds
+    hista's function. Imports verl (which runs its plugin discovery) in the open, so a failing
+    import raises here instead of being logged at debug level; an InputError when verl is not
+    installed or cannot be imported."""
+    from importlib.metadata import entry_points
+
+    if importlib.util.find_spec("verl") is None:
+        raise InputError("verl is not installed: pip install 'hista[verl]' (a separate environment from hista[trl] "
+                         "is advised, docs/verl.md)", field="verl")
+    try:
+        import verl
+        from verl.trainer.ppo import core_algos
+    except Exception as exc:  # noqa: BLE001 - any failure to import verl is this environment's problem
+        raise InputError(f"verl is installed but does not import: {type(exc).__name__}: {exc}", field="verl") from None
+    points = [f"{ep.name} = {ep.value}" for ep in entry_points(group="verl.plugins") if ep.value.startswith("hista")]
+    losses_ = {n: getattr(core_algos.POLICY_LOSS_REGISTRY.get(n), "__name__", None) == f"hista_{n}_loss"
+               for n in LOSSES}
+    ests = {v: getattr(core_algos.ADV_ESTIMATOR_REGISTRY.get(v), "__name__", None) == f"hista_{n}_estimator"
+            for v, n in ESTIMATORS.items()}
+    return {"verl": getattr(verl, "__version__", "unknown"), "entry_points": points, "losses": losses_,
+            "estimators": ests, "equivalent": EQUIVALENT}

@@ -1,0 +1,143 @@
+"""Groups that span processes (SPEC §9): each group is estimated once, by the process that holds
+its first row (the group's owner). The other processes holding rows of the group send the owner
+only what the group needs and get those rows' advantages back, point to point; processes that
+share no group exchange nothing.
+
+TRL lays a generation batch of B rows out so that process p holds rows [p·b, (p+1)·b) and a
+group is G consecutive rows. A row sent to its owner carries its prompt and completion ids (the
+owner checks that the prompt is the group's and decodes text when the estimator needs it), its
+problem id and, for an estimator that reads hidden states, the hidden states of its completion
+tokens only, ragged, in the dtype they were captured in: a group's rollouts share one prompt,
+whose hidden states the owner already holds in its own row. What comes back is the row's
+per-token advantages (float32).
+
+Every process derives the same plan from the layout alone (who sends to whom), and the
+transfers run in one global order of (sender, receiver) pairs, each process doing its part, so
+blocking sends and receives cannot deadlock.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Callable, Optional, Sequence
+
+import torch
+import torch.distributed as dist
+
+
+@dataclasses.dataclass
+class Row:
+    """One rollout as a process holds it: global row index, unpadded ids, problem id and hidden
+    states ([P + T, H] for the process's own rows; [T, H], completion only, once sent)."""
+
+    index: int
+    prompt_ids: list[int]
+    completion_ids: list[int]
+    problem_id: Optional[str] = None
+    hidden: Optional[torch.Tensor] = None
+
+
+def owner(row: int, group_size: int, rows_per_process: int) -> int:
+    """The process that estimates the group of global row ``row``: the one holding its first row."""
+    return (row // group_size * group_size) // rows_per_process
+
+
+def plan(world: int, rows_per_process: int, group_size: int) -> list[tuple[int, int]]:
+    """The (sender, receiver) pairs of the rows' trip to their owners, in the global order every
+    process follows (the advantages travel the reversed pairs back)."""
+    pairs = set()
+    for row in range(world * rows_per_process):
+        sender, receiver = row // rows_per_process, owner(row, group_size, rows_per_process)
+        if sender != receiver:
+            pairs.add((sender, receiver))
+    return sorted(pairs)
+
+
+def _send(peer: int, meta: list, tensor: Optional[torch.Tensor]) -> None:
+    dist.send_object_list([meta, None if tensor is None else (tuple(tensor.shape), str(tensor.dtype))], dst=peer)
+    if tensor is not None:
+        dist.send(tensor.contiguous(), dst=peer)
+
+
+def _recv(peer: int, device: torch.device) -> tuple[list, Optional[torch.Tensor]]:
+    box: list[Any] = [None, None]
+    dist.recv_object_list(box, src=peer)
+    meta, spec = box
+    if spec is None:
+        return meta, None
+    shape, dtype = spec
+    tensor = torch.empty(shape, dtype=getattr(torch, dtype.removeprefix("torch.")), device=device)
+    dist.recv(tensor, src=peer)
+    return meta, tensor
+
+
+def _run(pairs: Sequence[tuple[int, int]], rank: int, outgoing: Callable[[int], tuple[list, Optional[torch.Tensor]]],
+         device: torch.device) -> dict[int, tuple[list, Optional[torch.Tensor]]]:
+    """Carry out ``pairs`` in order: this process sends ``outgoing(receiver)`` where it is the
+    sender and receives where it is the receiver. Returns what it received, by sender."""
+    received = {}
+    for sender, receiver in pairs:
+        if sender == rank:
+            _send(receiver, *outgoing(receiver))
+        elif receiver == rank:
+            received[sender] = _recv(sender, device)
+    return received
+
+
+def estimate_split(rows: Sequence[Row], rewards: torch.Tensor, group_size: int,
+                   estimate: Callable[[list[Row], list[float]], list[torch.Tensor]]) -> list[torch.Tensor]:
+    """Per-token advantages of this process's ``rows`` (in order) when groups span processes
+    (module docstring). ``rewards``: the whole generation batch's [B], as TRL gathered them;
+    ``estimate(group_rows, group_rewards)`` estimates one whole group on its owner, from rows
+    whose hidden states, when present, cover prompt and completion. Needs an initialised
+    ``torch.distributed`` process group; every process must call it with its own rows."""
+    rank, world = dist.get_rank(), dist.get_world_size()
+    b = len(rows)
+    device = rewards.device
+    pairs = plan(world, b, group_size)
+    mine = [r for r in rows if owner(r.index, group_size, b) == rank]
+
+    def rows_for(receiver: int) -> tuple[list, Optional[torch.Tensor]]:
+        going = [r for r in rows if owner(r.index, group_size, b) == receiver]
+        meta = [(r.index, r.prompt_ids, r.completion_ids, r.problem_id) for r in going]
+        hidden = None
+        if going and going[0].hidden is not None:
+            hidden = torch.cat([r.hidden[len(r.prompt_ids):] for r in going])
+        return meta, hidden
+
+    arrived = []
+    for meta, hidden in _run(pairs, rank, rows_for, device).values():
+        offset = 0
+        for index, prompt_ids, completion_ids, problem_id in meta:
+            part = None
+            if hidden is not None:
+                part = hidden[offset: offset + len(completion_ids)]
+                offset += len(completion_ids)
+            arrived.append(Row(index, prompt_ids, completion_ids, problem_id, part))
+
+    by_index = {r.index: r for r in mine}
+    for r in arrived:
+        head = by_index[r.index // group_size * group_size]  # this process's own row of that group
+        if r.prompt_ids != head.prompt_ids:
+            raise ValueError(f"rows {head.index} and {r.index} are in one group but have different prompts: the "
+                             "batch is not laid out in groups of consecutive rows")
+        if r.hidden is not None:  # the group's prompt states, held here, before the row's own
+            r.hidden = torch.cat([head.hidden[: len(head.prompt_ids)], r.hidden.to(head.hidden.device)])
+        by_index[r.index] = r
+    advantages: dict[int, torch.Tensor] = {}
+    for first in sorted({r.index // group_size * group_size for r in mine}):
+        group = [by_index[i] for i in range(first, first + group_size)]
+        values = estimate(group, [float(rewards[r.index]) for r in group])
+        advantages.update((r.index, adv) for r, adv in zip(group, values))
+
+    def advantages_for(receiver: int) -> tuple[list, Optional[torch.Tensor]]:
+        back = [r for r in arrived if r.index // b == receiver]
+        flat = torch.cat([advantages[r.index].to(device, torch.float32).reshape(-1) for r in back])
+        return [(r.index, len(r.completion_ids)) for r in back], flat
+
+    for meta, flat in _run([(r, s) for s, r in pairs], rank, advantages_for, device).values():
+        offset = 0
+        for index, length in meta:
+            advantages[index] = flat[offset: offset + length]
+            offset += length
+    return [advantages[r.index] for r in rows]
