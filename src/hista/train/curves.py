@@ -58,7 +58,7 @@ def plot_reward_curves(runs: Mapping[str, Union[str, Path]], out: Union[str, Pat
             ax.plot(*zip(*points), linestyle="--", marker=marker, markersize=4, color=line.get_color(),
                     label=f"{label} {name}")
     ax.set_xlabel("optimiser step")
-    ax.set_ylabel(f"{key} (mean over the step's rollouts); eval accuracy")
+    ax.set_ylabel(f"{key} per step; eval accuracy")
     ax.legend()
     ax.grid(alpha=0.3)
     fig.tight_layout()
