@@ -14,9 +14,10 @@ Group-local path (a recipe whose rows per process are a multiple of G, which the
 requires unless ``allow_split_groups: true``): nothing crosses processes while advantages are
 computed (TRL has already gathered the rewards), and each process holds its own rows only.
 Split path (``hista.train.split``, a layout whose groups span processes): a group's owner (the
-process holding its first row) receives the other rows of its groups, their ids and their
-completion tokens' hidden states, and sends their advantages back (float32); the column shows
-the process that receives most.
+process holding its first row) receives the other rows of its groups, their ids and the part
+past the prompt of what the estimator reads (Hista's default profile: its smoothed vectors at
+every ``stride``-th position, float32; otherwise the completion tokens' hidden states), and
+sends their advantages back (float32); the column shows the process that receives most.
 The ``critic`` estimator (PPO) still gathers ids and masks, so that its copies on every process
 train on the same groups; it reads no captured hidden states.
 
@@ -59,10 +60,14 @@ def traffic(path: Path, prompt_tokens: int, overrides: list[str]) -> dict:
     local = layout["group_local"] and not est.trains_with_policy  # a critic sees every group on every process
     completion = recipe.trl["max_completion_length"]
     received, states = [0] * world, [0] * world  # the split path: rows to their owners, advantages back
+    sent_states = completion * hidden * dtype_bytes if per_row_hidden else 0  # raw completion states
+    if per_row_hidden and est.profile == "default" and hasattr(est.config, "stride"):  # Hista's representation
+        stride = est.config.stride
+        sent_states = (-(-width // stride) - -(-prompt_tokens // stride)) * hidden * 4
     for row in range(total):
         holder, owner = row // rows, (row // layout["num_generations"] * layout["num_generations"]) // rows
         if holder != owner:
-            states[owner] += completion * hidden * dtype_bytes if per_row_hidden else 0
+            states[owner] += sent_states
             received[owner] += ids
             received[holder] += completion * 4
     received = [r + s for r, s in zip(received, states)]

@@ -490,3 +490,30 @@ def test_cuda_matches_cpu(profile):
     for a, b in zip(cpu_adv, gpu_adv):
         assert torch.allclose(a, b.cpu(), atol=1e-4)
     assert torch.allclose(cpu_values, gpu_values.cpu(), atol=1e-4)
+
+
+@pytest.mark.parametrize("include_prompt", [True, False])
+def test_precomputed_representations_give_the_same_advantages(include_prompt):
+    """Split training estimation (SPEC §9): representations computed per rollout (as on the
+    process holding it), with the shared prompt vectors taken from another rollout of the
+    group, give the advantages of the estimator reading hidden states. The reference profile
+    has none (it is sent hidden states)."""
+    g = torch.Generator().manual_seed(5)
+    prompt = [3, 1, 4, 1, 5, 9, 2]
+    prompt_states = torch.randn(len(prompt), 16, generator=g)
+    rollouts = []
+    for i, length in enumerate([23, 11, 17, 30]):
+        hidden = torch.cat([prompt_states, torch.randn(length, 16, generator=g)])
+        rollouts.append(Rollout(prompt_ids=prompt, completion_ids=list(range(length)), reward=float(i % 2),
+                                hidden=hidden))
+    est = get("hista", interval=4, max_k=6, min_k=2, include_prompt=include_prompt)
+    want = est.token_advantages(RolloutGroup(rollouts), gae_lambda=0.9)
+    found = [est.represent(r) for r in rollouts]
+    shared = found[0][1]
+    assert shared == ((len(prompt) - 1) // est.config.stride + 1 if include_prompt else 0)
+    head = found[0][0][:shared]  # the prompt's vectors of one rollout serve the group
+    stripped = [Rollout(prompt_ids=r.prompt_ids, completion_ids=r.completion_ids, reward=r.reward) for r in rollouts]
+    group = RolloutGroup(stripped, representations=[torch.cat([head, rep[n:]]) for rep, n in found])
+    for got, expected in zip(est.token_advantages(group, gae_lambda=0.9), want):
+        torch.testing.assert_close(got, expected)
+    assert get("hista", profile="reference").represent(rollouts[0]) is None

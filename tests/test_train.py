@@ -411,12 +411,18 @@ def test_multi_process_advantages_equal_single_process(tmp_path, estimator, proc
             assert rank["calls"] and {name for name, _, _ in rank["calls"]} <= \
                 {"send", "recv", "send_object_list", "recv_object_list"}, rank["calls"]
             assert {peer for _, _, peer in rank["calls"]} <= peers - {r}
-        if estimator == "hista":  # tensors sent: completion states of the rows sent, their advantages back
+        if estimator == "hista":  # tensors sent: the moved rows' representations past the prompt, advantages back
             sent = sum(size for rank in ranks for name, size, _ in rank["calls"] if name == "send")
-            moved = [row for i, row in enumerate(rows) if holder[i] != owner[i]]
-            expected = sum(row["hidden"][len(row["prompt_ids"]):].numel() * row["hidden"].element_size()
-                           + row["advantages"].numel() * 4 for row in moved)
-            assert sent == expected  # no prompt states, no padding, no other rows
+            expected = 0
+            for i, row in enumerate(rows):
+                if holder[i] != owner[i]:
+                    rep, shared = estimators.get("hista").represent(Rollout(
+                        prompt_ids=row["prompt_ids"], completion_ids=row["completion_ids"], hidden=row["hidden"]))
+                    assert 0 < shared < rep.shape[0]
+                    expected += rep[shared:].numel() * 4 + row["advantages"].numel() * 4
+            raw = sum(row["hidden"].numel() * row["hidden"].element_size() for i, row in enumerate(rows)
+                      if holder[i] != owner[i])
+            assert sent == expected and sent < raw  # compressed, no prompt part, no padding, no other rows
     est = estimators.get(estimator)
     for first in range(0, len(rows), group):
         members = rows[first: first + group]

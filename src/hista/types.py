@@ -79,6 +79,10 @@ class RolloutGroup:
     problem: Optional[dict[str, Any]] = None
     #: Monte-Carlo continuation rewards sampled from states, keyed by (rollout index, t)
     continuations: dict[tuple[int, int], list[float]] = field(default_factory=dict)
+    #: Each rollout's :meth:`hista.estimators.base.Estimator.represent`, computed where the rollout
+    #: lay (training with groups split over processes, SPEC §9); an estimator that has
+    #: ``represent`` reads these instead of ``Rollout.hidden``. None: not precomputed.
+    representations: Optional[list[torch.Tensor]] = None
 
     def __len__(self) -> int:
         return len(self.rollouts)

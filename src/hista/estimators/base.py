@@ -12,7 +12,7 @@ from typing import Any, ClassVar, Optional, Sequence
 import torch
 
 from ..errors import InputError
-from ..types import RolloutGroup, State
+from ..types import Rollout, RolloutGroup, State
 
 SCALES = ("group", "batch", "none")
 STD_EPS = 1e-4
@@ -147,6 +147,14 @@ class Estimator(abc.ABC):
         ``hidden_states[layer]``: −1 the last, after the final norm; SPEC §4.3): the config's
         ``layer``."""
         return int(getattr(self.config, "layer", -1))
+
+    def represent(self, rollout: Rollout) -> Optional[tuple[torch.Tensor, int]]:
+        """For an estimator that reads hidden states through a per-sequence representation
+        (SPEC §9): that representation of ``rollout`` and how many of its leading vectors depend
+        on the prompt alone (the same for every rollout of a group), so that a trainer can
+        compute it where the rollout lies and send only the rest. None (the default): the
+        estimator reads the hidden states themselves."""
+        return None
 
     def default_gae_lambda(self) -> float:
         """The ``gae_lambda`` a trainer passes to :meth:`token_advantages` when the recipe sets

@@ -273,6 +273,14 @@ class Hista(Estimator):
         """The compressed vectors of every rollout (SPEC §4.3 steps 1-2)."""
         return [self._represent(r, device) for r in rollouts]
 
+    def represent(self, rollout: Rollout) -> Optional[tuple[torch.Tensor, int]]:
+        """The smoothed, strided vectors of one rollout (SPEC §4.3 steps 1-2; the EMA runs
+        along one sequence, so this is exact per rollout) and how many of them cover prompt
+        positions only (0 when the representation starts at the completion)."""
+        _check_hidden([rollout], "rollout")
+        shared = (len(rollout.prompt_ids) - 1) // self.config.stride + 1 if self.config.include_prompt else 0
+        return self._represent(rollout, rollout.hidden.device), max(shared, 0)
+
     def _nodes(self, rollout: Rollout, vector_total: int) -> tuple[list[int], list[int]]:
         """The nodes of one rollout in tokens and in vectors (SPEC §4.3 step 3); ``vector_total``
         is the rollout's number of compressed vectors (the reference profile clips to it)."""
@@ -286,9 +294,13 @@ class Hista(Estimator):
 
     def _prepare(self, group: RolloutGroup) -> PreparedGroup:
         """Steps 1-3 for the whole group: its compressed vectors, node grids and mean reward."""
-        _check_hidden(group.rollouts, "group.rollouts")
-        device = group.rollouts[0].hidden.device
-        vectors = self._compress(group.rollouts, device)
+        if group.representations is not None:  # computed where the rollouts lay (Estimator.represent)
+            vectors = list(group.representations)
+            device = vectors[0].device
+        else:
+            _check_hidden(group.rollouts, "group.rollouts")
+            device = group.rollouts[0].hidden.device
+            vectors = self._compress(group.rollouts, device)
         stacked = torch.zeros(len(vectors), max(int(e.shape[0]) for e in vectors), vectors[0].shape[1], device=device)
         for i, e in enumerate(vectors):
             stacked[i, : e.shape[0]] = e

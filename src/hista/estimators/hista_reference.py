@@ -138,6 +138,11 @@ class HistaReference(Hista):
                 raise ValueError(f'profile="reference" has no {name}=False (the reference implementation '
                                  f'always uses {name}=True); use profile="default"')
 
+    def represent(self, rollout: Rollout) -> None:
+        """None: the reference's smoothing (``reference_smooth``) is not split per rollout here,
+        so a trainer sends its hidden states."""
+        return None
+
     def _compress(self, rollouts: Sequence[Rollout], device: torch.device) -> list[torch.Tensor]:
         smoothed = reference_smooth([r.hidden.to(device) for r in rollouts], self.config.alpha)
         return [e[:: self.config.stride].float() for e in smoothed]

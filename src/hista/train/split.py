@@ -6,10 +6,12 @@ share no group exchange nothing.
 TRL lays a generation batch of B rows out so that process p holds rows [p·b, (p+1)·b) and a
 group is G consecutive rows. A row sent to its owner carries its prompt and completion ids (the
 owner checks that the prompt is the group's and decodes text when the estimator needs it), its
-problem id and, for an estimator that reads hidden states, the hidden states of its completion
-tokens only, ragged, in the dtype they were captured in: a group's rollouts share one prompt,
-whose hidden states the owner already holds in its own row. What comes back is the row's
-per-token advantages (float32).
+problem id and, for an estimator that reads hidden states, what it reads of them, ragged:
+the estimator's per-sequence representation when it has one
+(:meth:`hista.estimators.base.Estimator.represent`; Hista's smoothed, strided vectors, float32),
+computed where the row lies, else the hidden states in the dtype they were captured in. Either
+way only the part after the prompt travels: a group's rollouts share one prompt, whose part the
+owner computes from its own row. What comes back is the row's per-token advantages (float32).
 
 Every process derives the same plan from the layout alone (who sends to whom), and the
 transfers run in one global order of (sender, receiver) pairs, each process doing its part, so
@@ -27,14 +29,15 @@ import torch.distributed as dist
 
 @dataclasses.dataclass
 class Row:
-    """One rollout as a process holds it: global row index, unpadded ids, problem id and hidden
-    states ([P + T, H] for the process's own rows; [T, H], completion only, once sent)."""
+    """One rollout as a process holds it: global row index, unpadded ids, problem id, hidden
+    states [P + T, H] and, once computed, the estimator's representation of them."""
 
     index: int
     prompt_ids: list[int]
     completion_ids: list[int]
     problem_id: Optional[str] = None
     hidden: Optional[torch.Tensor] = None
+    representation: Optional[torch.Tensor] = None
 
 
 def owner(row: int, group_size: int, rows_per_process: int) -> int:
@@ -85,35 +88,53 @@ def _run(pairs: Sequence[tuple[int, int]], rank: int, outgoing: Callable[[int], 
 
 
 def estimate_split(rows: Sequence[Row], rewards: torch.Tensor, group_size: int,
-                   estimate: Callable[[list[Row], list[float]], list[torch.Tensor]]) -> list[torch.Tensor]:
+                   estimate: Callable[[list[Row], list[float]], list[torch.Tensor]],
+                   represent: Optional[Callable[[Row], Optional[tuple[torch.Tensor, int]]]] = None
+                   ) -> list[torch.Tensor]:
     """Per-token advantages of this process's ``rows`` (in order) when groups span processes
     (module docstring). ``rewards``: the whole generation batch's [B], as TRL gathered them;
-    ``estimate(group_rows, group_rewards)`` estimates one whole group on its owner, from rows
-    whose hidden states, when present, cover prompt and completion. Needs an initialised
-    ``torch.distributed`` process group; every process must call it with its own rows."""
+    ``represent(row)``: the estimator's representation of a row's hidden states and how many of
+    its leading vectors cover the prompt alone, or None (send hidden states); ``estimate(rows,
+    rewards)`` estimates one whole group on its owner, from rows that carry a ``representation``
+    (when ``represent`` gave one) or hidden states over prompt and completion. Needs an
+    initialised ``torch.distributed`` process group; every process calls it with its own rows."""
     rank, world = dist.get_rank(), dist.get_world_size()
     b = len(rows)
     device = rewards.device
     pairs = plan(world, b, group_size)
     mine = [r for r in rows if owner(r.index, group_size, b) == rank]
+    shared: dict[int, int] = {}  # leading vectors of a row's representation that cover its prompt only
+    if represent is not None and rows and rows[0].hidden is not None:
+        for r in rows:
+            found = represent(r)
+            if found is None:
+                break
+            r.representation, shared[r.index] = found
 
     def rows_for(receiver: int) -> tuple[list, Optional[torch.Tensor]]:
         going = [r for r in rows if owner(r.index, group_size, b) == receiver]
         meta = [(r.index, r.prompt_ids, r.completion_ids, r.problem_id) for r in going]
-        hidden = None
-        if going and going[0].hidden is not None:
-            hidden = torch.cat([r.hidden[len(r.prompt_ids):] for r in going])
-        return meta, hidden
+        if shared:  # the representation past the prompt's own vectors
+            parts = [r.representation[shared[r.index]:] for r in going]
+        elif going and going[0].hidden is not None:  # the completion tokens' hidden states
+            parts = [r.hidden[len(r.prompt_ids):] for r in going]
+        else:
+            return [meta, None], None
+        return [meta, [int(x.shape[0]) for x in parts]], torch.cat(parts)
 
     arrived = []
-    for meta, hidden in _run(pairs, rank, rows_for, device).values():
+    for (meta, sizes), tensor in _run(pairs, rank, rows_for, device).values():
         offset = 0
-        for index, prompt_ids, completion_ids, problem_id in meta:
-            part = None
-            if hidden is not None:
-                part = hidden[offset: offset + len(completion_ids)]
-                offset += len(completion_ids)
-            arrived.append(Row(index, prompt_ids, completion_ids, problem_id, part))
+        for k, (index, prompt_ids, completion_ids, problem_id) in enumerate(meta):
+            row = Row(index, prompt_ids, completion_ids, problem_id)
+            if tensor is not None:
+                part = tensor[offset: offset + sizes[k]]
+                offset += sizes[k]
+                if shared:
+                    row.representation = part
+                else:
+                    row.hidden = part
+            arrived.append(row)
 
     by_index = {r.index: r for r in mine}
     for r in arrived:
@@ -121,7 +142,10 @@ def estimate_split(rows: Sequence[Row], rewards: torch.Tensor, group_size: int,
         if r.prompt_ids != head.prompt_ids:
             raise ValueError(f"rows {head.index} and {r.index} are in one group but have different prompts: the "
                              "batch is not laid out in groups of consecutive rows")
-        if r.hidden is not None:  # the group's prompt states, held here, before the row's own
+        if r.representation is not None:  # the group's prompt vectors, computed here, before the row's own
+            ahead = head.representation[: shared[head.index]]
+            r.representation = torch.cat([ahead, r.representation.to(ahead.device)])
+        elif r.hidden is not None:  # the group's prompt states, held here, before the row's own
             r.hidden = torch.cat([head.hidden[: len(head.prompt_ids)], r.hidden.to(head.hidden.device)])
         by_index[r.index] = r
     advantages: dict[int, torch.Tensor] = {}

@@ -212,14 +212,22 @@ class HistaGRPOTrainer(GRPOTrainer):
                                   out["completion_ids"][i, : lengths[i]].tolist(),
                                   None if problem_ids is None else problem_ids[i], states))
 
+        def represent(row: split.Row) -> Optional[tuple[torch.Tensor, int]]:
+            return self.estimator.represent(build_group([row.prompt_ids], [row.completion_ids], [0.0],
+                                                        hidden=[row.hidden]).rollouts[0])
+
         def estimate(group: list, group_rewards: list[float]) -> list[torch.Tensor]:
+            represented = group[0].representation is not None
             whole = build_group([r.prompt_ids for r in group], [r.completion_ids for r in group], group_rewards,
-                                hidden=None if hidden is None else [r.hidden for r in group],
+                                hidden=None if hidden is None or represented else [r.hidden for r in group],
                                 problem_id=group[0].problem_id, tokenizer=tokenizer)
+            if represented:
+                whole.representations = [r.representation for r in group]
             return self.estimator.token_advantages(whole, gae_lambda=self.gae_lambda, scale=self.scale,
                                                    batch_std=batch_std)
 
-        per_row = split.estimate_split(rows, rewards, self.num_generations, estimate)
+        per_row = split.estimate_split(rows, rewards, self.num_generations, estimate,
+                                       represent if hidden is not None else None)
         return groups_to_batch([per_row], out["completion_ids"].shape, device=out["completion_ids"].device)
 
     def _log_advantages(self, advantages: torch.Tensor, mask: torch.Tensor) -> None:
