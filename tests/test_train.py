@@ -605,3 +605,30 @@ def test_hista_works_without_trl(tmp_path):
     proc = subprocess.run([sys.executable, str(script), "train", str(SMOKE), "--dry-run"], capture_output=True,
                           text=True, timeout=300)
     assert proc.returncode == 2 and "pip install 'hista[trl]'" in proc.stderr and "Traceback" not in proc.stderr
+
+
+def test_evaluation_during_training_on_two_processes(tmp_path):
+    """hista train under torch.distributed.run with 2 CPU processes (gloo) and an eval section:
+    the main process evaluates (each step's evaluation printed once), both finish, and
+    metrics.jsonl has the evaluations of steps 0, 1 and 2."""
+    import socket
+    import subprocess
+    import sys
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    out = tmp_path / "run"
+    proc = subprocess.run(
+        [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port", str(port),
+         "-m", "hista.cli", "train", str(SMOKE), "model=tiny", f"output_dir={out}", "world_size=2",
+         "trl.max_steps=2", "trl.max_completion_length=8", "trl.per_device_train_batch_size=8", "trl.save_steps=2",
+         "trl.use_cpu=true", "eval.suites=builtin:arith?steps=1", "eval.every=1", "eval.limit=4",
+         "eval.max_new_tokens=6"], capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert proc.stdout.count("trained 2 steps") == 2
+    assert [proc.stdout.count(f"eval at step {n} ") for n in range(3)] == [1, 1, 1]
+    rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in rows] == [0, 1, 2]
+    assert all("eval/builtin:arith?steps=1/avg@1" in r for r in rows)
+    assert sorted(p.name for p in (out / "eval").glob("*.json")) == ["step-0.json", "step-1.json", "step-2.json"]
