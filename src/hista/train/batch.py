@@ -49,21 +49,32 @@ def batch_to_groups(
     if hidden is not None and hidden.shape[:2] != (batch, prompt_width + width):
         raise ValueError(f"hidden states of shape {tuple(hidden.shape)} for a batch of {batch} x "
                          f"({prompt_width} + {width}) tokens")
-    lengths = completion_mask.sum(dim=1).long().tolist()
+    prompts, completions, states = unpad(prompt_ids, prompt_mask, completion_ids, completion_mask, hidden)
     groups = []
     for start in range(0, batch, group_size):
-        prompts, completions, states = [], [], []
-        for i in range(start, start + group_size):
-            keep = prompt_mask[i].bool()
-            prompts.append(prompt_ids[i][keep].tolist())
-            completions.append(completion_ids[i, : lengths[i]].tolist())
-            if hidden is not None:
-                states.append(torch.cat([hidden[i, :prompt_width][keep],
-                                         hidden[i, prompt_width: prompt_width + lengths[i]]]))
-        groups.append(build_group(prompts, completions, rewards[start: start + group_size].tolist(),
-                                  hidden=states or None, tokenizer=tokenizer,
+        rows = slice(start, start + group_size)
+        groups.append(build_group(prompts[rows], completions[rows], rewards[rows].tolist(),
+                                  hidden=None if states is None else states[rows], tokenizer=tokenizer,
                                   problem_id=problem_ids[start] if problem_ids is not None else None))
     return groups
+
+
+def unpad(prompt_ids: torch.Tensor, prompt_mask: torch.Tensor, completion_ids: torch.Tensor,
+          completion_mask: torch.Tensor, hidden: Optional[torch.Tensor] = None
+          ) -> tuple[list[list[int]], list[list[int]], Optional[list[torch.Tensor]]]:
+    """Each row of a padded batch without its padding (SPEC §3): prompt ids (left padding
+    dropped), completion ids (right padding dropped) and, with ``hidden`` [B, P + T, H], the
+    row's hidden states [prompt_len + T_i, H] (None without)."""
+    prompt_width = prompt_ids.size(1)
+    lengths = completion_mask.sum(dim=1).long().tolist()
+    prompts, completions, states = [], [], []
+    for i, length in enumerate(lengths):
+        keep = prompt_mask[i].bool()
+        prompts.append(prompt_ids[i][keep].tolist())
+        completions.append(completion_ids[i, :length].tolist())
+        if hidden is not None:
+            states.append(torch.cat([hidden[i, :prompt_width][keep], hidden[i, prompt_width: prompt_width + length]]))
+    return prompts, completions, states if hidden is not None else None
 
 
 def build_group(prompts: Sequence[Sequence[int]], completions: Sequence[Sequence[int]], rewards: Sequence[float], *,

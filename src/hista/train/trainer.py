@@ -28,8 +28,9 @@ from trl import GRPOTrainer
 
 from .. import estimators, losses
 from ..models.capture import capture_logprob_pass
+from ..types import Rollout
 from . import split
-from .batch import batch_to_groups, build_group, groups_to_batch
+from .batch import batch_to_groups, build_group, groups_to_batch, unpad
 from .recipe import untrainable
 
 #: TRL options whose effect lives in the ``_compute_loss`` this class replaces; set the
@@ -201,20 +202,16 @@ class HistaGRPOTrainer(GRPOTrainer):
     def _split_advantages(self, out: dict, hidden: Optional[torch.Tensor], problem_ids: Optional[list[str]],
                           rewards: torch.Tensor, batch_std: float, tokenizer: Any) -> torch.Tensor:
         """This process's advantages when groups span processes (:mod:`hista.train.split`)."""
-        local_b, p = out["completion_ids"].size(0), out["prompt_ids"].size(1)
-        first = self.accelerator.process_index * local_b
-        lengths = out["completion_mask"].sum(dim=1).long().tolist()
-        rows = []
-        for i in range(local_b):
-            keep = out["prompt_mask"][i].bool()
-            states = None if hidden is None else torch.cat([hidden[i, :p][keep], hidden[i, p: p + lengths[i]]])
-            rows.append(split.Row(first + i, out["prompt_ids"][i][keep].tolist(),
-                                  out["completion_ids"][i, : lengths[i]].tolist(),
-                                  None if problem_ids is None else problem_ids[i], states))
+        first = self.accelerator.process_index * out["completion_ids"].size(0)
+        prompts, completions, states = unpad(out["prompt_ids"], out["prompt_mask"], out["completion_ids"],
+                                             out["completion_mask"], hidden)
+        rows = [split.Row(first + i, prompt, completion, None if problem_ids is None else problem_ids[i],
+                          None if states is None else states[i])
+                for i, (prompt, completion) in enumerate(zip(prompts, completions))]
 
         def represent(row: split.Row) -> Optional[tuple[torch.Tensor, int]]:
-            return self.estimator.represent(build_group([row.prompt_ids], [row.completion_ids], [0.0],
-                                                        hidden=[row.hidden]).rollouts[0])
+            return self.estimator.represent(Rollout(prompt_ids=row.prompt_ids, completion_ids=row.completion_ids,
+                                                    hidden=row.hidden))
 
         def estimate(group: list, group_rewards: list[float]) -> list[torch.Tensor]:
             represented = group[0].representation is not None
