@@ -8,7 +8,9 @@ G rollouts of one problem do), tokens/s of transformers' ``generate`` (what the 
 before), both with EOS ignored so that every row decodes ``--new-tokens`` tokens, and tokens/s
 of one forward pass over prompt + completion (:func:`hista.models.forward`: hidden states and
 log-probs of every token, as SVEB and training compute them). Ratios are engine / prefill and
-engine / generate (SPEC §12).
+engine / generate (SPEC §12). Each figure is the best of ``--repeat`` runs (default 3), taken
+in turn, so that a slow moment of a shared machine hits none of them alone. Run it with
+``PYTHONPATH=OLD/src`` to measure an older checkout's library with the same script.
 """
 
 from __future__ import annotations
@@ -29,12 +31,17 @@ def _timed(fn, *args, **kwargs) -> tuple[float, object]:
     return time.perf_counter() - start, out
 
 
+def _best(runs: list[tuple[float, object]]) -> tuple[float, object]:
+    return min(runs, key=lambda run: run[0])
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--model", default="smollm2-135m-instruct")
     ap.add_argument("--new-tokens", type=int, default=32)
     ap.add_argument("--batches", default="1,16,64")
     ap.add_argument("--temperature", type=float, default=0.7)
+    ap.add_argument("--repeat", type=int, default=3, help="runs per figure; the fastest counts")
     args = ap.parse_args()
 
     lm = load(args.model)
@@ -45,17 +52,29 @@ def main() -> None:
     print(f"{'batch':>5s} {'engine tok/s':>13s} {'generate tok/s':>15s} {'prefill tok/s':>14s} "
           f"{'engine/prefill':>15s} {'engine/generate':>16s}")
     for batch in [int(b) for b in args.batches.split(",")]:
-        generator = torch.Generator(device=lm.device).manual_seed(0)
-        engine_s, rows = _timed(sample_continuations, lm.model, [prompt], [0] * batch, max_new_tokens=n,
-                                temperature=args.temperature, top_p=1.0, eos=[], pad=pad, generator=generator,
-                                ignore_eos=True)
+        def engine_run(batch=batch):
+            generator = torch.Generator(device=lm.device).manual_seed(0)
+            return sample_continuations(lm.model, [prompt], [0] * batch, max_new_tokens=n,
+                                        temperature=args.temperature, top_p=1.0, eos=[], pad=pad,
+                                        generator=generator, ignore_eos=True)
+
         ids = torch.tensor([prompt] * batch, device=lm.device)
-        torch.manual_seed(0)
-        with torch.no_grad():
-            generate_s, _ = _timed(lm.model.generate, input_ids=ids, attention_mask=torch.ones_like(ids),
-                                   do_sample=True, temperature=args.temperature, top_k=0, max_new_tokens=n,
-                                   min_new_tokens=n, pad_token_id=pad)
-        prefill_s, _ = _timed(forward, lm, [prompt] * batch, [r[0] for r in rows], batch_size=min(batch, 16))
+
+        def generate_run(ids=ids):
+            torch.manual_seed(0)
+            with torch.no_grad():
+                return lm.model.generate(input_ids=ids, attention_mask=torch.ones_like(ids), do_sample=True,
+                                         temperature=args.temperature, top_k=0, max_new_tokens=n,
+                                         min_new_tokens=n, pad_token_id=pad)
+
+        engine_runs, generate_runs, prefill_runs = [], [], []
+        for _ in range(args.repeat):
+            engine_runs.append(_timed(engine_run))
+            generate_runs.append(_timed(generate_run))
+            rows = engine_runs[-1][1]
+            prefill_runs.append(_timed(forward, lm, [prompt] * batch, [r[0] for r in rows],
+                                       batch_size=min(batch, 16)))
+        (engine_s, _), (generate_s, _), (prefill_s, _) = _best(engine_runs), _best(generate_runs), _best(prefill_runs)
         engine, generate = batch * n / engine_s, batch * n / generate_s
         prefill = batch * (len(prompt) + n) / prefill_s
         print(f"{batch:5d} {engine:13.1f} {generate:15.1f} {prefill:14.1f} {engine / prefill:14.0%} "

@@ -122,12 +122,16 @@ def test_the_sampled_distribution_is_softmax_of_logits_over_temperature(tiny, to
 
 
 def test_a_shared_prefix_gives_what_encoding_each_row_gives(tiny):
-    """Encoding each distinct prefix once and copying its cache to its rows samples the same
-    tokens with the same log-probs (within 1e-4) as encoding every row's prefix itself."""
+    """Three paths sample the same tokens with the same log-probs (within 1e-4): rows of one
+    prefix attending to its single copy (shared-prefix attention, sources in order), the
+    prefix's cache copied to its rows (sources out of order), and every row encoding its own
+    prefix."""
+    from hista.rollout import prefix_attention
     from hista.rollout.engine import sample_continuations
 
     prefixes = [[1, 2, 3, 4, 5, 6], [7, 8, 9]]
     sources = [0, 0, 0, 1, 1]
+    assert prefix_attention.supported(tiny.model)
 
     def draw(prefix_list, source_list):
         generator = torch.Generator().manual_seed(3)
@@ -135,7 +139,60 @@ def test_a_shared_prefix_gives_what_encoding_each_row_gives(tiny):
                                     top_p=0.9, eos=[], pad=0, generator=generator)
 
     shared = draw(prefixes, sources)
+    copied = draw(prefixes[::-1], [1 - s for s in sources])  # the same rows, sources out of order
     each = draw([prefixes[s] for s in sources], list(range(len(sources))))
-    assert [tokens for tokens, _ in shared] == [tokens for tokens, _ in each]
-    for (_, a), (_, b) in zip(shared, each):
-        torch.testing.assert_close(torch.tensor(a), torch.tensor(b), atol=1e-4, rtol=0)
+    for other in (copied, each):
+        assert [tokens for tokens, _ in shared] == [tokens for tokens, _ in other]
+        for (_, a), (_, b) in zip(shared, other):
+            torch.testing.assert_close(torch.tensor(a), torch.tensor(b), atol=1e-4, rtol=0)
+
+
+def test_shared_prefix_attention_equals_attention_over_the_concatenated_keys():
+    """Random queries, left-padded prefixes of three lengths and per-row keys: the merged
+    attention equals SDPA over [prefix, own keys] row by row (float rounding)."""
+    from hista.rollout.prefix_attention import SharedPrefix, _attention
+
+    g = torch.Generator().manual_seed(0)
+    heads, kv_heads, dim, width, own = 6, 2, 16, 9, 4
+    lengths, prefix_of_row = [9, 3, 6], [0, 0, 1, 2, 2, 2]
+    keys = [torch.randn(3, kv_heads, width, dim, generator=g)]
+    values = [torch.randn(3, kv_heads, width, dim, generator=g)]
+    query = torch.randn(len(prefix_of_row), heads, 1, dim, generator=g)
+    key = torch.randn(len(prefix_of_row), kv_heads, own, dim, generator=g)
+    value = torch.randn(len(prefix_of_row), kv_heads, own, dim, generator=g)
+
+    class Layer:
+        layer_idx = 0
+
+    prefix = SharedPrefix(keys, values, lengths, prefix_of_row)
+    out, _ = _attention(Layer, query, key, value, None, scaling=0.3, shared_prefix=prefix)
+    for row, p in enumerate(prefix_of_row):
+        k = torch.cat([keys[0][p, :, width - lengths[p]:], key[row]], dim=1).repeat_interleave(heads // kv_heads, 0)
+        v = torch.cat([values[0][p, :, width - lengths[p]:], value[row]], dim=1).repeat_interleave(heads // kv_heads, 0)
+        ref = torch.nn.functional.scaled_dot_product_attention(query[row], k, v, scale=0.3)  # [H, 1, D]
+        torch.testing.assert_close(out[row, 0], ref[:, 0], atol=1e-5, rtol=0)
+    prefix.select([0, 3, 5])
+    assert prefix.groups == [(0, 0, 1), (2, 1, 3)]
+    with pytest.raises(ValueError, match="contiguous"):
+        SharedPrefix(keys, values, lengths, [0, 1, 0])
+
+
+def test_two_level_draws_follow_the_probabilities_and_skip_zeros():
+    """``_draw`` on a vocabulary that is not a multiple of its block (300 tokens) with zero
+    probabilities inside and at the ends of blocks: 40,000 draws never pick a zero, and their
+    counts pass a chi-square test against the probabilities (fixed seed)."""
+    from hista.rollout.engine import _draw
+
+    g = torch.Generator().manual_seed(0)
+    probs = torch.rand(300, generator=g) ** 4
+    probs[[0, 100, 250, 255, 256, 299]] = 0.0
+    probs[200:256] = 0.0  # a block whose tail is empty
+    probs /= probs.sum()
+    draws = torch.cat([_draw(probs.expand(4000, -1).contiguous(), g)[:, 0] for _ in range(10)])
+    assert bool((probs[draws] > 0).all())
+    observed = torch.bincount(draws, minlength=300).double()
+    expected = probs.double() * draws.numel()
+    seen = expected > 0
+    chi2 = float(((observed[seen] - expected[seen]) ** 2 / expected[seen]).sum())
+    dof = int(seen.sum()) - 1
+    assert chi2 < dof + 4 * (2 * dof) ** 0.5, (chi2, dof)  # about the 0.01% tail of chi-square(dof)

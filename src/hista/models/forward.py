@@ -11,6 +11,7 @@ from typing import Optional, Sequence
 import torch
 
 from .loading import LoadedModel
+from .packed import packed_linears
 
 
 @dataclass
@@ -86,8 +87,9 @@ def hidden_states(lm: LoadedModel, prompt_ids: Sequence[Sequence[int]], completi
 def _hidden_layers(lm: LoadedModel, prompt_ids: Sequence[Sequence[int]], completion_ids: Sequence[Sequence[int]],
                    picked: list[int], batch_size: int) -> dict[int, list[torch.Tensor]]:
     """:func:`hidden_states` of the tuple indices ``picked`` (0..count-1), from one pass."""
-    return shared_prefix_hidden(lm.model.base_model, prompt_ids, completion_ids, picked, batch_size,
-                                pad=lm.tokenizer.pad_token_id or 0)
+    with packed_linears(lm.model):
+        return shared_prefix_hidden(lm.model.base_model, prompt_ids, completion_ids, picked, batch_size,
+                                    pad=lm.tokenizer.pad_token_id or 0)
 
 
 def shared_prefix_hidden(model: torch.nn.Module, prompt_ids: Sequence[Sequence[int]],
@@ -156,25 +158,22 @@ def forward(
     pad = lm.tokenizer.pad_token_id or 0
     device = lm.device
     logprobs, entropies, hidden = [], [], ([] if layer is not None else None)
-    for start in range(0, len(prompt_ids), batch_size):
-        prompts = [list(p) for p in prompt_ids[start : start + batch_size]]
-        comps = [list(c) for c in completion_ids[start : start + batch_size]]
-        lengths = [len(p) + len(c) for p, c in zip(prompts, comps)]
-        ids, mask = _padded(prompts, comps, pad)
-        out = lm.model(
-            input_ids=ids.to(device),
-            attention_mask=mask.to(device),
-            output_hidden_states=layer is not None,
-            use_cache=False,
-        )
-        logits = out.logits.float() / temperature
-        for row, (p, c) in enumerate(zip(prompts, comps)):
-            # the logit at position n predicts token n + 1
-            step = logits[row, len(p) - 1 : len(p) + len(c) - 1]
-            logp = torch.log_softmax(step, dim=-1)
-            token = torch.tensor(c, dtype=torch.long, device=logp.device)
-            logprobs.append(logp.gather(-1, token[:, None]).squeeze(-1).cpu())
-            entropies.append(-(logp.exp() * logp).sum(-1).cpu())
-            if hidden is not None:
-                hidden.append(out.hidden_states[layer][row, : lengths[row]].float().cpu())
+    with packed_linears(lm.model):
+        for start in range(0, len(prompt_ids), batch_size):
+            prompts = [list(p) for p in prompt_ids[start : start + batch_size]]
+            comps = [list(c) for c in completion_ids[start : start + batch_size]]
+            lengths = [len(p) + len(c) for p, c in zip(prompts, comps)]
+            ids, mask = _padded(prompts, comps, pad)
+            out = lm.model(input_ids=ids.to(device), attention_mask=mask.to(device),
+                           output_hidden_states=layer is not None, use_cache=False)
+            logits = out.logits.float() / temperature
+            for row, (p, c) in enumerate(zip(prompts, comps)):
+                # the logit at position n predicts token n + 1
+                step = logits[row, len(p) - 1 : len(p) + len(c) - 1]
+                logp = torch.log_softmax(step, dim=-1)
+                token = torch.tensor(c, dtype=torch.long, device=logp.device)
+                logprobs.append(logp.gather(-1, token[:, None]).squeeze(-1).cpu())
+                entropies.append(-(logp.exp() * logp).sum(-1).cpu())
+                if hidden is not None:
+                    hidden.append(out.hidden_states[layer][row, : lengths[row]].float().cpu())
     return ForwardOutput(logprobs, entropies, hidden)

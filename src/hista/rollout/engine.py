@@ -12,7 +12,9 @@ import torch
 from ..errors import InputError
 from ..models import LoadedModel
 from ..models.forward import cache_argument
+from ..models.packed import packed_linears
 from ..types import Rollout
+from . import prefix_attention
 from .offsets import decode_with_offsets
 
 SYSTEM_PROMPT = (
@@ -122,75 +124,116 @@ def _reserved_cache(config, capacity: int):
     return cache
 
 
+_BLOCK = 256
+
+
 def _draw(probs: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
-    """One token per row of ``probs`` [B, V] by inverse-CDF sampling: a uniform number per row
-    placed in the row's cumulative distribution (float64, so that no probability is lost to
-    rounding). Draws exactly from ``probs`` (a zero-probability token is never chosen), like
-    ``torch.multinomial``, at a fraction of its cost on CPU, which draws V exponentials per row."""
-    cdf = probs.double().cumsum(dim=-1)
-    u = torch.rand(probs.shape[0], 1, generator=generator, dtype=torch.float64, device=probs.device) * cdf[:, -1:]
-    return torch.searchsorted(cdf, u, right=True).clamp(max=probs.shape[-1] - 1)
+    """One token per row of ``probs`` [B, V] by inverse-CDF sampling in two levels: a uniform
+    number per row picks a block of 256 tokens from the rows' cumulative block sums, then the
+    token inside the block from that block's cumulative probabilities (both float64, so that
+    no probability is lost to rounding). Draws exactly from ``probs`` (a zero-probability token
+    is never chosen), like ``torch.multinomial``, at a fraction of its cost on CPU, which draws V
+    exponentials per row; the two levels spare a float64 cumulative sum over the vocabulary."""
+    rows, size = probs.shape
+    blocks = -(-size // _BLOCK)
+    tiles = probs if size % _BLOCK == 0 else torch.nn.functional.pad(probs, (0, blocks * _BLOCK - size))
+    tiles = tiles.reshape(rows, blocks, _BLOCK)
+    cdf = tiles.sum(dim=-1, dtype=torch.float64).cumsum(dim=-1)
+    u = torch.rand(rows, 1, generator=generator, dtype=torch.float64, device=probs.device) * cdf[:, -1:]
+    block = torch.searchsorted(cdf, u, right=True).clamp(max=blocks - 1)
+    start = torch.where(block > 0, cdf.gather(1, (block - 1).clamp(min=0)), 0.0)
+    inside = tiles.gather(1, block[:, :, None].expand(-1, -1, _BLOCK))[:, 0]
+    token = torch.searchsorted(start + inside.double().cumsum(dim=-1), u, right=True)
+    if bool((token >= _BLOCK).any()):  # rounding put u past the block's sum: its last token of positive probability
+        last = _BLOCK - 1 - (inside.flip(-1) > 0).to(torch.uint8).argmax(dim=-1, keepdim=True)
+        token = torch.where(token >= _BLOCK, last, token)
+    return block * _BLOCK + token
 
 
-@torch.no_grad()
+@torch.inference_mode()
 def sample_continuations(model, prefixes: Sequence[Sequence[int]], sources: Sequence[int], *, max_new_tokens: int,
                          temperature: float, top_p: float, eos: Sequence[int], pad: int,
                          generator: torch.Generator, ignore_eos: bool = False) -> list[tuple[list[int], list[float]]]:
     """Sample one completion per row, row r continuing ``prefixes[sources[r]]`` (SPEC §7).
 
-    Each distinct prefix is encoded once (left-padded, logits at its last position only) and
-    its KV cache is copied to every row that continues it, the prefix caching of vLLM. Each
-    step then feeds one token per unfinished row; a row stops after an EOS token, and finished
-    rows are dropped from the batch (and the cache) as they accumulate. Sampling is
+    Each distinct prefix is encoded once (left-padded, logits at its last position only), the
+    prefix caching of vLLM. Each step then feeds one token per unfinished row; a row stops
+    after an EOS token, and finished rows are dropped from the batch (and the cache) as they
+    accumulate. When the rows of each prefix are contiguous and the model's layers all use
+    full attention, the prefix's keys and values stay one copy that its rows' decode steps read
+    once (:mod:`hista.rollout.prefix_attention`); otherwise they are copied to every row. Linear
+    layers run on oneDNN's packed weights on CPU (:mod:`hista.models.packed`). Sampling is
     transformers' ``do_sample`` with ``temperature``, ``top_p`` and no top-k (greedy when
     ``temperature`` is 0), drawn from ``generator``. Returns per row the completion ids (up to
     and including the EOS) and log p(token) under softmax(logits / temperature) before top-p,
     the old-policy log-probs of SPEC §3."""
-    device = next(model.parameters()).device
-    width = max(len(p) for p in prefixes)
-    ids = torch.tensor([[pad] * (width - len(p)) + list(p) for p in prefixes], device=device)
-    mask = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in prefixes], device=device)
-    positions = (mask.cumsum(-1) - 1).clamp(min=0)
-    cache = _reserved_cache(model.config, width + max_new_tokens)
-    cache_arg = cache_argument(model)
-    logits = model(input_ids=ids, attention_mask=mask, position_ids=positions, use_cache=True, logits_to_keep=1,
-                   **{cache_arg: cache}).logits[:, -1].float()
-    rows = torch.tensor(list(sources), device=device)
-    cache.batch_select_indices(rows)
-    logits, mask, position = logits[rows], mask[rows], positions[rows, -1:] + 1
-    alive = list(range(len(rows)))  # original row of each batch row
-    tokens: list[list[int]] = [[] for _ in alive]
-    logps: list[list[float]] = [[] for _ in alive]
-    stop = torch.tensor(sorted(set(eos)) or [-1], device=device)
-    finished = torch.zeros(len(alive), dtype=torch.bool, device=device)
-    scale = max(temperature, 1e-6)
-    for step in range(max_new_tokens):
-        logits = logits / scale
-        logp = torch.log_softmax(logits, dim=-1)
-        if temperature > 0:
-            chosen = _draw(logp.exp() if top_p >= 1.0 else _top_p_filter(logits, top_p).softmax(dim=-1), generator)
+    with packed_linears(model):
+        device = next(model.parameters()).device
+        width = max(len(p) for p in prefixes)
+        ids = torch.tensor([[pad] * (width - len(p)) + list(p) for p in prefixes], device=device)
+        mask = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in prefixes], device=device)
+        positions = (mask.cumsum(-1) - 1).clamp(min=0)
+        shared = list(sources) == sorted(sources) and prefix_attention.supported(model)
+        if shared:
+            from transformers import DynamicCache
+
+            cache = DynamicCache(config=model.config)
         else:
-            chosen = logits.argmax(dim=-1, keepdim=True)
-        chosen_logp = logp.gather(-1, chosen)
-        for k, (t, lp) in enumerate(zip(chosen[:, 0].tolist(), chosen_logp[:, 0].tolist())):
-            tokens[alive[k]].append(t)
-            logps[alive[k]].append(lp)
-        if step == max_new_tokens - 1:
-            break
-        if not ignore_eos:
-            finished |= torch.isin(chosen[:, 0], stop)
-        done = int(finished.sum())
-        if done == len(alive):
-            break
-        if done and done * 8 >= len(alive):  # drop finished rows once they are an eighth of the batch
-            index = (~finished).nonzero()[:, 0]
-            cache.batch_select_indices(index)
-            chosen, mask, position, finished = chosen[index], mask[index], position[index], finished[index]
-            alive = [alive[k] for k in index.tolist()]
-        mask = torch.cat([mask, mask.new_ones(len(alive), 1)], dim=1)
-        logits = model(input_ids=chosen, attention_mask=mask, position_ids=position, use_cache=True,
-                       logits_to_keep=1, **{cache_arg: cache}).logits[:, -1].float()
-        position = position + 1
+            cache = _reserved_cache(model.config, width + max_new_tokens)
+        cache_arg = cache_argument(model)
+        logits = model(input_ids=ids, attention_mask=mask, position_ids=positions, use_cache=True, logits_to_keep=1,
+                       **{cache_arg: cache}).logits[:, -1].float()
+        rows = torch.tensor(list(sources), device=device)
+        logits, position = logits[rows], positions[rows, -1:] + 1
+        if shared:
+            prefix = prefix_attention.SharedPrefix([layer.keys for layer in cache.layers],
+                                                   [layer.values for layer in cache.layers],
+                                                   [len(p) for p in prefixes], list(sources))
+            cache = _reserved_cache(model.config, max_new_tokens)
+        else:
+            prefix = None
+            cache.batch_select_indices(rows)
+            mask = mask[rows]
+        alive = list(range(len(rows)))  # original row of each batch row
+        tokens: list[list[int]] = [[] for _ in alive]
+        logps: list[list[float]] = [[] for _ in alive]
+        stop = torch.tensor(sorted(set(eos)) or [-1], device=device)
+        finished = torch.zeros(len(alive), dtype=torch.bool, device=device)
+        scale = max(temperature, 1e-6)
+        for step in range(max_new_tokens):
+            logits = logits.div_(scale)
+            logp = torch.log_softmax(logits, dim=-1)
+            if temperature > 0:
+                chosen = _draw(logp.exp() if top_p >= 1.0 else _top_p_filter(logits, top_p).softmax(dim=-1), generator)
+            else:
+                chosen = logits.argmax(dim=-1, keepdim=True)
+            chosen_logp = logp.gather(-1, chosen)
+            for k, (t, lp) in enumerate(zip(chosen[:, 0].tolist(), chosen_logp[:, 0].tolist())):
+                tokens[alive[k]].append(t)
+                logps[alive[k]].append(lp)
+            if step == max_new_tokens - 1:
+                break
+            if not ignore_eos:
+                finished |= torch.isin(chosen[:, 0], stop)
+            done = int(finished.sum())
+            if done == len(alive):
+                break
+            if done and done * 8 >= len(alive):  # drop finished rows once they are an eighth of the batch
+                index = (~finished).nonzero()[:, 0]
+                cache.batch_select_indices(index)
+                chosen, position, finished = chosen[index], position[index], finished[index]
+                alive = [alive[k] for k in index.tolist()]
+                if prefix is None:
+                    mask = mask[index]
+                else:
+                    prefix.select(index.tolist())
+            if prefix is None:
+                mask = torch.cat([mask, mask.new_ones(len(alive), 1)], dim=1)
+                logits = model(input_ids=chosen, attention_mask=mask, position_ids=position, use_cache=True,
+                               logits_to_keep=1, **{cache_arg: cache}).logits[:, -1].float()
+            else:
+                logits = prefix_attention.decode_step(model, chosen, position, cache, cache_arg, prefix)
+            position = position + 1
     out = []
     for row_tokens, row_logps in zip(tokens, logps):
         length = len(row_tokens) if ignore_eos else _completion_length(row_tokens, eos)
@@ -242,20 +285,21 @@ class GenerateEngine:
         rows = [(i, j) for i in range(len(prompts)) for j in range(n)]
         out: list[list[Rollout]] = [[] for _ in prompts]
         eos = eos_ids(self.lm)
-        for b, start in enumerate(range(0, len(rows), cfg.batch_size)):
-            chunk = rows[start : start + cfg.batch_size]
-            distinct = sorted({i for i, _ in chunk})
-            generator = torch.Generator(device=self.lm.device).manual_seed(seed * 1_000_003 + b)
-            samples = sample_continuations(
-                self.lm.model, [prompts[i] for i in distinct], [distinct.index(i) for i, _ in chunk],
-                max_new_tokens=max_new_tokens if max_new_tokens is not None else cfg.max_new_tokens,
-                temperature=cfg.temperature, top_p=cfg.top_p, eos=eos, pad=tok.pad_token_id, generator=generator)
-            for (i, _), (completion, logprobs) in zip(chunk, samples):
-                text, offsets = decode_with_offsets(tok, completion)
-                out[i].append(Rollout(prompt_ids=prompts[i], completion_ids=completion, completion_text=text,
-                                      offsets=offsets, prompt_text=texts[i], logprobs=logprobs))
-            if progress:
-                progress(len(chunk))
+        with packed_linears(self.lm.model):  # packed once for all micro-batches
+            for b, start in enumerate(range(0, len(rows), cfg.batch_size)):
+                chunk = rows[start : start + cfg.batch_size]
+                distinct = sorted({i for i, _ in chunk})
+                generator = torch.Generator(device=self.lm.device).manual_seed(seed * 1_000_003 + b)
+                samples = sample_continuations(
+                    self.lm.model, [prompts[i] for i in distinct], [distinct.index(i) for i, _ in chunk],
+                    max_new_tokens=max_new_tokens if max_new_tokens is not None else cfg.max_new_tokens,
+                    temperature=cfg.temperature, top_p=cfg.top_p, eos=eos, pad=tok.pad_token_id, generator=generator)
+                for (i, _), (completion, logprobs) in zip(chunk, samples):
+                    text, offsets = decode_with_offsets(tok, completion)
+                    out[i].append(Rollout(prompt_ids=prompts[i], completion_ids=completion, completion_text=text,
+                                          offsets=offsets, prompt_text=texts[i], logprobs=logprobs))
+                if progress:
+                    progress(len(chunk))
         return out
 
 

@@ -1,0 +1,126 @@
+"""Decode-step attention that reads a prefix shared by many rows once (SPEC §7, §12).
+
+The G rollouts of one prompt, and the M continuations of one SVEB state, decode together and
+attend to the same prefix. Copying the prefix's keys and values to every row makes each decode
+step read them once per row. Here the prefix stays one copy per distinct prefix: each decode
+step attends all of a group's queries to it at once, attends each row to its own generated
+tokens separately, and merges the two parts by their log-sum-exps (the shared-prefix, or
+cascade, attention of FlashInfer and vLLM). The result equals attention
+over the concatenated keys up to float rounding.
+
+It is a transformers attention function (``AttentionInterface``), set on the model only for
+the duration of :func:`decode_step`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Optional, Sequence
+
+import torch
+
+NAME = "hista_shared_prefix"
+
+
+@dataclass
+class SharedPrefix:
+    """The prefixes' keys and values per layer ([P, KV heads, W, head dim], left-padded to W),
+    each prefix's length, and which prefix each batch row continues. Rows of one prefix must be
+    contiguous in the batch (:meth:`select` keeps their order)."""
+
+    keys: list[torch.Tensor]
+    values: list[torch.Tensor]
+    lengths: list[int]
+    prefix_of_row: list[int]
+    groups: list[tuple[int, int, int]] = field(default_factory=list)
+    calls: int = 0
+
+    def __post_init__(self) -> None:
+        self.select(range(len(self.prefix_of_row)))
+
+    def select(self, rows: Sequence[int]) -> None:
+        """Keep the batch rows ``rows`` (in order), as the generation loop drops finished rows."""
+        self.prefix_of_row = [self.prefix_of_row[r] for r in rows]
+        self.groups = []
+        for row, prefix in enumerate(self.prefix_of_row):
+            if self.groups and self.groups[-1][0] == prefix:
+                self.groups[-1] = (prefix, self.groups[-1][1], row + 1)
+            else:
+                if any(g[0] == prefix for g in self.groups):
+                    raise ValueError("rows of one prefix must be contiguous in the batch")
+                self.groups.append((prefix, row, row + 1))
+
+
+def _flash(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, scale: float):
+    """Attention output and log-sum-exp of the scores per query ([N, heads, L]), from the CPU
+    kernel that ``scaled_dot_product_attention`` uses (which returns no log-sum-exp itself)."""
+    return torch.ops.aten._scaled_dot_product_flash_attention_for_cpu(query, key, value, scale=scale)
+
+
+def _attention(module, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, attention_mask,
+               scaling: Optional[float] = None, dropout: float = 0.0, shared_prefix: Optional[SharedPrefix] = None,
+               **kwargs) -> tuple[torch.Tensor, None]:
+    """Attention of ``query`` [B, H, 1, D] over the row's shared prefix and its own ``key`` /
+    ``value`` [B, KV, S, D] (the tokens it generated, the current one included): each part is
+    attended separately and the two are weighted by their shares of the softmax mass."""
+    if shared_prefix is None:
+        from transformers.integrations.sdpa_attention import sdpa_attention_forward
+
+        return sdpa_attention_forward(module, query, key, value, attention_mask, dropout=dropout, scaling=scaling,
+                                      **kwargs)
+    if query.shape[2] != 1 or kwargs.get("sliding_window") or kwargs.get("softcap"):
+        raise ValueError("shared-prefix attention handles one new token per row, full attention, no softcap")
+    batch, heads, _, dim = query.shape
+    kv_heads = key.shape[1]
+    scale = scaling if scaling is not None else dim ** -0.5
+    q = query.reshape(batch, kv_heads, heads // kv_heads, dim)  # the query heads that share one KV head
+    own, own_lse = _flash(q, key, value, scale)
+    keys, values = shared_prefix.keys[module.layer_idx], shared_prefix.values[module.layer_idx]
+    outs, lses = [], []
+    for prefix, start, end in shared_prefix.groups:
+        # all of the group's queries against its prefix (the valid, right end of the padded prefix)
+        rows = q[start:end].transpose(0, 1).reshape(1, kv_heads, -1, dim)
+        first = keys.shape[2] - shared_prefix.lengths[prefix]
+        out, lse = _flash(rows, keys[prefix : prefix + 1, :, first:], values[prefix : prefix + 1, :, first:], scale)
+        outs.append(out.view(kv_heads, end - start, -1, dim).transpose(0, 1))
+        lses.append(lse.view(kv_heads, end - start, -1).transpose(0, 1))
+    out, lse = (torch.cat(outs), torch.cat(lses)) if len(outs) > 1 else (outs[0], lses[0])
+    # the prefix's share of the softmax mass is sigmoid(lse - own_lse)
+    mixed = torch.lerp(own, out, torch.sigmoid(lse - own_lse).unsqueeze(-1))
+    shared_prefix.calls += 1
+    return mixed.reshape(batch, 1, heads, dim), None
+
+
+def supported(model: torch.nn.Module) -> bool:
+    """Whether ``model``'s decode steps can use shared-prefix attention: its KV cache has only
+    full-attention layers and it is not set to a flash or flex kernel (SPEC §7)."""
+    from transformers.cache_utils import DynamicCache, DynamicLayer
+
+    implementation = getattr(model.config, "_attn_implementation", None)
+    layers = DynamicCache(config=model.config).layers
+    full = bool(layers) and all(type(layer) is DynamicLayer for layer in layers)
+    return (full and implementation in ("sdpa", "eager") and next(model.parameters()).device.type == "cpu"
+            and hasattr(torch.ops.aten, "_scaled_dot_product_flash_attention_for_cpu"))
+
+
+def decode_step(model: torch.nn.Module, tokens: torch.Tensor, position: torch.Tensor, cache, cache_arg: str,
+                prefix: SharedPrefix) -> torch.Tensor:
+    """The float32 next-token logits [B, V] of one decode step that feeds ``tokens`` [B, 1] at
+    ``position`` [B, 1], with ``cache`` holding each row's generated tokens and ``prefix`` the
+    prefixes (SPEC §7). Raises if a layer of the model did not attend through this module."""
+    from transformers import AttentionInterface
+
+    AttentionInterface.register(NAME, _attention)
+    previous, before = model.config._attn_implementation, prefix.calls
+    model.config._attn_implementation = NAME
+    try:
+        # a 4D mask is passed through untouched; the prefix's padding is in ``prefix``
+        placeholder = torch.ones(1, 1, 1, 1, dtype=torch.bool, device=tokens.device)
+        logits = model(input_ids=tokens, attention_mask=placeholder, position_ids=position, use_cache=True,
+                       logits_to_keep=1, shared_prefix=prefix, **{cache_arg: cache}).logits[:, -1].float()
+    finally:
+        model.config._attn_implementation = previous
+    if prefix.calls - before != len(prefix.keys):
+        raise RuntimeError(f"{type(model).__name__}: {prefix.calls - before} of {len(prefix.keys)} layers attended "
+                           "through transformers' attention interface; shared-prefix decoding needs all of them")
+    return logits
