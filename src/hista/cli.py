@@ -223,13 +223,26 @@ def cmd_sveb_build(args: argparse.Namespace) -> int:
     """`hista sveb build`: build or resume a case file from a preset and overrides (SPEC §8)."""
     import dataclasses
 
+    from .sveb import shards
     from .sveb.build import build
     from .sveb.presets import preset
 
     config = dataclasses.replace(preset(args.preset), **_build_overrides(args))
-    counts = build(config, args.out)
+    shard = shards.parse(args.shard) if args.shard is not None else None
+    counts = build(config, args.out, shard=shard)
+    part = f" (shard {shard[0]}/{shard[1]}; join the parts with hista sveb merge)" if shard else ""
     print(f"sveb build: {counts['cases']} new cases, {counts['skipped']} problems skipped, "
-          f"{counts['present']} records already present -> {args.out}")
+          f"{counts['present']} records already present -> {args.out}{part}")
+    return 0
+
+
+def cmd_sveb_merge(args: argparse.Namespace) -> int:
+    """`hista sveb merge`: join the case files of a sharded build into one (SPEC §8)."""
+    from .sveb import shards
+
+    counts = shards.merge(args.parts, args.out)
+    print(f"sveb merge: {counts['parts']} parts, {counts['cases']} cases, {counts['skipped']} problems skipped "
+          f"-> {args.out}")
     return 0
 
 
@@ -485,19 +498,30 @@ def build_parser() -> argparse.ArgumentParser:
     _add_sampling_options(p)
     p.set_defaults(func=cmd_sample)
 
-    p = sub.add_parser("sveb", help="State Value Estimation Benchmark: build, eval, report, run, sweep",
+    p = sub.add_parser("sveb", help="State Value Estimation Benchmark: build, merge, eval, report, run, sweep",
                        description="SVEB (SPEC §8). build: sample G rollouts per problem, pick states, sample M "
-                                   "continuations (targets); eval: estimator values vs targets; report: table, "
-                                   "JSON, plots; run: all three with a preset; sweep: a grid of method "
-                                   "parameters with selection on held-out problems.")
+                                   "continuations (targets); merge: join the parts of a sharded build; eval: "
+                                   "estimator values vs targets; report: table, JSON, plots; run: all three "
+                                   "with a preset; sweep: a grid of method parameters with selection on held-out "
+                                   "problems.")
     actions = p.add_subparsers(dest="action", required=True, metavar="ACTION")
     q = actions.add_parser("build", help="sample cases into a JSONL file (resumable)",
                            description="Sample G rollouts per problem, verify them, pick states, sample M "
                                        "continuations per state; append each case to --out at once. A rerun "
                                        "resumes; the same seed gives the same bytes.")
     q.add_argument("--out", required=True, help="cases JSONL")
+    q.add_argument("--shard", metavar="K/N", help="build only the K-th of N disjoint parts of the problem list "
+                                                  "(one per machine), with a manifest OUT.shard.json; join the "
+                                                  "parts with hista sveb merge")
     _add_build_options(q, "default")
     q.set_defaults(func=cmd_sveb_build)
+    q = actions.add_parser("merge", help="join the parts of a sharded build",
+                           description="Join the case files of every shard of one build (sveb build --shard K/N) "
+                                       "into the file a single build writes; refuses parts of different builds, "
+                                       "missing or repeated shards and unfinished parts.")
+    q.add_argument("parts", nargs="+", help="the shards' case files (their manifests lie beside them)")
+    q.add_argument("--out", required=True, help="the merged cases JSONL")
+    q.set_defaults(func=cmd_sveb_merge)
     q = actions.add_parser("eval", help="evaluate estimators on stored cases",
                            description="Evaluate estimators on the cases of --cases against their Monte-Carlo "
                                        "targets, without generating; write a results JSON and print the table.")

@@ -22,7 +22,7 @@ from ..models import LoadedModel, load
 from ..rewards import verify
 from ..rollout import GenerateEngine, SamplingConfig
 from ..rollout.sample import score
-from . import cases
+from . import cases, shards
 
 
 @dataclasses.dataclass
@@ -88,7 +88,8 @@ def derive_seed(*parts: object) -> int:
     return zlib.crc32(":".join(str(p) for p in parts).encode()) & 0x7FFFFFFF
 
 
-def build(config: BuildConfig, out: str | Path, *, lm: Optional[LoadedModel] = None, progress: bool = True) -> dict:
+def build(config: BuildConfig, out: str | Path, *, lm: Optional[LoadedModel] = None, progress: bool = True,
+          shard: Optional[tuple[int, int]] = None) -> dict:
     """Build (or resume) the case file ``out``; returns counts of cases written, skipped and
     already present (SPEC §8).
 
@@ -96,7 +97,8 @@ def build(config: BuildConfig, out: str | Path, *, lm: Optional[LoadedModel] = N
     rollouts (and then whose continuations) are sampled in shared batches, so that decoding
     steps are amortised. The chunks and their seeds depend only on the problem list, so a
     resumed build regenerates an unfinished chunk exactly and appends only its missing
-    records.
+    records. ``shard`` (K, N) builds only the chunks of shard K of N
+    (:mod:`hista.sveb.shards`) and writes its manifest beside ``out``.
     """
     out = Path(out)
     check_output_file(out)
@@ -120,7 +122,12 @@ def build(config: BuildConfig, out: str | Path, *, lm: Optional[LoadedModel] = N
     counts = {"cases": 0, "skipped": 0, "present": len(existing)}
     per_chunk = max(1, config.batch_size // config.rollouts)
     chunks = [problems[k : k + per_chunk] for k in range(0, len(problems), per_chunk)]
-    bar = tqdm(total=len(problems), desc="sveb build", unit="problem", disable=not progress)
+    if shard is not None:
+        picked = shards.chunks_of(len(chunks), shard)
+        order = [(c * per_chunk + j, p["id"]) for c in picked for j, p in enumerate(chunks[c])]
+        shards.write_manifest(out, shards.manifest(shard, settings, len(problems), order))
+        chunks = [chunks[c] for c in picked]
+    bar = tqdm(total=sum(map(len, chunks)), desc="sveb build", unit="problem", disable=not progress)
     for chunk in chunks:
         keys = {p["id"]: [f"{p['id']}#s{k}" for k in range(config.states_per_problem)] for p in chunk}
         if all(p["id"] in done or all(k in done for k in keys[p["id"]]) for p in chunk):
