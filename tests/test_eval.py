@@ -346,3 +346,47 @@ def test_olympiadbench_rows_map_to_math_records():
     assert _olympiad(row) == ("Find x and y.", "3, 4", "Algebra", {"id": 7, "subfield": "Algebra"})
     assert _olympiad({"question": "Q", "final_answer": []}) is None
     assert _BY_NAME["math-ai/olympiadbench"].mapper is _olympiad
+
+
+def test_sharded_evaluation_merges_into_the_whole_one(tiny, tmp_path, capsys):
+    """Three shards of 6 chunks (two benchmarks), merged, give the whole evaluation's problems,
+    summary, table and per-problem file; merge refuses a missing or repeated shard, parts of
+    another evaluation, a shard resumed as another, and a problem in two parts."""
+    from hista.evaluation.merge import merge
+
+    config = EvalConfig(**SMALL, temperature=1.0, k=2)
+    whole = tmp_path / "whole.json"
+    evaluate(config, whole, lm=tiny, progress=False)
+    parts = [tmp_path / f"part{k}.json" for k in (1, 2, 3)]
+    for k, part in enumerate(parts, start=1):
+        evaluate(config, part, lm=tiny, progress=False, shard=(k, 3))
+    assert [len(_problems(p)) for p in parts] == [4, 4, 2]  # chunks 0,3 / 1,4 / 2,5 of 2,2,1 + 2,2,1 problems
+    merged = tmp_path / "merged.json"
+    table = merge([parts[2], parts[0], parts[1]], merged)
+    data, reference = json.loads(merged.read_text()), json.loads(whole.read_text())
+    assert data["problems"] == reference["problems"] and data["summary"] == reference["summary"]
+    assert data["settings"] == reference["settings"] and "shard" not in data
+    assert store.samples_path(merged).read_bytes() == store.samples_path(whole).read_bytes()
+    assert table == (tmp_path / "whole.md").read_text()
+
+    def refused(paths, match):
+        with pytest.raises(InputError, match=match):
+            merge(paths, tmp_path / "bad.json")
+        assert not (tmp_path / "bad.json").exists()
+
+    refused(parts[:2], "shard 3/3 missing")
+    refused([parts[0], parts[1], parts[1], parts[2]], "is shard 2/3 again")
+    refused([whole, *parts], "not the results of a shard")
+    other = tmp_path / "other3.json"
+    evaluate(EvalConfig(**SMALL, temperature=1.0, k=2, seed=1), other, lm=tiny, progress=False, shard=(3, 3))
+    refused([parts[0], parts[1], other], "another evaluation.*seed")
+    stray = json.loads(parts[1].read_text())
+    stray["problems"].append(_problems(parts[2])[0])
+    (tmp_path / "stray.json").write_text(json.dumps(stray))
+    refused([parts[0], tmp_path / "stray.json", parts[2]], "again")
+    with pytest.raises(InputError, match="shard 1/3, not shard 2/3"):
+        evaluate(config, parts[0], lm=tiny, progress=False, shard=(2, 3))
+    assert main(["eval", "merge", *map(str, parts), "--out", str(tmp_path / "cli.json")]) == 0
+    assert _problems(tmp_path / "cli.json") == reference["problems"]
+    assert main(["eval", "--model", "tiny", "--suite", "builtin", "--shard=4/3", "--out", str(other)]) == 2
+    assert "--shard" in capsys.readouterr().err

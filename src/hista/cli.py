@@ -442,13 +442,28 @@ def cmd_eval(args: argparse.Namespace) -> int:
     config = EvalConfig(model=args.model, suites=suites, k=args.k, temperature=args.temperature,
                         max_new_tokens=args.max_new_tokens, limit=args.limit, seed=args.seed,
                         batch_size=args.batch_size)
-    result = evaluate(config, args.out, device=args.device)
+    from .sveb.shards import parse
+
+    shard = parse(args.shard) if args.shard is not None else None
+    result = evaluate(config, args.out, device=args.device, shard=shard)
+    if shard is not None:
+        print(f"shard {shard[0]}/{shard[1]}: join the parts' results with hista eval merge")
     t = result["timing"]
     print("\n" + result["table"])
     print(f"evaluated {result['evaluated']} problems now ({result['found']} were done before): {t['samples']} samples, "
           f"{t['tokens']} tokens in {t['wall_s']:.0f}s ({t['tokens'] / max(t['generate_s'], 1e-9):.0f} tokens/s "
           f"generating)\n  results: {result['results']}\n  per-problem samples: {result['samples']}\n"
           f"  table: {result['markdown']}")
+    return 0
+
+
+def cmd_eval_merge(args: argparse.Namespace) -> int:
+    """`hista eval merge`: join the results of a sharded evaluation (SPEC §10)."""
+    from .evaluation.merge import merge
+
+    table = merge(args.parts, args.merge_out)
+    print("\n" + table)
+    print(f"eval merge: {len(args.parts)} parts -> {args.merge_out}")
     return 0
 
 
@@ -633,8 +648,18 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--device", type=_device, default=None, help="cpu or cuda (default: cuda if available)")
     p.add_argument("--batch-size", type=POSITIVE, default=64,
                    help="sequences per generation batch, problems mixed (default: %(default)s)")
+    p.add_argument("--shard", metavar="K/N", help="evaluate only the K-th of N disjoint parts of the problems (one "
+                                                  "per machine); join the parts' results with hista eval merge")
     p.set_defaults(func=cmd_eval)
-    actions = p.add_subparsers(dest="action", metavar="[compare]")
+    actions = p.add_subparsers(dest="action", metavar="[compare|merge]")
+    q = actions.add_parser("merge", help="join the results of a sharded evaluation",
+                           description="Join the results files of every shard of one evaluation (hista eval --shard "
+                                       "K/N) into the results, table and per-problem file of a whole evaluation; "
+                                       "refuses parts of different evaluations, missing or repeated shards and "
+                                       "missing or repeated problems.")
+    q.add_argument("parts", nargs="+", metavar="RESULTS.json", help="the shards' results files")
+    q.add_argument("--out", dest="merge_out", required=True, metavar="RESULTS.json", help="the merged results JSON")
+    q.set_defaults(func=cmd_eval_merge)
     q = actions.add_parser("compare", help="runs side by side, paired differences from the first",
                            description="Put hista eval results side by side per benchmark, category and ALL, with each "
                                        "later run's paired difference from the first (same problems) and its "

@@ -30,6 +30,7 @@ from ..rollout import GenerateEngine, SamplingConfig
 from ..rollout.engine import eos_ids
 from ..sveb.build import derive_seed
 from ..sveb.schema import Where
+from ..sveb.shards import chunks_of
 from . import checkpoint, store, suites
 from .report import result_markdown
 from .summary import summarise
@@ -142,6 +143,10 @@ def _record(benchmark: str, category: str, problem: dict, rollouts, eos: set[int
             "verifier": problem["verifier"], "samples": samples}
 
 
+def _part_name(part) -> str:
+    return f"shard {part[0]}/{part[1]}" if part else "a whole evaluation"
+
+
 def _versions() -> dict:
     import torch
     import transformers
@@ -151,7 +156,7 @@ def _versions() -> dict:
 
 def evaluate(config: EvalConfig, out: str | Path, *, lm: Optional[LoadedModel] = None, device: Optional[str] = None,
              progress: bool = True, log: Callable[[str], None] = print,
-             source: Optional[checkpoint.ModelSource] = None) -> dict:
+             source: Optional[checkpoint.ModelSource] = None, shard: Optional[tuple[int, int]] = None) -> dict:
     """Evaluate ``config.model`` on ``config.suites`` into ``out`` (SPEC §10; module docstring),
     resuming an earlier evaluation with the same settings there. Everything is checked before
     the model loads: the suites and their problems (an unreachable hub fails in seconds), the
@@ -160,7 +165,10 @@ def evaluate(config: EvalConfig, out: str | Path, *, lm: Optional[LoadedModel] =
     must be that model). ``source`` replaces what ``config.model`` names, for an ``lm`` held in
     memory (the policy during training): the name recorded and the system prompt. Notes (greedy
     with k > 1) go to ``log``. Returns the output paths, the summary, the timing of this call and
-    how many problems it evaluated and found done."""
+    how many problems it evaluated and found done. ``shard`` (K, N) evaluates only the chunks of
+    shard K of N (every N-th chunk from K-1, over all benchmarks in order): its results hold
+    those problems and, under ``"shard"``, the part and every problem key of the whole
+    evaluation, for :func:`hista.evaluation.merge.merge`."""
     out = Path(out)
     samples_file, markdown_file = store.samples_path(out), results_markdown_path(out)
     for path in (out, samples_file, markdown_file):
@@ -175,13 +183,26 @@ def evaluate(config: EvalConfig, out: str | Path, *, lm: Optional[LoadedModel] =
     settings = _settings(config, source, benchmarks, problems, categories, max_new_tokens)
     header, records = _check_earlier(out, samples_file, settings)
 
+    plan = [(b, first) for b in benchmarks
+            for first in range(0, len(problems[b.name]), max(1, config.batch_size // b.samples))]
+    part = list(shard) if shard is not None else None
+    if header is not None and header.get("shard") != part:
+        raise InputError(f"was written by {_part_name(header.get('shard'))}, not {_part_name(part)}: use another "
+                         "--out or the same --shard", path=str(samples_file), line=1)
+    if shard is not None:
+        plan = [plan[c] for c in chunks_of(len(plan), shard)]
+    chosen = {(b.name, first) for b, first in plan}
+
     lm = lm or load(source.load_as, device=device)
     settings["revision"] = lm.revision
     if header is None:
-        store.append(samples_file, [{"kind": "settings", "settings": settings, "hista_version": __version__}])
+        store.append(samples_file, [{"kind": "settings", "settings": settings, "hista_version": __version__,
+                                     **({"shard": part} if part else {})}])
     else:
         store.check_settings(header["settings"], settings, Where(samples_file, 1), "was written by an evaluation")
-    keys = {problem_key(b.name, p) for b in benchmarks for p in problems[b.name]}
+    every = [problem_key(b.name, p) for b in benchmarks for p in problems[b.name]]
+    keys = {problem_key(b.name, p) for b, first in plan
+            for p in problems[b.name][first:first + max(1, config.batch_size // b.samples)]}
     done = {}
     for r in records:
         if r["key"] not in keys:
@@ -201,7 +222,7 @@ def evaluate(config: EvalConfig, out: str | Path, *, lm: Optional[LoadedModel] =
         bar.set_postfix(benchmark=b.name)
         for first in range(0, len(items), per_chunk):
             chunk = items[first:first + per_chunk]
-            if all(problem_key(b.name, p) in done for p in chunk):
+            if (b.name, first) not in chosen or all(problem_key(b.name, p) in done for p in chunk):
                 continue
             t = time.perf_counter()
             groups = engine.generate([p["problem"] for p in chunk], b.samples,
@@ -222,13 +243,14 @@ def evaluate(config: EvalConfig, out: str | Path, *, lm: Optional[LoadedModel] =
     bar.close()
 
     t = time.perf_counter()
-    ordered = [done[problem_key(b.name, p)] for b in benchmarks for p in problems[b.name]]
+    ordered = [done[key] for key in every if key in keys]
     summary = summarise(ordered, settings["benchmarks"], seed=config.seed)
     timing["summary_s"] = time.perf_counter() - t
     results = {"format": FORMAT, "settings": settings,
                "model": {"name": settings["model"], "revision": lm.revision, "device": str(lm.device),
                          "run": source.run},
-               "versions": _versions(), "notes": notes, "summary": summary, "problems": ordered}
+               "versions": _versions(), "notes": notes, "summary": summary, "problems": ordered,
+               **({"shard": {"part": part, "keys": every}} if part else {})}
     t = time.perf_counter()
     write_json_atomic(out, {**results, "timing": {**timing, "wall_s": time.perf_counter() - start}})
     text = result_markdown(results)

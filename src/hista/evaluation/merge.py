@@ -1,0 +1,92 @@
+"""``hista eval merge``: join the results of a sharded evaluation (SPEC §10).
+
+``hista eval --shard K/N`` evaluates every N-th chunk of problems from chunk K-1, over all
+benchmarks in order, with the seeds a whole evaluation uses, so its problems' samples are those a
+whole evaluation draws on the same engine. Each part's results file holds its problems and,
+under ``"shard"``, the part and every problem key of the whole evaluation. Merging checks
+that the parts come from one evaluation and cover every problem once, then writes the results,
+the table and the per-problem file a whole evaluation writes.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Sequence
+
+from ..errors import InputError
+from ..jsonio import check_output_file, dumps_line, write_atomic, write_json_atomic
+from ..sveb.schema import Where
+from . import store
+from .report import result_markdown
+from .run import FORMAT, read_results, results_markdown_path
+from .summary import summarise
+
+
+def _shard(data: dict, path: Path) -> tuple[int, int, list[str]]:
+    shard = data.get("shard")
+    where = Where(path)
+    if not isinstance(shard, dict):
+        where.fail("not the results of a shard (hista eval --shard K/N writes one)", "shard")
+    part, keys = shard.get("part"), shard.get("keys")
+    if not (isinstance(part, list) and len(part) == 2 and all(type(x) is int for x in part)
+            and 1 <= part[0] <= part[1]):
+        where.fail(f"expected [K, N] with 1 <= K <= N, got {part!r}", "shard.part")
+    if not (isinstance(keys, list) and all(isinstance(k, str) for k in keys)):
+        where.fail("expected the list of every problem key", "shard.keys")
+    return part[0], part[1], keys
+
+
+def merge(parts: Sequence[str | Path], out: str | Path) -> str:
+    """Join the results files of every shard of one evaluation into ``out`` (SPEC §10): the
+    problems in the whole evaluation's order, the summary over all of them, ``results.md`` and
+    the per-problem file beside it. Refuses, naming the file, a part that is not a shard's
+    results, parts of different evaluations (settings, model revision or N differ), a shard given
+    twice or missing, and a problem that is missing, repeated or foreign. Returns the table."""
+    out = Path(out)
+    samples_file, markdown_file = store.samples_path(out), results_markdown_path(out)
+    for path in (out, samples_file, markdown_file):
+        check_output_file(path)
+    if not parts:
+        raise InputError("no parts given", field="parts")
+    loaded: dict[int, tuple[Path, dict]] = {}
+    first_path, first = Path(parts[0]), read_results(parts[0])
+    _, n, every = _shard(first, first_path)
+    for path in map(Path, parts):
+        data = read_results(path)
+        k, size, keys = _shard(data, path)
+        changed = store.differences(first["settings"], data["settings"], sides=(str(first_path), str(path)))
+        if changed or size != n or keys != every:
+            why = "; ".join(changed) if changed else (f"it is one of {size} parts, not {n}" if size != n
+                                                      else "its problem list differs")
+            raise InputError(f"comes from another evaluation than {first_path}: {why}", path=str(path))
+        if k in loaded:
+            raise InputError(f"is shard {k}/{n} again (also {loaded[k][0]})", path=str(path))
+        loaded[k] = (path, data)
+    missing = [f"{k}/{n}" for k in range(1, n + 1) if k not in loaded]
+    if missing:
+        raise InputError(f"shard{'s' if len(missing) > 1 else ''} {', '.join(missing)} missing: give every part "
+                         "of the evaluation", field="parts")
+    found: dict[str, tuple[dict, Path]] = {}
+    for _, (path, data) in sorted(loaded.items()):
+        for record in data["problems"]:
+            key = record.get("key") if isinstance(record, dict) else None
+            if key not in every:
+                raise InputError(f"holds problem {key!r}, which is not in the evaluation", path=str(path))
+            if key in found:
+                raise InputError(f"holds problem {key!r} again (also {found[key][1]})", path=str(path))
+            found[key] = (record, path)
+    absent = [key for key in every if key not in found]
+    if absent:
+        raise InputError(f"{len(absent)} problems are in no part (first {absent[0]!r}): finish the shards that hold "
+                         "them", field="parts")
+    ordered = [found[key][0] for key in every]
+    settings = first["settings"]
+    summary = summarise(ordered, settings["benchmarks"], seed=settings["seed"])
+    results = {"format": FORMAT, "settings": settings, "model": first["model"], "versions": first["versions"],
+               "notes": first.get("notes", []), "summary": summary, "problems": ordered}
+    write_json_atomic(out, results)
+    table = result_markdown(results)
+    write_atomic(markdown_file, lambda fh: fh.write(table))
+    header = {"kind": "settings", "settings": settings, "hista_version": first["versions"].get("hista")}
+    write_atomic(samples_file, lambda fh: fh.writelines(dumps_line(record) for record in [header, *ordered]))
+    return table
