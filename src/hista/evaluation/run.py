@@ -183,15 +183,15 @@ def evaluate(config: EvalConfig, out: str | Path, *, lm: Optional[LoadedModel] =
     settings = _settings(config, source, benchmarks, problems, categories, max_new_tokens)
     header, records = _check_earlier(out, samples_file, settings)
 
-    plan = [(b, first) for b in benchmarks
-            for first in range(0, len(problems[b.name]), max(1, config.batch_size // b.samples))]
+    # the fixed chunks of every benchmark, in order: (benchmark, problems of one generation batch)
+    plan = [(b, problems[b.name][first:first + size]) for b in benchmarks
+            for size in [max(1, config.batch_size // b.samples)] for first in range(0, len(problems[b.name]), size)]
     part = list(shard) if shard is not None else None
     if header is not None and header.get("shard") != part:
         raise InputError(f"was written by {_part_name(header.get('shard'))}, not {_part_name(part)}: use another "
                          "--out or the same --shard", path=str(samples_file), line=1)
     if shard is not None:
         plan = [plan[c] for c in chunks_of(len(plan), shard)]
-    chosen = {(b.name, first) for b, first in plan}
 
     lm = lm or load(source.load_as, device=device)
     settings["revision"] = lm.revision
@@ -201,8 +201,7 @@ def evaluate(config: EvalConfig, out: str | Path, *, lm: Optional[LoadedModel] =
     else:
         store.check_settings(header["settings"], settings, Where(samples_file, 1), "was written by an evaluation")
     every = [problem_key(b.name, p) for b in benchmarks for p in problems[b.name]]
-    keys = {problem_key(b.name, p) for b, first in plan
-            for p in problems[b.name][first:first + max(1, config.batch_size // b.samples)]}
+    keys = {problem_key(b.name, p) for b, chunk in plan for p in chunk}
     done = {}
     for r in records:
         if r["key"] not in keys:
@@ -214,32 +213,32 @@ def evaluate(config: EvalConfig, out: str | Path, *, lm: Optional[LoadedModel] =
     eos = set(eos_ids(lm))
     start = time.perf_counter()
     bar = tqdm(total=len(keys), initial=len(done), desc="eval", unit="problem", disable=not progress)
-    for b in benchmarks:
-        engine = GenerateEngine(lm, SamplingConfig(temperature=b.temperature, top_p=1.0, max_new_tokens=max_new_tokens,
-                                                   batch_size=config.batch_size, system_prompt=source.system_prompt))
-        per_chunk = max(1, config.batch_size // b.samples)
-        items = problems[b.name]
-        bar.set_postfix(benchmark=b.name)
-        for first in range(0, len(items), per_chunk):
-            chunk = items[first:first + per_chunk]
-            if (b.name, first) not in chosen or all(problem_key(b.name, p) in done for p in chunk):
-                continue
-            t = time.perf_counter()
-            groups = engine.generate([p["problem"] for p in chunk], b.samples,
-                                     seed=derive_seed(config.seed, b.name, chunk[0]["id"]))
-            timing["generate_s"] += time.perf_counter() - t
-            t = time.perf_counter()
-            new = [_record(b.name, categories[b.name], p, group, eos) for p, group in zip(chunk, groups)
-                   if problem_key(b.name, p) not in done]
-            timing["verify_s"] += time.perf_counter() - t
-            t = time.perf_counter()
-            store.append(samples_file, new)
-            timing["write_s"] += time.perf_counter() - t
-            done.update((r["key"], r) for r in new)
-            timing["problems"] += len(new)
-            timing["samples"] += sum(len(r["samples"]) for r in new)
-            timing["tokens"] += sum(s["tokens"] for r in new for s in r["samples"])
-            bar.update(len(new))
+    engines: dict[str, GenerateEngine] = {}
+    for b, chunk in plan:
+        if all(problem_key(b.name, p) in done for p in chunk):
+            continue
+        if b.name not in engines:
+            engines[b.name] = GenerateEngine(lm, SamplingConfig(
+                temperature=b.temperature, top_p=1.0, max_new_tokens=max_new_tokens, batch_size=config.batch_size,
+                system_prompt=source.system_prompt))
+            bar.set_postfix(benchmark=b.name)
+        engine = engines[b.name]
+        t = time.perf_counter()
+        groups = engine.generate([p["problem"] for p in chunk], b.samples,
+                                 seed=derive_seed(config.seed, b.name, chunk[0]["id"]))
+        timing["generate_s"] += time.perf_counter() - t
+        t = time.perf_counter()
+        new = [_record(b.name, categories[b.name], p, group, eos) for p, group in zip(chunk, groups)
+               if problem_key(b.name, p) not in done]
+        timing["verify_s"] += time.perf_counter() - t
+        t = time.perf_counter()
+        store.append(samples_file, new)
+        timing["write_s"] += time.perf_counter() - t
+        done.update((r["key"], r) for r in new)
+        timing["problems"] += len(new)
+        timing["samples"] += sum(len(r["samples"]) for r in new)
+        timing["tokens"] += sum(s["tokens"] for r in new for s in r["samples"])
+        bar.update(len(new))
     bar.close()
 
     t = time.perf_counter()
