@@ -235,6 +235,29 @@ def test_other_settings_into_the_same_out_are_refused_and_change_nothing(tiny, t
     assert "not a hista eval results file" in capsys.readouterr().err and foreign.read_text() == '{"mine": 1}\n'
 
 
+def test_results_record_the_engine_and_a_resume_with_another_is_refused(tiny, tmp_path):
+    out = tmp_path / "r.json"
+    evaluate(EvalConfig(**SMALL), out, lm=tiny, progress=False)
+    engine = json.loads(out.read_text())["settings"]["engine"]
+    assert engine["name"] == "hf" and set(engine) == {"name", "transformers", "torch"}
+    samples = store.samples_path(out)
+    lines = samples.read_text().splitlines(keepends=True)
+    header = json.loads(lines[0])
+    header["settings"]["engine"] = {**engine, "transformers": "4.0.0"}
+    samples.write_text(json.dumps(header) + "\n" + "".join(lines[1:]))
+    before = samples.read_bytes()
+    with pytest.raises(InputError) as err:
+        evaluate(EvalConfig(**SMALL), out, lm=tiny, progress=False)
+    assert "engine" in str(err.value) and samples.read_bytes() == before
+
+
+def test_the_engine_options_of_hista_eval_are_checked(tmp_path, capsys):
+    out = tmp_path / "r.json"
+    assert main(["eval", "--model", "tiny", "--suite", "builtin", "--tensor-parallel-size", "2",
+                 "--out", str(out)]) == 2
+    assert "tensor_parallel_size" in capsys.readouterr().err and not out.exists()
+
+
 def _train_run(tiny, folder, system_prompt):
     """What hista train leaves: recipe.yaml and checkpoint folders written by save_pretrained."""
     folder.mkdir()

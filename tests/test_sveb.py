@@ -11,6 +11,7 @@ import time
 import pytest
 
 from hista.cli import main
+from hista.rollout.engines import available_engines
 from hista.sveb import cases as case_file
 
 BUILD = ["sveb", "build", "--model", "tiny", "--tasks", "builtin:arith", "--tasks", "builtin:choice",
@@ -121,6 +122,48 @@ def test_eval_refuses_another_model(built, tmp_path, capsys):
 def test_build_refuses_other_settings(built, capsys):
     assert main(BUILD[:-2] + ["--seed", "6", "--problems", "2", "--out", str(built)]) == 2
     assert "seed" in capsys.readouterr().err
+
+
+def _with_engine(record: dict, engine) -> str:
+    settings = dict(record["settings"], engine=engine)
+    if engine is None:
+        settings.pop("engine")
+    return case_file.dumps({**record, "settings": settings})
+
+
+def test_cases_record_their_engine_and_no_file_mixes_engines(built, tmp_path, capsys):
+    import torch
+    import transformers
+
+    records = case_file.read(built)
+    hf = {"name": "hf", "transformers": transformers.__version__, "torch": torch.__version__}
+    assert all(r["settings"]["engine"] == hf for r in records)
+    other = {"name": "vllm", "vllm": "0.33.0", "torch": "2.14.0", "tensor_parallel_size": 1}
+    mixed = tmp_path / "mixed.jsonl"
+    mixed.write_text("".join(_with_engine(r, other if k == 3 else r["settings"]["engine"])
+                             for k, r in enumerate(records)))
+    out = tmp_path / "results.json"
+    assert _eval(mixed, out) == 2
+    err = capsys.readouterr().err
+    assert str(mixed) in err and "settings.engine" in err and "several engines" in err and not out.exists()
+    # an older file (no engine recorded) evaluates, but a build does not resume it with today's engine
+    older = tmp_path / "older.jsonl"
+    older.write_text("".join(_with_engine(r, None) for r in records))
+    assert _eval(older, out) == 0
+    before = older.read_bytes()
+    assert main(BUILD + ["--problems", "3", "--out", str(older)]) == 2
+    assert "engine" in capsys.readouterr().err and older.read_bytes() == before
+
+
+def test_engine_options_are_checked_before_anything_loads(tmp_path, capsys):
+    out = tmp_path / "cases.jsonl"
+    assert main(BUILD + ["--problems", "1", "--tensor-parallel-size", "2", "--out", str(out)]) == 2
+    assert "tensor_parallel_size" in capsys.readouterr().err
+    if "vllm" in available_engines():
+        return
+    assert main(BUILD + ["--problems", "1", "--engine", "vllm", "--out", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert ("pip install 'hista[vllm]'" in err or "CUDA GPU" in err) and not out.exists()
 
 
 def test_each_sveb_action_has_its_own_options(capsys):

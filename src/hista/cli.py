@@ -93,25 +93,46 @@ def _add_sampling_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--batch-size", type=POSITIVE, default=d.batch_size,
                    help="sequences per generate call (default: %(default)s)")
     p.add_argument("--seed", type=SEED, default=0, help="random seed: same seed, same samples (default: %(default)s)")
+    _add_engine_options(p, "hf")
+
+
+def _add_engine_options(p: argparse.ArgumentParser, default: Optional[str]) -> None:
+    """``--engine`` and ``--tensor-parallel-size`` (SPEC §7)."""
+    shown = default or "the preset's, hf"
+    p.add_argument("--engine", choices=["hf", "vllm"], default=default,
+                   help="rollout engine: hf (transformers, CPU or GPU) or vllm (GPU; pip install 'hista[vllm]'; "
+                        f"top-p 1 only; not yet run on a GPU, see docs/engines.md) (default: {shown})")
+    p.add_argument("--tensor-parallel-size", type=POSITIVE, default=None if default is None else 1,
+                   help="GPUs the vllm engine splits the model over (default: 1)")
+
+
+def _sampler(args: argparse.Namespace, config):
+    """The model and engine of ``--model``, ``--engine``, ``--tensor-parallel-size`` and
+    ``--device`` (SPEC §7), reporting the load."""
+    from .rollout.engines import load_model, make_engine
+
+    start = time.time()
+    lm = load_model(args.engine, args.model, device=args.device)
+    engine = make_engine(args.engine, lm, config, tensor_parallel_size=args.tensor_parallel_size)
+    where = f"on {lm.device}" if args.engine == "hf" else f"in vLLM ({engine.identity()['vllm']})"
+    print(f"model {lm.name} ({lm.revision}) loaded in {time.time() - start:.1f}s {where}")
+    return lm, engine
 
 
 def cmd_sample(args: argparse.Namespace) -> int:
     """`hista sample`: sample and verify rollouts, print accuracies, write them as JSONL (SPEC §7, §11)."""
     from . import tasks
     from .jsonio import check_output_file, write_jsonl_atomic
-    from .models import load
-    from .rollout import GenerateEngine, SamplingConfig
+    from .rollout import SamplingConfig
     from .rollout.sample import sample_groups
 
     check_output_file(args.out)
     config = SamplingConfig(temperature=args.temperature, top_p=args.top_p,
                             max_new_tokens=args.max_new_tokens, batch_size=args.batch_size)
     problems = [p for spec in args.tasks for p in tasks.load(spec, n=args.problems, seed=args.seed, split=args.split)]
+    lm, engine = _sampler(args, config)
     start = time.time()
-    lm = load(args.model, device=args.device)
-    print(f"model {lm.name} ({lm.revision}) loaded in {time.time() - start:.1f}s on {lm.device}")
-    start = time.time()
-    groups = sample_groups(GenerateEngine(lm, config), problems, args.rollouts, seed=args.seed)
+    groups = sample_groups(engine, problems, args.rollouts, seed=args.seed)
     elapsed = time.time() - start
     n_tokens = sum(len(r.completion_ids) for g in groups for r in g.rollouts)
 
@@ -128,7 +149,8 @@ def cmd_sample(args: argparse.Namespace) -> int:
     if example is not None:
         print(f"\nexample completion (reward {example.reward:.0f}):\n{example.completion_text}\n")
 
-    meta = {"model": lm.name, "revision": lm.revision, "seed": args.seed, "sampling": config.to_dict()}
+    meta = {"model": lm.name, "revision": lm.revision, "seed": args.seed, "sampling": config.to_dict(),
+            "engine": engine.identity()}
     records = (
         {"problem_id": g.prompt_id, "field": g.problem["field"], "answer": g.problem["answer"],
          "verifier": g.problem["verifier"], "rollout_index": i, **r.to_dict(), **meta}
@@ -173,8 +195,7 @@ def cmd_tasks(args: argparse.Namespace) -> int:
 def _filter_tasks(args: argparse.Namespace) -> int:
     from . import tasks
     from .jsonio import check_output_file, write_jsonl_atomic
-    from .models import load
-    from .rollout import GenerateEngine, SamplingConfig
+    from .rollout import SamplingConfig
     from .rollout.sample import policy_accuracy
 
     if args.lo > args.hi:
@@ -183,8 +204,8 @@ def _filter_tasks(args: argparse.Namespace) -> int:
     config = SamplingConfig(temperature=args.temperature, top_p=args.top_p,
                             max_new_tokens=args.max_new_tokens, batch_size=args.batch_size)
     problems = tasks.load(args.spec, n=args.n, seed=args.seed, split=args.split)
-    lm = load(args.model, device=args.device)
-    accuracies = policy_accuracy(GenerateEngine(lm, config), problems, args.samples, seed=args.seed)
+    lm, engine = _sampler(args, config)
+    accuracies = policy_accuracy(engine, problems, args.samples, seed=args.seed)
     kept = tasks.filter_by_accuracy([dict(p, accuracy=a) for p, a in zip(problems, accuracies)],
                                     accuracies, args.lo, args.hi)
     path = write_jsonl_atomic(args.out, kept)
@@ -194,7 +215,7 @@ def _filter_tasks(args: argparse.Namespace) -> int:
 
 
 _BUILD_FIELDS = ("model", "tasks", "problems", "rollouts", "continuations", "states_per_problem", "seed", "split",
-                 "lo", "hi", "temperature", "top_p", "max_new_tokens", "batch_size")
+                 "lo", "hi", "temperature", "top_p", "max_new_tokens", "batch_size", "engine", "tensor_parallel_size")
 
 
 def _build_overrides(args: argparse.Namespace) -> dict:
@@ -333,6 +354,7 @@ def _add_build_options(p: argparse.ArgumentParser, default_preset: str) -> None:
     p.add_argument("--max-new-tokens", type=POSITIVE, help=f"completion length cap (preset: {d.max_new_tokens})")
     p.add_argument("--batch-size", type=POSITIVE, help=f"sequences per generate call (preset: {d.batch_size})")
     p.add_argument("--seed", type=SEED, help=f"random seed: same seed, same cases (preset: {d.seed})")
+    _add_engine_options(p, None)
 
 
 def _add_methods_option(p: argparse.ArgumentParser) -> None:
@@ -441,7 +463,8 @@ def cmd_eval(args: argparse.Namespace) -> int:
     suites = [part.strip() for item in args.suite for part in item.split(",")]
     config = EvalConfig(model=args.model, suites=suites, k=args.k, temperature=args.temperature,
                         max_new_tokens=args.max_new_tokens, limit=args.limit, seed=args.seed,
-                        batch_size=args.batch_size)
+                        batch_size=args.batch_size, engine=args.engine,
+                        tensor_parallel_size=args.tensor_parallel_size)
     from .sveb.shards import parse
 
     shard = parse(args.shard) if args.shard is not None else None
@@ -650,6 +673,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="sequences per generation batch, problems mixed (default: %(default)s)")
     p.add_argument("--shard", metavar="K/N", help="evaluate only the K-th of N disjoint parts of the problems (one "
                                                   "per machine); join the parts' results with hista eval merge")
+    _add_engine_options(p, "hf")
     p.set_defaults(func=cmd_eval)
     actions = p.add_subparsers(dest="action", metavar="[compare|merge]")
     q = actions.add_parser("merge", help="join the results of a sharded evaluation",

@@ -24,10 +24,11 @@ from tqdm.auto import tqdm
 from .. import __version__
 from ..errors import InputError
 from ..jsonio import check_output_file, loads, write_atomic, write_json_atomic
-from ..models import EMBEDDED, LoadedModel, load
+from ..models import EMBEDDED, LoadedModel
 from ..rewards import verify_with_reason
-from ..rollout import GenerateEngine, SamplingConfig
+from ..rollout import SamplingConfig
 from ..rollout.engine import eos_ids
+from ..rollout.engines import Engine, check_engine, load_model, make_engine
 from ..sveb.build import derive_seed
 from ..sveb.schema import Where
 from ..sveb.shards import chunks_of
@@ -45,8 +46,9 @@ class EvalConfig:
     ``temperature`` and ``k``: when given, every benchmark's (else each benchmark's own: a plain
     spec is greedy, k = 1); ``max_new_tokens``: None takes the suites' own cap; ``limit``: at
     most this many problems per benchmark (the first ones); ``seed`` seeds the sampling;
-    ``batch_size``: sequences per generation batch. A bad value raises an InputError naming the
-    field (the CLI option's name)."""
+    ``batch_size``: sequences per generation batch; ``engine`` and ``tensor_parallel_size``: the
+    rollout engine (SPEC §7). A bad value raises an InputError naming the field (the CLI
+    option's name)."""
 
     model: str = EMBEDDED
     suites: Sequence[str] = ("builtin",)
@@ -56,6 +58,8 @@ class EvalConfig:
     limit: Optional[int] = None
     seed: int = 0
     batch_size: int = 64
+    engine: str = "hf"
+    tensor_parallel_size: int = 1
 
     def __post_init__(self) -> None:
         if isinstance(self.suites, str):
@@ -71,6 +75,7 @@ class EvalConfig:
         t = self.temperature
         if t is not None and (isinstance(t, bool) or not isinstance(t, numbers.Real) or not math.isfinite(t) or t < 0):
             raise InputError(f"must be a finite number >= 0 (0 = greedy), got {t!r}", field="temperature")
+        check_engine(self.engine, self.tensor_parallel_size)
 
 
 def results_markdown_path(out: Path) -> Path:
@@ -106,7 +111,7 @@ def _settings(config: EvalConfig, source: checkpoint.ModelSource, benchmarks: li
               categories: dict, max_new_tokens: int) -> dict:
     """What a resumed evaluation must match and a comparison must share (SPEC §10)."""
     model = str(Path(source.load_as)) if Path(source.load_as).exists() else source.load_as
-    return {"model": model, "revision": None, "weights": checkpoint.weights_stamp(source.load_as),
+    return {"model": model, "revision": None, "engine": None, "weights": checkpoint.weights_stamp(source.load_as),
             "system_prompt": source.system_prompt,
             "suites": [s.strip() for s in config.suites],
             "benchmarks": [{**b.to_dict(), "category": categories[b.name], "n_problems": len(problems[b.name]),
@@ -117,16 +122,18 @@ def _settings(config: EvalConfig, source: checkpoint.ModelSource, benchmarks: li
 
 def _check_earlier(out: Path, samples: Path, settings: dict) -> tuple[Optional[dict], list[dict]]:
     """What an earlier evaluation into ``out`` left, refused when its settings differ (the
-    model revision is checked once the model is loaded): the per-problem file's header and
-    records. A results file at ``out`` that is not a hista eval results file is refused too."""
-    unloaded = {k: v for k, v in settings.items() if k != "revision"}
+    model revision and the engine's identity are checked once the model is loaded): the
+    per-problem file's header and records. A results file at ``out`` that is not a hista eval
+    results file is refused too."""
+    late = ("revision", "engine")
+    unloaded = {k: v for k, v in settings.items() if k not in late}
     if out.exists():
         earlier = read_results(out)
-        store.check_settings({k: v for k, v in earlier["settings"].items() if k != "revision"}, unloaded,
+        store.check_settings({k: v for k, v in earlier["settings"].items() if k not in late}, unloaded,
                              Where(out), f"{out} holds an evaluation")
     header, records = store.read(samples)
     if header is not None:
-        store.check_settings({k: v for k, v in header["settings"].items() if k != "revision"}, unloaded,
+        store.check_settings({k: v for k, v in header["settings"].items() if k not in late}, unloaded,
                              Where(samples, 1), "was written by an evaluation")
     return header, records
 
@@ -193,8 +200,11 @@ def evaluate(config: EvalConfig, out: str | Path, *, lm: Optional[LoadedModel] =
     if shard is not None:
         plan = [plan[c] for c in chunks_of(len(plan), shard)]
 
-    lm = lm or load(source.load_as, device=device)
-    settings["revision"] = lm.revision
+    lm = lm or load_model(config.engine, source.load_as, device=device)
+    sampler = make_engine(config.engine, lm, SamplingConfig(top_p=1.0, batch_size=config.batch_size,
+                                                            system_prompt=source.system_prompt),
+                          tensor_parallel_size=config.tensor_parallel_size)
+    settings["revision"], settings["engine"] = lm.revision, sampler.identity()
     if header is None:
         store.append(samples_file, [{"kind": "settings", "settings": settings, "hista_version": __version__,
                                      **({"shard": part} if part else {})}])
@@ -213,12 +223,12 @@ def evaluate(config: EvalConfig, out: str | Path, *, lm: Optional[LoadedModel] =
     eos = set(eos_ids(lm))
     start = time.perf_counter()
     bar = tqdm(total=len(keys), initial=len(done), desc="eval", unit="problem", disable=not progress)
-    engines: dict[str, GenerateEngine] = {}
+    engines: dict[str, Engine] = {}
     for b, chunk in plan:
         if all(problem_key(b.name, p) in done for p in chunk):
             continue
         if b.name not in engines:
-            engines[b.name] = GenerateEngine(lm, SamplingConfig(
+            engines[b.name] = sampler.with_config(SamplingConfig(
                 temperature=b.temperature, top_p=1.0, max_new_tokens=max_new_tokens, batch_size=config.batch_size,
                 system_prompt=source.system_prompt))
             bar.set_postfix(benchmark=b.name)
@@ -246,7 +256,8 @@ def evaluate(config: EvalConfig, out: str | Path, *, lm: Optional[LoadedModel] =
     summary = summarise(ordered, settings["benchmarks"], seed=config.seed)
     timing["summary_s"] = time.perf_counter() - t
     results = {"format": FORMAT, "settings": settings,
-               "model": {"name": settings["model"], "revision": lm.revision, "device": str(lm.device),
+               "model": {"name": settings["model"], "revision": lm.revision,
+                         "device": str(lm.device) if lm.model is not None else "cuda",
                          "run": source.run},
                "versions": _versions(), "notes": notes, "summary": summary, "problems": ordered,
                **({"shard": {"part": part, "keys": every}} if part else {})}

@@ -36,7 +36,8 @@ ALIASES = {
 @dataclass
 class LoadedModel:
     """A causal LM with its tokenizer, the name it was asked by and a revision string that
-    identifies the exact weights (recorded in result files)."""
+    identifies the exact weights (recorded in result files). ``model`` is None when only the
+    tokenizer was loaded (``load(..., weights=False)``, for the vllm engine)."""
 
     model: Any
     tokenizer: Any
@@ -274,7 +275,8 @@ def _load_error(name_or_path: str, source: Any, local: bool, offline: bool, exc:
                       f"no such model, or no access to it ({detail})", field="model")
 
 
-def load(name_or_path: str, *, device: Optional[str] = None, dtype: Optional[torch.dtype] = None) -> LoadedModel:
+def load(name_or_path: str, *, device: Optional[str] = None, dtype: Optional[torch.dtype] = None,
+         weights: bool = True) -> LoadedModel:
     """Load a causal LM and its tokenizer by alias, local path or Hugging Face id (SPEC §7).
 
     Aliases: ``smollm2-135m-instruct`` (embedded default) and ``tiny`` (tests). An unknown
@@ -284,7 +286,8 @@ def load(name_or_path: str, *, device: Optional[str] = None, dtype: Optional[tor
     :mod:`hista.hub`; otherwise (or with ``HF_HUB_OFFLINE=1``) it is read from the local
     Hugging Face cache only, so a model that is not cached fails at once. Truncated or damaged
     safetensors files, in hista's cache or in a local folder, raise an InputError naming the
-    file and the fix.
+    file and the fix. ``weights=False`` loads the tokenizer and revision only (``model`` is
+    None; the ``tiny`` model is built anyway), for an engine that loads the weights itself.
     """
     device = check_device(device) if device is not None else ("cuda" if torch.cuda.is_available() else "cpu")
     if name_or_path == "tiny":
@@ -313,17 +316,26 @@ def load(name_or_path: str, *, device: Optional[str] = None, dtype: Optional[tor
         options = {"local_files_only": True} if offline else {}
         try:
             tok = AutoTokenizer.from_pretrained(source, **options)
-            model = AutoModelForCausalLM.from_pretrained(
-                source, dtype=dtype or (torch.bfloat16 if torch.device(device).type == "cuda" else torch.float32),
-                **options,
-            )
+            if weights:
+                model = AutoModelForCausalLM.from_pretrained(
+                    source, dtype=dtype or (torch.bfloat16 if torch.device(device).type == "cuda" else torch.float32),
+                    **options,
+                )
+                config = model.config
+            else:
+                from transformers import AutoConfig
+
+                model, config = None, AutoConfig.from_pretrained(source, **options)
         except (OSError, ValueError, SafetensorError) as exc:
             raise _load_error(name_or_path, source, local, offline, exc) from exc
-        revision = getattr(model.config, "_commit_hash", None) or revision
-        model.eval()
+        revision = getattr(config, "_commit_hash", None) or revision
+        if model is not None:
+            model.eval()
         loaded = LoadedModel(model, tok, name_or_path, str(revision))
     if loaded.tokenizer.pad_token_id is None:
         loaded.tokenizer.pad_token = loaded.tokenizer.eos_token
+    if loaded.model is None:
+        return loaded
     loaded.model.to(device)
     if dtype is not None:
         loaded.model.to(dtype)

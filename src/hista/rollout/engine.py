@@ -1,4 +1,4 @@
-"""Rollout generation with transformers ``generate`` (SPEC §7), batched and seeded."""
+"""The transformers rollout engine (SPEC §7): batched, seeded sampling with shared prefixes."""
 
 from __future__ import annotations
 
@@ -248,9 +248,22 @@ class GenerateEngine:
     offsets and old log-probs (SPEC §3, §7). Results are a deterministic function of the
     seed, the prompts, ``n`` and the batch size."""
 
+    name = "hf"
+
     def __init__(self, lm: LoadedModel, config: Optional[SamplingConfig] = None):
         self.lm = lm
         self.config = config or SamplingConfig()
+
+    def identity(self) -> dict:
+        """Which engine samples, for result files (SPEC §7): name and the transformers and torch
+        versions; builds and evaluations refuse to mix identities."""
+        import transformers
+
+        return {"name": self.name, "transformers": transformers.__version__, "torch": torch.__version__}
+
+    def with_config(self, config: SamplingConfig) -> "GenerateEngine":
+        """This engine's model with other sampling settings (SPEC §7)."""
+        return GenerateEngine(self.lm, config)
 
     def generate(
         self,

@@ -8,7 +8,7 @@ from tqdm.auto import tqdm
 
 from ..rewards import verify
 from ..types import Rollout, RolloutGroup
-from .engine import GenerateEngine
+from .engines import Engine
 
 
 def score(problem: dict, rollouts: Sequence[Rollout]) -> None:
@@ -18,7 +18,7 @@ def score(problem: dict, rollouts: Sequence[Rollout]) -> None:
 
 
 def sample_groups(
-    engine: GenerateEngine, problems: Sequence[dict], n: int, *, seed: int = 0, progress: bool = True
+    engine: Engine, problems: Sequence[dict], n: int, *, seed: int = 0, progress: bool = True
 ) -> list[RolloutGroup]:
     """Sample ``n`` rollouts per problem record and set each rollout's reward with the
     problem's verifier; one RolloutGroup per problem, in order."""
@@ -32,7 +32,7 @@ def sample_groups(
 
 
 def policy_accuracy(
-    engine: GenerateEngine, problems: Sequence[dict], n: int, *, seed: int = 0, progress: bool = True
+    engine: Engine, problems: Sequence[dict], n: int, *, seed: int = 0, progress: bool = True
 ) -> list[float]:
     """Mean reward of ``n`` samples per problem: the accuracy used by the difficulty filter
     (SPEC §7; paper: keep 0.1-0.8 of 20)."""

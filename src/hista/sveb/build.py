@@ -18,9 +18,10 @@ from tqdm.auto import tqdm
 from .. import __version__, tasks
 from ..errors import InputError
 from ..jsonio import check_output_file
-from ..models import LoadedModel, load
+from ..models import LoadedModel
 from ..rewards import verify
-from ..rollout import GenerateEngine, SamplingConfig
+from ..rollout import SamplingConfig
+from ..rollout.engines import Engine, check_engine, load_model, make_engine
 from ..rollout.sample import score
 from . import cases, shards
 
@@ -30,7 +31,8 @@ class BuildConfig:
     """Settings of a case build. The defaults are the ``default`` preset (SPEC §8, the paper's
     settings: G = 32 rollouts, M = 20 continuations, one state per problem, difficulty range
     0.1-0.8 on the initial rollouts' accuracy); :mod:`hista.sveb.presets` holds the others.
-    ``problems`` counts per task source."""
+    ``problems`` counts per task source. ``engine`` samples (``hf`` or ``vllm``, SPEC §7);
+    ``tensor_parallel_size`` is the vllm engine's."""
 
     model: str = "smollm2-135m-instruct"
     tasks: Sequence[str] = ("builtin:arith", "builtin:choice")
@@ -46,6 +48,8 @@ class BuildConfig:
     top_p: float = 1.0
     max_new_tokens: int = 256
     batch_size: int = 64
+    engine: str = "hf"
+    tensor_parallel_size: int = 1
 
     def __post_init__(self) -> None:
         """Check every field (SPEC §8), so that no setting silently builds nothing: an
@@ -69,17 +73,22 @@ class BuildConfig:
         if self.lo is not None and self.hi is not None and self.lo > self.hi:
             raise InputError(f"lo {self.lo} is above hi {self.hi}: no problem could be kept", field="lo")
         self.sampling()  # temperature, top_p, batch_size
+        check_engine(self.engine, self.tensor_parallel_size)
 
     def sampling(self) -> SamplingConfig:
         return SamplingConfig(temperature=self.temperature, top_p=self.top_p,
                               max_new_tokens=self.max_new_tokens, batch_size=self.batch_size)
 
-    def settings(self, revision: str) -> dict:
-        """What a case file records and a resumed build must match (``problems`` may grow)."""
+    def settings(self, revision: str, engine: dict) -> dict:
+        """What a case file records and a resumed build must match (``problems`` may grow):
+        the fields, the model's revision and the sampling engine's identity (name and versions),
+        so that no file mixes the samples of two engines."""
         out = dataclasses.asdict(self)
         out.pop("problems")
+        out.pop("tensor_parallel_size")
         out["tasks"] = list(self.tasks)
         out["revision"] = revision
+        out["engine"] = engine
         return out
 
 
@@ -108,8 +117,9 @@ def build(config: BuildConfig, out: str | Path, *, lm: Optional[LoadedModel] = N
     problems = [p for spec in config.tasks
                 for p in tasks.load(spec, n=config.problems, seed=config.seed, split=config.split)]
     existing = cases.read(out, repair=True)
-    lm = lm or load(config.model)
-    settings = config.settings(lm.revision)
+    lm = lm or load_model(config.engine, config.model)
+    engine = make_engine(config.engine, lm, config.sampling(), tensor_parallel_size=config.tensor_parallel_size)
+    settings = config.settings(lm.revision, engine.identity())
     for number, record in enumerate(existing, start=1):
         if record["settings"] != settings:
             changed = sorted(k for k in settings.keys() | record["settings"].keys()
@@ -118,7 +128,6 @@ def build(config: BuildConfig, out: str | Path, *, lm: Optional[LoadedModel] = N
                              "use another --out or the same settings", path=str(out), line=number)
     done = {r["key"] for r in existing}
     out.parent.mkdir(parents=True, exist_ok=True)
-    engine = GenerateEngine(lm, config.sampling())
     counts = {"cases": 0, "skipped": 0, "present": len(existing)}
     per_chunk = max(1, config.batch_size // config.rollouts)
     chunks = [problems[k : k + per_chunk] for k in range(0, len(problems), per_chunk)]
@@ -143,7 +152,7 @@ def build(config: BuildConfig, out: str | Path, *, lm: Optional[LoadedModel] = N
     return counts
 
 
-def _chunk_records(engine: GenerateEngine, config: BuildConfig, settings: dict, chunk: list[dict],
+def _chunk_records(engine: Engine, config: BuildConfig, settings: dict, chunk: list[dict],
                    keys: dict[str, list[str]]) -> list[dict]:
     """The records of one chunk of problems, in problem order: G rollouts per problem, a skip
     record for a problem out of the accuracy range, else one case per state: a position drawn

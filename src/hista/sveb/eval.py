@@ -231,8 +231,8 @@ def method_label(spec: str, estimator: Estimator) -> str:
 
 def read_cases(path: str | Path, model: Optional[str] = None) -> tuple[list[dict], str, str]:
     """The case records of ``path`` (skips left out) and the model and revision that built them
-    (SPEC §8); an InputError when the file holds no case, mixes models, or was built with
-    another model than ``model``."""
+    (SPEC §8); an InputError when the file holds no case, mixes models or sampling engines
+    (``settings.engine``), or was built with another model than ``model``."""
     records = [r for r in cases.read(path) if r["kind"] == "case"]
     if not records:
         raise InputError("holds no cases", path=str(path))
@@ -240,6 +240,12 @@ def read_cases(path: str | Path, model: Optional[str] = None) -> tuple[list[dict
     if len(built) > 1:
         raise InputError(f"mixes cases of several models: {sorted(built)}", path=str(path))
     (recorded, revision), = built
+    engines = [r["settings"].get("engine", "an unrecorded engine (an older build)") for r in records]
+    other = next((k for k, e in enumerate(engines) if e != engines[0]), None)
+    if other is not None:
+        raise InputError(f"mixes cases sampled by several engines: {records[0]['key']!r} by {engines[0]}, "
+                         f"{records[other]['key']!r} by {engines[other]} (one file, one engine)", path=str(path),
+                         field="settings.engine")
     if model is not None and model != recorded:
         raise InputError(f"cases were built with model '{recorded}', not '{model}': hidden states "
                          "must come from the policy that sampled them", path=str(path))

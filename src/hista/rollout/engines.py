@@ -1,0 +1,87 @@
+"""Choosing a rollout engine by name (SPEC §7): ``hf`` (transformers, CPU or CUDA, the default)
+or ``vllm`` (vLLM, CUDA), and what a result file records of it."""
+
+from __future__ import annotations
+
+from typing import Any, Callable, Optional, Protocol, Sequence
+
+from ..errors import InputError
+from ..models import LoadedModel, load
+from ..types import Rollout
+from .engine import GenerateEngine, SamplingConfig
+
+ENGINES = ("hf", "vllm")
+
+
+class Engine(Protocol):
+    """What every rollout engine provides (SPEC §7): its ``name``, the model ``lm`` (tokenizer,
+    name, revision), the sampling ``config``, its ``identity()`` for result files,
+    ``with_config(config)`` (the same engine and model with other settings), and
+    ``generate`` / ``generate_from_ids`` returning, per prompt, ``n`` Rollouts with token ids,
+    text, offsets and old log-probs."""
+
+    name: str
+    lm: LoadedModel
+    config: SamplingConfig
+
+    def identity(self) -> dict: ...
+
+    def with_config(self, config: SamplingConfig) -> "Engine": ...
+
+    def generate(self, problems: Sequence[str], n: int, *, seed: int = 0,
+                 progress: Optional[Callable[[int], None]] = None) -> list[list[Rollout]]: ...
+
+    def generate_from_ids(self, prompts: Sequence[Sequence[int]], n: int, *, seed: int = 0,
+                          progress: Optional[Callable[[int], None]] = None,
+                          prompt_texts: Optional[Sequence[str]] = None,
+                          max_new_tokens: Optional[int] = None) -> list[list[Rollout]]: ...
+
+
+def check_engine(name: Any, tensor_parallel_size: Any = 1) -> None:
+    """An InputError (field ``engine`` or ``tensor_parallel_size``) unless ``name`` is one of
+    :data:`ENGINES` and ``tensor_parallel_size`` an integer >= 1, above 1 only for vllm."""
+    if name not in ENGINES:
+        raise InputError(f"unknown engine {name!r}; valid: {', '.join(ENGINES)}", field="engine")
+    tp = tensor_parallel_size
+    if isinstance(tp, bool) or not isinstance(tp, int) or tp < 1:
+        raise InputError(f"must be an integer >= 1, got {tp!r}", field="tensor_parallel_size")
+    if tp > 1 and name != "vllm":
+        raise InputError(f"is {tp}, but tensor parallelism is a vllm engine option (--engine vllm)",
+                         field="tensor_parallel_size")
+
+
+def available_engines() -> list[str]:
+    """The engines this environment can run (SPEC §7): ``hf`` always, ``vllm`` where the vllm
+    package imports and a CUDA GPU is visible."""
+    try:
+        import vllm  # noqa: F401
+    except Exception:  # noqa: BLE001 - not installed, or not importable with this torch
+        return ["hf"]
+    import torch
+
+    return ["hf", "vllm"] if torch.cuda.is_available() else ["hf"]
+
+
+def load_model(engine: str, model: str, *, device: Optional[str] = None) -> LoadedModel:
+    """The model an engine samples from (SPEC §7): with ``hf`` the model on ``device``; with
+    ``vllm`` only its tokenizer and revision (vLLM loads the weights itself), checking first that
+    vLLM and a GPU are there so that a missing one fails before anything loads."""
+    check_engine(engine)
+    if engine == "vllm":
+        from .vllm_engine import check_available
+
+        check_available()
+        return load(model, weights=False)
+    return load(model, device=device)
+
+
+def make_engine(engine: str, lm: LoadedModel, config: SamplingConfig, *, tensor_parallel_size: int = 1) -> Engine:
+    """An engine named ``engine`` on ``lm`` with ``config`` (SPEC §7): a
+    :class:`~hista.rollout.GenerateEngine` or a :class:`~hista.rollout.vllm_engine.VLLMEngine`."""
+    check_engine(engine, tensor_parallel_size)
+    if engine == "vllm":
+        from .vllm_engine import VLLMEngine
+
+        return VLLMEngine(lm, config, tensor_parallel_size=tensor_parallel_size)
+    return GenerateEngine(lm, config)
+
