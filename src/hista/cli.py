@@ -441,9 +441,13 @@ def cmd_verl_check(args: argparse.Namespace) -> int:
     found = status()
     print(f"verl {found['verl']}; hista's entry point in verl.plugins: "
           f"{', '.join(found['entry_points']) or 'none (is hista installed in this environment?)'}")
-    missing = [n for kind in ("losses", "estimators") for n, ok in found[kind].items() if not ok]
-    for kind, flag in (("losses", "actor_rollout_ref.actor.policy_loss.loss_mode"),
-                       ("estimators", "algorithm.adv_estimator")):
+    kinds = [("losses", "actor_rollout_ref.actor.policy_loss.loss_mode"), ("estimators", "algorithm.adv_estimator")]
+    if isinstance(found["trainers"], str):
+        print(f"  trainer.v1.trainer_mode=hista_*: not registered: {found['trainers']}")
+    else:
+        kinds.append(("trainers", "trainer.v1.trainer_mode"))
+    missing = [n for kind, _ in kinds for n, ok in found[kind].items() if not ok]
+    for kind, flag in kinds:
         for name, ok in found[kind].items():
             print(f"  {flag}={name}: {'registered by hista' if ok else 'NOT registered by hista'}")
     print("hista losses verl already has (set these instead):")

@@ -10,7 +10,13 @@ through the ``verl.plugins`` entry point hista declares; importing it registers,
   hista computes the per-token loss (:meth:`hista.losses.Loss.per_token`) and verl's
   ``agg_loss`` aggregates it with the run's ``loss_agg_mode`` and global batch information;
 * the estimators of :data:`ESTIMATORS`, hista estimators that need only what verl's trainer
-  hands an estimator (rewards, the response mask and the group index ``uid``).
+  hands an estimator (rewards, the response mask and the group index ``uid``), and those of
+  :data:`hista.integrations.verl_trainer.TEXT_ESTIMATORS` (Numca), which also read the
+  responses that hista's verl trainers provide;
+
+and, with ``verl.trainer.ppo.v1.trainer_base`` (verl's v1 trainer, which needs TransferQueue),
+hista's trainers ``hista_sync``, ``hista_colocate_async`` and ``hista_separate_async``
+(:mod:`hista.integrations.verl_trainer`).
 
 Parameters that verl's strict config does not know reach hista through two environment
 variables holding a YAML mapping, read when a loss or estimator runs: ``HISTA_LOSS`` (``{lam:
@@ -37,8 +43,9 @@ from ..types import Rollout, RolloutGroup
 #: hista losses registered with verl: verl has no equivalent, and each needs only log-probs,
 #: old log-probs, advantages and the mask (``strace`` also needs old-policy entropies).
 LOSSES = ("ptrace", "grpo_lambda")
-#: verl estimator names -> hista estimators that need only rewards, the mask and the group index.
-ESTIMATORS = {"hista_grpo": "grpo"}
+#: verl estimator names -> hista estimators: rewards, the mask and the group index, and for the
+#: names of ``verl_trainer.TEXT_ESTIMATORS`` the responses a hista trainer provides.
+ESTIMATORS = {"hista_grpo": "grpo", "hista_numca": "numca"}
 #: The environment variables that carry parameters verl's config cannot hold.
 LOSS_ENV, ESTIMATOR_ENV = "HISTA_LOSS", "HISTA_ESTIMATOR"
 #: hista losses verl already has: the verl overrides that give the same objective
@@ -121,7 +128,19 @@ def make_estimator(name: str) -> Callable:
     (verl's ``uid``) form a group; a rollout's reward is its row sum of ``token_level_rewards``.
     ``scale`` comes from ``HISTA_ESTIMATOR``, else ``config.norm_adv_by_std_in_grpo`` (group
     std, or unscaled when false); ``gae_lambda`` from ``HISTA_ESTIMATOR``, else
-    ``config.lam``. Returns are the advantages, as verl's GRPO returns them."""
+    ``config.lam``. Returns are the advantages, as verl's GRPO returns them. An estimator of
+    ``TEXT_ESTIMATORS`` reads each row's token ids, text and offsets from
+    ``verl_trainer.RESPONSES``, set by hista's verl trainers; elsewhere it raises naming them."""
+    from .verl_trainer import RESPONSES, TEXT_ESTIMATORS
+
+    verl_name = next(v for v, n in ESTIMATORS.items() if n == name)
+    text = verl_name in TEXT_ESTIMATORS
+
+    def rollout(row: int, length: int, reward: float, held: Optional[list]) -> Rollout:
+        if held is None:
+            return Rollout(prompt_ids=[], completion_ids=[0] * length, reward=reward)
+        ids, completion, offsets = held[row]
+        return Rollout(prompt_ids=[], completion_ids=ids, reward=reward, completion_text=completion, offsets=offsets)
 
     def estimator_fn(token_level_rewards: torch.Tensor, response_mask: torch.Tensor, index: Any = None,
                      config: Any = None, **_: Any) -> tuple[torch.Tensor, torch.Tensor]:
@@ -131,6 +150,16 @@ def make_estimator(name: str) -> Callable:
         est = estimators.get(name, **params)
         rewards = token_level_rewards.sum(dim=-1)
         lengths = response_mask.sum(dim=-1).long().tolist()
+        held = RESPONSES.get() if text else None
+        if text:
+            if held is None:
+                raise RuntimeError(f"{verl_name} reads the responses, which verl's own trainers do not pass to an "
+                                   "estimator: run it with trainer.use_v1=True trainer.v1.trainer_mode=hista_sync "
+                                   "(or hista_colocate_async, hista_separate_async; docs/verl.md)")
+            if len(held) != len(lengths) or any(len(ids) > response_mask.shape[-1] for ids, _, _ in held):
+                raise RuntimeError(f"{verl_name}: {len(held)} responses for a batch of {len(lengths)} rows of at most "
+                                   f"{response_mask.shape[-1]} tokens: rows and responses do not match")
+            lengths = [len(ids) for ids, _, _ in held]
         keys = np.asarray(index if index is not None else np.arange(len(lengths)), dtype=object)
         members: dict[Any, list[int]] = {}
         for row, key in enumerate(keys.tolist()):
@@ -139,8 +168,8 @@ def make_estimator(name: str) -> Callable:
         out = torch.zeros_like(token_level_rewards, dtype=torch.float32)
         with torch.no_grad():
             for key, rows in members.items():
-                group = RolloutGroup([Rollout(prompt_ids=[], completion_ids=[0] * lengths[r], reward=float(rewards[r]))
-                                      for r in rows], prompt_id=str(key))
+                group = RolloutGroup([rollout(r, lengths[r], float(rewards[r]), held) for r in rows],
+                                     prompt_id=str(key))
                 for r, adv in zip(rows, est.token_advantages(group, gae_lambda=lam, scale=scale,
                                                              batch_std=batch_std)):
                     out[r, : lengths[r]] = adv.to(out.device)
@@ -154,10 +183,14 @@ def make_estimator(name: str) -> Callable:
 def register() -> dict[str, list[str]]:
     """Register :data:`LOSSES` and :data:`ESTIMATORS` with verl (SPEC §4, §5), skipping a name
     verl's registry already holds from another package (verl's own, or a second import).
-    Returns the names this call registered and the names it found taken."""
+    Also registers hista's verl trainers (:func:`verl_trainer.register_trainers`) when verl's
+    v1 trainer imports; otherwise ``trainers_error`` says why. Returns the names this call
+    registered and the names it found taken."""
     from verl.trainer.ppo import core_algos
 
-    done: dict[str, list[str]] = {"losses": [], "estimators": [], "taken": []}
+    from .verl_trainer import register_trainers
+
+    done: dict[str, Any] = {"losses": [], "estimators": [], "taken": [], "trainers": [], "trainers_error": None}
     for name in LOSSES:
         if name in core_algos.POLICY_LOSS_REGISTRY:
             done["taken"].append(name)
@@ -170,6 +203,10 @@ def register() -> dict[str, list[str]]:
             continue
         core_algos.register_adv_est(verl_name)(make_estimator(name))
         done["estimators"].append(verl_name)
+    try:
+        done["trainers"] = register_trainers()
+    except ImportError as exc:
+        done["trainers_error"] = f"{type(exc).__name__}: {exc}"
     return done
 
 
@@ -198,5 +235,14 @@ def status() -> dict:
                for n in LOSSES}
     ests = {v: getattr(core_algos.ADV_ESTIMATOR_REGISTRY.get(v), "__name__", None) == f"hista_{n}_estimator"
             for v, n in ESTIMATORS.items()}
+    from .verl_trainer import MODES
+
+    try:
+        from verl.trainer.ppo.v1 import trainer_base
+    except ImportError as exc:
+        trainers: Any = f"verl's v1 trainer does not import ({type(exc).__name__}: {exc}); hista_numca needs it"
+    else:
+        trainers = {f"hista_{m}": getattr(trainer_base.TRAINER_REGISTRY.get(f"hista_{m}"), "__module__", None)
+                    == "hista.integrations.verl_trainer" for m in MODES}
     return {"verl": getattr(verl, "__version__", "unknown"), "entry_points": points, "losses": losses_,
-            "estimators": ests, "equivalent": EQUIVALENT}
+            "estimators": ests, "trainers": trainers, "equivalent": EQUIVALENT}
