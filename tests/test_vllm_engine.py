@@ -17,6 +17,7 @@ import torch
 from hista.errors import InputError
 from hista.models import load
 from hista.rollout import SamplingConfig
+from hista.rollout.engine import eos_ids
 from hista.rollout.engines import check_engine, load_model, make_engine
 from hista.rollout.vllm_engine import (
     VLLMEngine,
@@ -186,6 +187,7 @@ def test_a_tokenizer_only_load_gives_tokenizer_and_revision(tiny, tmp_path):
     lm = load(str(tmp_path), weights=False)
     assert lm.model is None and lm.revision == f"path:{tmp_path.resolve()}"
     assert lm.tokenizer("Hi")["input_ids"] == tiny.tokenizer("Hi")["input_ids"]
+    assert lm.generation_config is not None and eos_ids(lm) == eos_ids(tiny)  # the EOS ids without the weights
 
 
 def test_the_hf_engine_identity_names_its_libraries(tiny):

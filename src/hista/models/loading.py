@@ -37,12 +37,14 @@ ALIASES = {
 class LoadedModel:
     """A causal LM with its tokenizer, the name it was asked by and a revision string that
     identifies the exact weights (recorded in result files). ``model`` is None when only the
-    tokenizer was loaded (``load(..., weights=False)``, for the vllm engine)."""
+    tokenizer was loaded (``load(..., weights=False)``, for the vllm engine); then
+    ``generation_config`` holds the model's generation config (its EOS ids), when it has one."""
 
     model: Any
     tokenizer: Any
     name: str
     revision: str
+    generation_config: Any = None
 
     @property
     def device(self) -> torch.device:
@@ -323,15 +325,20 @@ def load(name_or_path: str, *, device: Optional[str] = None, dtype: Optional[tor
                 )
                 config = model.config
             else:
-                from transformers import AutoConfig
+                from transformers import AutoConfig, GenerationConfig
 
                 model, config = None, AutoConfig.from_pretrained(source, **options)
+                try:
+                    generation = GenerationConfig.from_pretrained(source, **options)
+                except OSError:  # a model without generation_config.json
+                    generation = None
         except (OSError, ValueError, SafetensorError) as exc:
             raise _load_error(name_or_path, source, local, offline, exc) from exc
         revision = getattr(config, "_commit_hash", None) or revision
         if model is not None:
             model.eval()
-        loaded = LoadedModel(model, tok, name_or_path, str(revision))
+        loaded = LoadedModel(model, tok, name_or_path, str(revision),
+                             generation_config=None if weights else generation)
     if loaded.tokenizer.pad_token_id is None:
         loaded.tokenizer.pad_token = loaded.tokenizer.eos_token
     if loaded.model is None:

@@ -318,9 +318,10 @@ class GenerateEngine:
 
 def eos_ids(lm: LoadedModel) -> list[int]:
     """The token ids that end a completion (SPEC §7): the tokenizer's EOS and those of the
-    model's generation config, sorted."""
+    model's generation config (read without the weights for the vllm engine), sorted."""
     ids = {lm.tokenizer.eos_token_id}
-    gen_eos = getattr(getattr(lm.model, "generation_config", None), "eos_token_id", None)
+    generation = lm.generation_config if lm.model is None else getattr(lm.model, "generation_config", None)
+    gen_eos = getattr(generation, "eos_token_id", None)
     if isinstance(gen_eos, int):
         ids.add(gen_eos)
     elif gen_eos:
