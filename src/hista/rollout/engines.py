@@ -53,13 +53,13 @@ def check_engine(name: Any, tensor_parallel_size: Any = 1) -> None:
 def available_engines() -> list[str]:
     """The engines this environment can run (SPEC §7): ``hf`` always, ``vllm`` where the vllm
     package imports and a CUDA GPU is visible."""
-    try:
-        import vllm  # noqa: F401
-    except Exception:  # noqa: BLE001 - not installed, or not importable with this torch
-        return ["hf"]
-    import torch
+    from .vllm_engine import check_available
 
-    return ["hf", "vllm"] if torch.cuda.is_available() else ["hf"]
+    try:
+        check_available()
+    except Exception:  # noqa: BLE001 - not installed, not importable with this torch, or no GPU
+        return ["hf"]
+    return ["hf", "vllm"]
 
 
 def load_model(engine: str, model: str, *, device: Optional[str] = None) -> LoadedModel:

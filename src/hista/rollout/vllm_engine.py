@@ -58,15 +58,21 @@ def request_seed(seed: int, prompt: int, sample: int) -> int:
     return zlib.crc32(f"{seed}:{prompt}:{sample}".encode()) & 0x7FFFFFFF
 
 
-def request_settings(config: SamplingConfig, *, seed: int, eos: Sequence[int], max_new_tokens: int) -> dict:
-    """The keyword arguments of vLLM's ``SamplingParams`` for one request (SPEC §7): one sample,
-    the config's temperature (0 = greedy), no top-k or top-p, stop at the model's EOS ids (kept
-    in the token ids), the sampled token's log-prob when sampling, no detokenisation (hista
-    decodes the ids itself). ``top_p`` below 1 raises an InputError (see the module docstring)."""
+def check_config(config: SamplingConfig) -> None:
+    """An InputError naming ``top_p`` unless it is 1: vLLM reports log-probs after top-p and
+    hista's old-policy log-probs are before it (SPEC §3, §7; module docstring)."""
     if config.top_p < 1.0:
         raise InputError(f"the vllm engine takes top_p 1 only, got {config.top_p}: vLLM reports log-probs after "
                          "top-p and hista's old-policy log-probs are before it (use --engine hf for top-p)",
                          field="top_p")
+
+
+def request_settings(config: SamplingConfig, *, seed: int, eos: Sequence[int], max_new_tokens: int) -> dict:
+    """The keyword arguments of vLLM's ``SamplingParams`` for one request (SPEC §7): one sample,
+    the config's temperature (0 = greedy), no top-k or top-p, stop at the model's EOS ids (kept
+    in the token ids), the sampled token's log-prob when sampling, no detokenisation (hista
+    decodes the ids itself). ``top_p`` below 1 raises an InputError (:func:`check_config`)."""
+    check_config(config)
     sampling = config.temperature > 0
     return {"n": 1, "temperature": float(config.temperature), "top_p": 1.0, "seed": int(seed),
             "max_tokens": int(max_new_tokens), "stop_token_ids": sorted(int(i) for i in eos), "ignore_eos": False,
@@ -131,7 +137,7 @@ class VLLMEngine:
         self.lm = lm
         self.config = config or SamplingConfig()
         self.tensor_parallel_size = tensor_parallel_size
-        request_settings(self.config, seed=0, eos=[], max_new_tokens=1)  # refuses top_p < 1 before loading
+        check_config(self.config)  # before loading
         vllm = check_available()
         self._version = vllm.__version__
         source = model_source(lm)
@@ -152,7 +158,7 @@ class VLLMEngine:
 
     def with_config(self, config: SamplingConfig) -> "VLLMEngine":
         """This engine (the same loaded vLLM model) with other sampling settings (SPEC §7)."""
-        request_settings(config, seed=0, eos=[], max_new_tokens=1)
+        check_config(config)
         other = copy.copy(self)
         other.config = config
         return other
