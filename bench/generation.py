@@ -8,9 +8,12 @@ G rollouts of one problem do), tokens/s of transformers' ``generate`` (what the 
 before), both with EOS ignored so that every row decodes ``--new-tokens`` tokens, and tokens/s
 of one forward pass over prompt + completion (:func:`hista.models.forward`: hidden states and
 log-probs of every token, as SVEB and training compute them). Ratios are engine / prefill and
-engine / generate (SPEC §12). Each figure is the best of ``--repeat`` runs (default 3), taken
-in turn, so that a slow moment of a shared machine hits none of them alone. Run it with
-``PYTHONPATH=OLD/src`` to measure an older checkout's library with the same script.
+engine / generate (SPEC §12). ``--continuous-batching`` adds a column for transformers'
+continuous batching (``generate_batch`` on its paged CPU cache, oneDNN-packed linears as the
+engine has them), a candidate the engine was measured against. Each figure is the best of
+``--repeat`` runs (default 3), taken in turn, so that a slow moment of a shared machine hits
+none of them alone. Run it with ``PYTHONPATH=OLD/src`` to measure an older checkout's library
+with the same script.
 """
 
 from __future__ import annotations
@@ -19,8 +22,10 @@ import argparse
 import time
 
 import torch
+from transformers.generation import ContinuousBatchingConfig, GenerationConfig
 
 from hista.models import forward, load
+from hista.models.packed import packed_linears
 from hista.rollout import prompt_ids
 from hista.rollout.engine import sample_continuations
 
@@ -42,6 +47,8 @@ def main() -> None:
     ap.add_argument("--batches", default="1,16,64")
     ap.add_argument("--temperature", type=float, default=0.7)
     ap.add_argument("--repeat", type=int, default=3, help="runs per figure; the fastest counts")
+    ap.add_argument("--continuous-batching", action="store_true",
+                    help="also time transformers' generate_batch (continuous batching, paged cache)")
     args = ap.parse_args()
 
     lm = load(args.model)
@@ -50,7 +57,7 @@ def main() -> None:
     _, prompt = prompt_ids(lm, "Start with 7. Add 5. Then multiply by 2. What number do you get?")
     print(f"prompt {len(prompt)} tokens, {n} new tokens per row, temperature {args.temperature}\n")
     print(f"{'batch':>5s} {'engine tok/s':>13s} {'generate tok/s':>15s} {'prefill tok/s':>14s} "
-          f"{'engine/prefill':>15s} {'engine/generate':>16s}")
+          f"{'engine/prefill':>15s} {'engine/generate':>16s}{' cb tok/s' if args.continuous_batching else ''}")
     for batch in [int(b) for b in args.batches.split(",")]:
         def engine_run(batch=batch):
             generator = torch.Generator(device=lm.device).manual_seed(0)
@@ -67,18 +74,35 @@ def main() -> None:
                                          temperature=args.temperature, top_k=0, max_new_tokens=n,
                                          min_new_tokens=n, pad_token_id=pad)
 
-        engine_runs, generate_runs, prefill_runs = [], [], []
+        def batching_run(batch=batch):
+            # EOS set to an id the model never samples here, so that every row decodes n tokens
+            config = GenerationConfig(max_new_tokens=n, do_sample=True, temperature=args.temperature, top_k=0,
+                                      top_p=1.0, eos_token_id=lm.model.config.vocab_size - 1, pad_token_id=pad)
+            cache = ContinuousBatchingConfig(num_blocks=32, page_size=64, max_batch_tokens=1024,
+                                             use_async_batching=False)
+            with torch.no_grad(), packed_linears(lm.model):
+                out = lm.model.generate_batch(inputs=[list(prompt)] * batch, generation_config=config,
+                                              continuous_batching_config=cache, progress_bar=False)
+            return sum(len(o.generated_tokens) for o in out.values())
+
+        engine_runs, generate_runs, prefill_runs, batching_runs = [], [], [], []
         for _ in range(args.repeat):
             engine_runs.append(_timed(engine_run))
             generate_runs.append(_timed(generate_run))
+            if args.continuous_batching:
+                batching_runs.append(_timed(batching_run))
             rows = engine_runs[-1][1]
             prefill_runs.append(_timed(forward, lm, [prompt] * batch, [r[0] for r in rows],
                                        batch_size=min(batch, 16)))
         (engine_s, _), (generate_s, _), (prefill_s, _) = _best(engine_runs), _best(generate_runs), _best(prefill_runs)
         engine, generate = batch * n / engine_s, batch * n / generate_s
         prefill = batch * (len(prompt) + n) / prefill_s
+        batching = ""
+        if batching_runs:
+            batching_s, tokens = _best(batching_runs)
+            batching = f" {tokens / batching_s:9.1f}"
         print(f"{batch:5d} {engine:13.1f} {generate:15.1f} {prefill:14.1f} {engine / prefill:14.0%} "
-              f"{engine / generate:15.2f}x", flush=True)
+              f"{engine / generate:15.2f}x{batching}", flush=True)
 
 
 if __name__ == "__main__":
