@@ -5,6 +5,7 @@ built as vLLM's own ``CompletionOutput`` / ``Logprob`` objects when vLLM can be 
 plain objects with the same attributes otherwise. Nothing here runs vLLM's model code: that
 needs a GPU (bench/gpu_check.sh)."""
 
+import gc
 import json
 import sys
 import types
@@ -179,6 +180,12 @@ def test_model_sources_for_vllm(tiny, tmp_path):
     saved = load(str(folder), device="cpu")
     for a, b in zip(saved.model.parameters(), tiny.model.parameters()):
         torch.testing.assert_close(a, b, atol=0, rtol=0)
+    own = load("tiny")  # the temporary folder lives as long as the model it was saved from
+    folder = Path(model_source(own))
+    assert (folder / "config.json").exists()
+    del own
+    gc.collect()
+    assert not folder.exists()
 
 
 def test_a_tokenizer_only_load_gives_tokenizer_and_revision(tiny, tmp_path):

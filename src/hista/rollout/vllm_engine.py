@@ -14,14 +14,16 @@ transformers engine.
 
 The request building (:func:`request_settings`, :func:`request_seed`) and the output parsing
 (:func:`completion_of`) are plain functions, tested on CPU against vLLM's own output classes
-when vLLM can be imported and against ``tests/fixtures/vllm_outputs.json`` otherwise. Only
+when vLLM can be imported and against ``tests/data/vllm_outputs.json`` otherwise. Only
 :class:`VLLMEngine` needs vLLM and a CUDA GPU.
 """
 
 from __future__ import annotations
 
 import copy
+import shutil
 import tempfile
+import weakref
 import zlib
 from pathlib import Path
 from typing import Any, Callable, Optional, Sequence
@@ -111,7 +113,8 @@ def completion_of(output: Any, *, eos: Sequence[int], greedy: bool) -> tuple[lis
 
 def model_source(lm: LoadedModel) -> str:
     """What vLLM loads for ``lm`` (SPEC §7): the embedded model's safetensors folder, a local
-    path, or a Hugging Face id; the in-memory ``tiny`` model is saved to a temporary folder."""
+    path, or a Hugging Face id; the in-memory ``tiny`` model is saved to a temporary folder,
+    removed when ``lm`` is collected or the process exits."""
     if lm.name == EMBEDDED:
         return str(prepare_embedded(progress=False))
     if Path(lm.name).exists():
@@ -120,6 +123,7 @@ def model_source(lm: LoadedModel) -> str:
         folder = Path(tempfile.mkdtemp(prefix="hista-tiny-"))
         lm.model.save_pretrained(folder)
         lm.tokenizer.save_pretrained(folder)
+        weakref.finalize(lm, shutil.rmtree, folder, ignore_errors=True)
         return str(folder)
     return lm.name
 
