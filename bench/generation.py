@@ -22,10 +22,8 @@ import argparse
 import time
 
 import torch
-from transformers.generation import ContinuousBatchingConfig, GenerationConfig
 
 from hista.models import forward, load
-from hista.models.packed import packed_linears
 from hista.rollout import prompt_ids
 from hista.rollout.engine import sample_continuations
 
@@ -75,6 +73,10 @@ def main() -> None:
                                          min_new_tokens=n, pad_token_id=pad)
 
         def batching_run(batch=batch):
+            from transformers.generation import ContinuousBatchingConfig, GenerationConfig
+
+            from hista.models.packed import packed_linears  # imported here: older checkouts lack it
+
             # EOS set to an id the model never samples here, so that every row decodes n tokens
             config = GenerationConfig(max_new_tokens=n, do_sample=True, temperature=args.temperature, top_k=0,
                                       top_p=1.0, eos_token_id=lm.model.config.vocab_size - 1, pad_token_id=pad)
