@@ -77,7 +77,8 @@ def main() -> None:
 
             from hista.models.packed import packed_linears  # imported here: older checkouts lack it
 
-            # EOS set to an id the model never samples here, so that every row decodes n tokens
+            # EOS is the last vocabulary id, which the model all but never samples, so rows decode n tokens;
+            # the tokens are counted either way
             config = GenerationConfig(max_new_tokens=n, do_sample=True, temperature=args.temperature, top_k=0,
                                       top_p=1.0, eos_token_id=lm.model.config.vocab_size - 1, pad_token_id=pad)
             cache = ContinuousBatchingConfig(num_blocks=32, page_size=64, max_batch_tokens=1024,
