@@ -155,6 +155,47 @@ def test_a_shared_prefix_gives_what_encoding_each_row_gives(tiny):
             torch.testing.assert_close(torch.tensor(a), torch.tensor(b), atol=1e-4, rtol=0)
 
 
+def _qwen2():
+    from transformers import Qwen2Config, Qwen2ForCausalLM
+
+    with torch.random.fork_rng():
+        torch.manual_seed(0)
+        return Qwen2ForCausalLM(Qwen2Config(vocab_size=300, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+                                            num_attention_heads=4, num_key_value_heads=2)).eval()
+
+
+@pytest.mark.parametrize("family", ["llama", "qwen2"])
+def test_llama_decoder_steps_equal_the_module_stack(tiny, family, monkeypatch):
+    """Two prefixes, rows finishing early (so finished rows are dropped), Llama (the ``tiny``
+    model) and Qwen2 (biased q/k/v projections): decode steps without transformers' module
+    stack sample the same tokens with the same log-probs (1e-5) as the module stack; with
+    gradients on, the model is not supported and decodes through the stack."""
+    from hista.rollout import llama_decode
+    from hista.rollout.engine import sample_continuations
+
+    model = tiny.model if family == "llama" else _qwen2()
+    with torch.no_grad():
+        assert llama_decode.supported(model)
+    assert not llama_decode.supported(model)  # gradients on: no packed weights
+
+    def draw():
+        generator = torch.Generator().manual_seed(5)
+        return sample_continuations(model, [[1, 2, 3, 4, 5, 6], [7, 8, 9]], [0, 0, 0, 1, 1, 1], max_new_tokens=16,
+                                    temperature=1.0, top_p=0.9, eos=list(range(0, model.config.vocab_size, 12)),
+                                    pad=0, generator=generator)
+
+    steps = []
+    monkeypatch.setattr(llama_decode.Decoder, "step",
+                        lambda self, *a, step=llama_decode.Decoder.step: steps.append(1) or step(self, *a))
+    fast = draw()
+    monkeypatch.setattr(llama_decode, "supported", lambda model: False)
+    stack = draw()
+    assert steps and len({len(tokens) for tokens, _ in fast}) > 1
+    assert [tokens for tokens, _ in fast] == [tokens for tokens, _ in stack]
+    for (_, a), (_, b) in zip(fast, stack):
+        torch.testing.assert_close(torch.tensor(a), torch.tensor(b), atol=1e-5, rtol=0)
+
+
 def test_shared_prefix_attention_equals_attention_over_the_concatenated_keys():
     """Random queries, left-padded prefixes of three lengths and per-row keys: the merged
     attention equals SDPA over [prefix, own keys] row by row (float rounding)."""

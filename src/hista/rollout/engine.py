@@ -14,7 +14,7 @@ from ..models import LoadedModel
 from ..models.forward import cache_argument
 from ..models.packed import packed_linears
 from ..types import Rollout
-from . import prefix_attention
+from . import llama_decode, prefix_attention
 from .offsets import decode_with_offsets
 
 SYSTEM_PROMPT = (
@@ -161,8 +161,10 @@ def sample_continuations(model, prefixes: Sequence[Sequence[int]], sources: Sequ
     after an EOS token, and finished rows are dropped from the batch (and the cache) as they
     accumulate. When the rows of each prefix are contiguous and the model's layers all use
     full attention, the prefix's keys and values stay one copy that its rows' decode steps read
-    once (:mod:`hista.rollout.prefix_attention`); otherwise they are copied to every row. Linear
-    layers run on oneDNN's packed weights on CPU (:mod:`hista.models.packed`). Sampling is
+    once (:mod:`hista.rollout.prefix_attention`), through Llama-family models' layers without
+    transformers' module stack where :mod:`hista.rollout.llama_decode` supports the model;
+    otherwise they are copied to every row. Linear layers run on oneDNN's packed weights on CPU
+    (:mod:`hista.models.packed`). Sampling is
     transformers' ``do_sample`` with ``temperature``, ``top_p`` and no top-k (greedy when
     ``temperature`` is 0), drawn from ``generator``. Returns per row the completion ids (up to
     and including the EOS) and log p(token) under softmax(logits / temperature) before top-p,
@@ -174,6 +176,7 @@ def sample_continuations(model, prefixes: Sequence[Sequence[int]], sources: Sequ
         mask = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in prefixes], device=device)
         positions = (mask.cumsum(-1) - 1).clamp(min=0)
         shared = list(sources) == sorted(sources) and prefix_attention.supported(model)
+        fast = shared and llama_decode.supported(model)
         if shared:
             from transformers import DynamicCache
 
@@ -189,7 +192,8 @@ def sample_continuations(model, prefixes: Sequence[Sequence[int]], sources: Sequ
             prefix = prefix_attention.SharedPrefix([layer.keys for layer in cache.layers],
                                                    [layer.values for layer in cache.layers],
                                                    [len(p) for p in prefixes], list(sources))
-            cache = _reserved_cache(model.config, max_new_tokens)
+            cache = llama_decode.Decoder(model, len(rows), max_new_tokens) if fast else _reserved_cache(
+                model.config, max_new_tokens)
         else:
             prefix = None
             cache.batch_select_indices(rows)
@@ -231,6 +235,8 @@ def sample_continuations(model, prefixes: Sequence[Sequence[int]], sources: Sequ
                 mask = torch.cat([mask, mask.new_ones(len(alive), 1)], dim=1)
                 logits = model(input_ids=chosen, attention_mask=mask, position_ids=position, use_cache=True,
                                logits_to_keep=1, **{cache_arg: cache}).logits[:, -1].float()
+            elif fast:
+                logits = cache.step(chosen, position, prefix)
             else:
                 logits = prefix_attention.decode_step(model, chosen, position, cache, cache_arg, prefix)
             position = position + 1

@@ -71,24 +71,32 @@ def _attention(module, query: torch.Tensor, key: torch.Tensor, value: torch.Tens
     if query.shape[2] != 1 or kwargs.get("sliding_window") or kwargs.get("softcap"):
         raise ValueError("shared-prefix attention handles one new token per row, full attention, no softcap")
     batch, heads, _, dim = query.shape
-    kv_heads = key.shape[1]
-    scale = scaling if scaling is not None else dim ** -0.5
-    q = query.reshape(batch, kv_heads, heads // kv_heads, dim)  # the query heads that share one KV head
-    own, own_lse = _flash(q, key, value, scale)
-    keys, values = shared_prefix.keys[module.layer_idx], shared_prefix.values[module.layer_idx]
+    q = query.reshape(batch, key.shape[1], heads // key.shape[1], dim)  # the query heads that share one KV head
+    mixed = attend(q, key, value, shared_prefix, module.layer_idx, scaling if scaling is not None else dim ** -0.5)
+    shared_prefix.calls += 1
+    return mixed.reshape(batch, 1, heads, dim), None
+
+
+def attend(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, prefix: SharedPrefix, layer: int,
+           scale: float) -> torch.Tensor:
+    """Attention [B, KV, R, D] of ``query`` [B, KV, R, D] (the R query heads of each KV head) over
+    each row's prefix in layer ``layer`` of ``prefix`` and its own ``key`` / ``value``
+    [B, KV, S, D]: each part attended separately, the two weighted by their shares of the
+    softmax mass (SPEC §7)."""
+    kv_heads, dim = key.shape[1], query.shape[-1]
+    own, own_lse = _flash(query, key, value, scale)
+    keys, values = prefix.keys[layer], prefix.values[layer]
     outs, lses = [], []
-    for prefix, start, end in shared_prefix.groups:
+    for source, start, end in prefix.groups:
         # all of the group's queries against its prefix (the valid, right end of the padded prefix)
-        rows = q[start:end].transpose(0, 1).reshape(1, kv_heads, -1, dim)
-        first = keys.shape[2] - shared_prefix.lengths[prefix]
-        out, lse = _flash(rows, keys[prefix : prefix + 1, :, first:], values[prefix : prefix + 1, :, first:], scale)
+        rows = query[start:end].transpose(0, 1).reshape(1, kv_heads, -1, dim)
+        first = keys.shape[2] - prefix.lengths[source]
+        out, lse = _flash(rows, keys[source : source + 1, :, first:], values[source : source + 1, :, first:], scale)
         outs.append(out.view(kv_heads, end - start, -1, dim).transpose(0, 1))
         lses.append(lse.view(kv_heads, end - start, -1).transpose(0, 1))
     out, lse = (torch.cat(outs), torch.cat(lses)) if len(outs) > 1 else (outs[0], lses[0])
     # the prefix's share of the softmax mass is sigmoid(lse - own_lse)
-    mixed = torch.lerp(own, out, torch.sigmoid(lse - own_lse).unsqueeze(-1))
-    shared_prefix.calls += 1
-    return mixed.reshape(batch, 1, heads, dim), None
+    return torch.lerp(own, out, torch.sigmoid(lse - own_lse).unsqueeze(-1))
 
 
 def supported(model: torch.nn.Module) -> bool:
