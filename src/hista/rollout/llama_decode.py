@@ -33,16 +33,18 @@ def supported(model: torch.nn.Module) -> bool:
     :data:`FAMILY` with full attention everywhere (:func:`prefix_attention.supported`), whose
     layers have Llama's modules, and oneDNN's packed linears available."""
     layers = _layers(model)
-    names = ("input_layernorm", "post_attention_layernorm", "self_attn.q_proj", "self_attn.k_proj",
-             "self_attn.v_proj", "self_attn.o_proj", "mlp.gate_proj", "mlp.up_proj", "mlp.down_proj", "mlp.act_fn")
+    parts = ("input_layernorm", "post_attention_layernorm", "self_attn.q_proj", "self_attn.k_proj",
+             "self_attn.v_proj", "self_attn.o_proj", "self_attn.scaling", "mlp.gate_proj", "mlp.up_proj",
+             "mlp.down_proj", "mlp.act_fn")
 
-    def has(layer, name: str) -> bool:
+    def has(owner, name: str) -> bool:
         for part in name.split("."):
-            layer = getattr(layer, part, None)
-        return layer is not None
+            owner = getattr(owner, part, None)
+        return owner is not None
 
     return (getattr(model.config, "model_type", None) in FAMILY and bool(layers)
-            and all(has(layer, name) for layer in layers for name in names)
+            and all(has(model, name) for name in ("lm_head", "model.embed_tokens", "model.rotary_emb", "model.norm"))
+            and all(has(layer, name) for layer in layers for name in parts)
             and not any(hasattr(layer.self_attn, "q_norm") for layer in layers)
             and all(p.dtype == torch.float32 for p in model.parameters())
             and packed.available(model) and prefix_attention.supported(model))
@@ -51,11 +53,12 @@ def supported(model: torch.nn.Module) -> bool:
 class Decoder:
     """Decode steps of ``model`` (see :func:`supported`) for ``rows`` rows of at most
     ``capacity`` generated tokens each, attending to a :class:`prefix_attention.SharedPrefix`.
-    Call within :func:`hista.models.packed.packed_linears`, or pay for packing the weights."""
+    Its products use the packed weights that :func:`hista.models.packed.packed_linears` uses
+    (packed once per version of the weights)."""
 
     def __init__(self, model: torch.nn.Module, rows: int, capacity: int):
-        inner, first = model.model, _layers(model)[0].self_attn
-        self.model, self.inner = model, inner
+        self.inner = inner = model.model
+        first = inner.layers[0].self_attn
         self.heads, self.kv_heads, self.dim = (model.config.num_attention_heads, model.config.num_key_value_heads,
                                                first.head_dim)
         self.layers = []
