@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import weakref
-from typing import Iterator
+from typing import Callable, Iterator
 
 import torch
 
@@ -68,7 +68,7 @@ def _packed(group: list[torch.nn.Linear]) -> tuple[torch.Tensor, torch.Tensor | 
     return cached[1], cached[2]
 
 
-def product(group: list[torch.nn.Linear]):
+def product(group: list[torch.nn.Linear]) -> Callable[[torch.Tensor], torch.Tensor]:
     """``x -> [m(x) for m in group]`` side by side in one float32 product on the group's packed
     weights (SPEC §12): what :func:`packed_linears` computes for the group, without the modules.
     For CPU float32 inputs without gradients (see :func:`available`)."""

@@ -161,10 +161,10 @@ def sample_continuations(model, prefixes: Sequence[Sequence[int]], sources: Sequ
     after an EOS token, and finished rows are dropped from the batch (and the cache) as they
     accumulate. When the rows of each prefix are contiguous and the model's layers all use
     full attention, the prefix's keys and values stay one copy that its rows' decode steps read
-    once (:mod:`hista.rollout.prefix_attention`), through Llama-family models' layers without
-    transformers' module stack where :mod:`hista.rollout.llama_decode` supports the model;
-    otherwise they are copied to every row. Linear layers run on oneDNN's packed weights on CPU
-    (:mod:`hista.models.packed`). Sampling is
+    once (:mod:`hista.rollout.prefix_attention`); otherwise they are copied to every row. Those
+    shared-prefix steps run without transformers' module stack where
+    :mod:`hista.rollout.llama_decode` supports the model (Llama-family layers on CPU). Linear
+    layers run on oneDNN's packed weights on CPU (:mod:`hista.models.packed`). Sampling is
     transformers' ``do_sample`` with ``temperature``, ``top_p`` and no top-k (greedy when
     ``temperature`` is 0), drawn from ``generator``. Returns per row the completion ids (up to
     and including the EOS) and log p(token) under softmax(logits / temperature) before top-p,
