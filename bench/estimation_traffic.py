@@ -15,8 +15,9 @@ requires unless ``allow_split_groups: true``): nothing crosses processes while a
 computed (TRL has already gathered the rewards), and each process holds its own rows only.
 Split path (``hista.train.split``, a layout whose groups span processes): a group's owner (the
 process holding its first row) receives the other rows of its groups, their ids and the part
-past the prompt of what the estimator reads (Hista's default profile: its smoothed vectors at
-every ``stride``-th position, float32; otherwise the completion tokens' hidden states), and
+past the prompt of what the estimator reads (Hista with a fixed stride, e.g. its paper profile:
+its smoothed vectors at every ``stride``-th position, float32; otherwise, the default profile's
+rule-resolved stride included, the completion tokens' hidden states), and
 sends their advantages back (float32); the column shows the process that receives most.
 The ``critic`` estimator (PPO) still gathers ids and masks, so that its copies on every process
 train on the same groups; it reads no captured hidden states.
@@ -61,8 +62,8 @@ def traffic(path: Path, prompt_tokens: int, overrides: list[str]) -> dict:
     completion = recipe.trl["max_completion_length"]
     received, states = [0] * world, [0] * world  # the split path: rows to their owners, advantages back
     sent_states = completion * hidden * dtype_bytes if per_row_hidden else 0  # raw completion states
-    if per_row_hidden and est.profile == "default" and hasattr(est.config, "stride"):  # Hista's representation
-        stride = est.config.stride
+    stride = getattr(est.config, "stride", None)  # Hista's representation: a fixed stride, not the reference's
+    if per_row_hidden and est.name == "hista" and est.profile != "reference" and stride:
         sent_states = (-(-width // stride) - -(-prompt_tokens // stride)) * hidden * 4
     for row in range(total):
         holder, owner = row // rows, (row // layout["num_generations"] * layout["num_generations"]) // rows

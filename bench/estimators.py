@@ -1,14 +1,16 @@
 """Speed and memory of the estimators' ``token_advantages`` (SPEC §12, issue: estimators).
 
-    python bench/estimators.py                      # full grid: G 8/16/32 x T 512..4096, H 576 (+ one H 1536 row)
-    python bench/estimators.py --quick              # G 8/16 x T 512/1024
+    python bench/estimators.py                      # G16·T256·H576 and G32·T4096·H1536
+    python bench/estimators.py --full               # + G 8/16/32 x T 512..4096 at H 576
     python bench/estimators.py --grid 16:2048,32:4096:1536
 
-For every (G, T, H) it prints the wall time and peak extra memory (RSS on CPU, allocator
-peak on CUDA) of hista (default profile), numca and grpo on one random group, and the time
-of the *floor*: a bare ``torch.cdist`` over every rollout pair of compressed hidden states
-of the same size, which any exact MinDistance computation must at least do. It ends with
-the scaling exponent of Hista's time in T (least squares on log time vs log T per G).
+For every (G, T, H) it prints the interval and stride the default profile's structure rule
+resolves to, the wall time and peak extra memory (RSS on CPU, allocator peak on CUDA) of
+Hista's default profile and of its paper profile (interval 50, stride 5) on one random group,
+their ratio, the *floor* (a bare ``torch.cdist`` over every rollout pair of hidden states
+compressed at the default's stride, which any exact MinDistance computation must at least
+do), the probe (data, fit and advantages of one group), numca and grpo. With ``--full`` it
+ends with the scaling exponent of Hista's time in T (least squares on log time vs log T per G).
 """
 
 from __future__ import annotations
@@ -110,39 +112,51 @@ def floor(group: RolloutGroup, stride: int) -> None:
         torch.cdist(query.expand_as(comp), comp)
 
 
+def probe_step(probe, group: RolloutGroup, other: RolloutGroup) -> None:
+    """What the probe costs per group in training: its data (sufficient statistics), a fit on
+    another group's data, the fitted probe's advantages."""
+    probe.fitted(probe.data(other)).token_advantages(group)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--quick", action="store_true", help="G 8/16 x T 512/1024 only")
+    ap.add_argument("--full", action="store_true", help="G 8/16/32 x T 512..4096 at H 576, and the default cells")
     ap.add_argument("--grid", default=None, help="comma list of G:T[:H] cells, e.g. 16:2048,32:4096:1536")
     ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     ap.add_argument("--repeat", type=int, default=2, help="best of N runs (default 2)")
     args = ap.parse_args()
 
+    cells = [(16, 256, 576), (32, 4096, 1536)]
     if args.grid:
         cells = [tuple(int(x) for x in c.split(":")) for c in args.grid.split(",")]
-    elif args.quick:
-        cells = [(G, T) for G in (8, 16) for T in (512, 1024)]
-    else:
-        cells = [(G, T) for G in (8, 16, 32) for T in (512, 1024, 2048, 4096)] + [(16, 2048, 1536)]
+    elif args.full:
+        cells = [(G, T) for G in (8, 16, 32) for T in (512, 1024, 2048, 4096)] + cells
     cells = [c if len(c) == 3 else (*c, 576) for c in cells]
-    hista, numca, grpo = get("hista"), get("numca"), get("grpo")
-    stride = hista.config.stride
+    hista, paper, probe = get("hista"), get("hista", profile="paper"), get("probe")
+    numca, grpo = get("numca"), get("grpo")
     print(f"device {args.device}, torch threads {torch.get_num_threads()}, best of {args.repeat}; "
-          f"time in s, peak extra memory in MiB")
-    head = (f"{'G':>3s} {'T':>5s} {'H':>5s} | {'hista':>8s} {'MiB':>6s} | {'numca':>7s} {'MiB':>5s} | {'grpo':>7s} | "
-            f"{'floor':>7s} {'hista/floor':>11s}")
+          f"time in s, peak extra memory in MiB; P = {PROMPT}")
+    head = (f"{'G':>3s} {'T':>5s} {'H':>5s} | {'interval':>8s} {'stride':>6s} | {'hista':>8s} {'MiB':>6s} | "
+            f"{'paper':>8s} {'MiB':>6s} | {'hista/paper':>11s} | {'floor':>7s} {'hista/floor':>11s} | "
+            f"{'probe':>7s} {'MiB':>5s} | {'numca':>7s} | {'grpo':>7s}")
     print(head)
     times: dict[int, list[tuple[int, float]]] = {}
     for G, T, H in cells:
         group = make_group(G, T, H, device=args.device)
+        other = make_group(G, T, H, seed=1, device=args.device)
+        interval, stride = hista.structure(group.rollouts)
         t_h, m_h = timed(lambda g=group: hista.token_advantages(g), args.device, args.repeat)
-        t_n, m_n = timed(lambda g=group: numca.token_advantages(g), args.device, args.repeat)
+        t_p, m_p = timed(lambda g=group: paper.token_advantages(g), args.device, args.repeat)
+        t_f, _ = timed(lambda g=group, s=stride: floor(g, s), args.device, args.repeat)
+        t_q, m_q = timed(lambda g=group, o=other: probe_step(probe, g, o), args.device, args.repeat)
+        t_n, _ = timed(lambda g=group: numca.token_advantages(g), args.device, args.repeat)
         t_g, _ = timed(lambda g=group: grpo.token_advantages(g), args.device, args.repeat)
-        t_f, _ = timed(lambda g=group: floor(g, stride), args.device, args.repeat)
-        line = (f"{G:3d} {T:5d} {H:5d} | {t_h:8.3f} {m_h / 2**20:6.0f} | {t_n:7.3f} {m_n / 2**20:5.0f} | "
-                f"{t_g:7.4f} | {t_f:7.3f} {t_h / t_f:10.2f}x")
+        line = (f"{G:3d} {T:5d} {H:5d} | {interval:8d} {stride:6d} | {t_h:8.3f} {m_h / 2**20:6.0f} | "
+                f"{t_p:8.3f} {m_p / 2**20:6.0f} | {t_h / t_p:10.2f}x | {t_f:7.3f} {t_h / t_f:10.2f}x | "
+                f"{t_q:7.3f} {m_q / 2**20:5.0f} | {t_n:7.3f} | {t_g:7.4f}")
         print(line, flush=True)
-        if H == 576:
+        del group, other
+        if H == 576 and args.full:
             times.setdefault(G, []).append((T, t_h))
     for G, pts in times.items():
         if len(pts) >= 2:

@@ -47,9 +47,10 @@ def _group(est, specs: list[tuple[list[str], float]], seed: int = 0) -> RolloutG
     return group
 
 
-def _random_specs(seed: int, size: int) -> list[tuple[list[str], float]]:
+def _random_specs(seed: int, size: int, longest: int = 12) -> list[tuple[list[str], float]]:
     rng = random.Random(seed)
-    return [([rng.choice(PIECES) for _ in range(rng.randint(1, 12))], float(rng.random() < 0.5)) for _ in range(size)]
+    return [([rng.choice(PIECES) for _ in range(rng.randint(1, longest))], float(rng.random() < 0.5))
+            for _ in range(size)]
 
 
 @pytest.fixture(scope="module")
@@ -151,9 +152,54 @@ def test_declarations_and_strict_configuration(name, profile):
     est = estimators.get(name, profile=profile)
     for flag in ("needs_hidden", "needs_text", "needs_continuations", "needs_model"):
         assert isinstance(getattr(est, flag), bool)
-    assert isinstance(est.hidden_layer(), int)
+    assert isinstance(est.hidden_layer(30), int) and -31 <= est.hidden_layer(30) <= -1
     assert est.__doc__ and type(est).state_values.__doc__
     with pytest.raises(InputError, match="bogus_parameter"):
         estimators.get(name, profile=profile, bogus_parameter=1)
     with pytest.raises(InputError, match="no profile"):
         estimators.get(name, profile="no-such-profile")
+
+
+def _fitted(est, group: RolloutGroup, seed: int):
+    """The estimator ready to score ``group``: one that learns across groups (the probe) is
+    fitted on three other random groups of the same batch first."""
+    if not est.learns_across_groups:
+        return est
+    others = [_group(est, _random_specs(100 + seed * 7 + k, 5), 100 + seed * 7 + k) for k in range(3)]
+    return est.for_batch(others + [group])[-1]
+
+
+def _identity_gaps(est, seed: int) -> list[float]:
+    """|A(λ=1)[t] − (R_i − V(i, t))| at every state the advantage chain reads a value at
+    (``value_points``), and |A − (R − V(point))| at every token of the segment that point starts."""
+    group = _group(est, _random_specs(seed, 6, longest=90), seed)  # long enough for several milestones and nodes
+    est = _fitted(est, group, seed)
+    adv = est.token_advantages(group, gae_lambda=1.0, scale="none")
+    points = est.value_points(group)
+    states = [State(rollout=i, t=t) for i, ts in enumerate(points) for t in ts]
+    values = est.state_values(group, states).tolist() if states else []
+    gaps, k = [], 0
+    for i, ts in enumerate(points):
+        r = group.rollouts[i]
+        ends = list(ts[1:]) + [len(r.completion_ids)]
+        for t, end in zip(ts, ends):
+            gaps += [abs(float(adv[i][u]) - (r.reward - values[k])) for u in range(t, end)]
+            k += 1
+    return gaps
+
+
+@pytest.mark.parametrize("name, profile", METHODS, ids=IDS)
+def test_state_values_are_the_values_the_advantages_read(name, profile, request):
+    """The value/advantage identity (docs/estimators.md): an estimator's ``state_values`` and
+    ``token_advantages`` describe one estimator, so SVEB scores what training uses. With λ = 1
+    and no scaling, every token from a state the advantage chain reads up to the next such
+    state gets A = R_i − V(i, state). A profile that reproduces a public implementation whose
+    training and SVEB rules disagree (``reproduces``) is exempt, and must really differ on one
+    of these groups (otherwise its exemption is stale)."""
+    est = _estimator(name, profile, request)
+    gaps = [gap for seed in range(6) for gap in _identity_gaps(est, seed)]
+    assert gaps, "no token was checked"
+    if est.reproduces:
+        assert max(gaps) > 1e-4, f"{name}-{profile} declares reproduces= but satisfies the identity"
+    else:
+        assert max(gaps) < 1e-5

@@ -114,6 +114,7 @@ def test_registry_errors_and_config_json():
 def test_unknown_profile_names_the_estimators_with_profiles(name):
     with pytest.raises(ValueError, match=f"estimator '{name}' has no profile 'reference'") as error:
         get(name, profile="reference")
-    assert "hista (default, reference)" in str(error.value) and "numca (default, reference)" in str(error.value)
-    assert profiles(name) == ["default"] and profiles("hista") == profiles("numca") == ["default", "reference"]
+    assert "hista (default, paper, reference)" in str(error.value) and "numca (default, reference)" in str(error.value)
+    assert profiles(name) == ["default"] and profiles("numca") == ["default", "reference"]
+    assert profiles("hista") == ["default", "paper", "reference"]
     assert "hista-reference" not in names() and get("numca", profile="reference").profile == "reference"

@@ -221,7 +221,7 @@ def test_config_validation_and_record():
     est = get("hista", profile="reference", max_k=10)
     assert isinstance(est, Hista) and est.to_dict()["config"]["profile"] == "reference"
     assert est.to_dict()["config"]["max_k"] == 10 and get("hista").config.profile == "default"
-    for bad in (dict(profile="paper"), dict(alpha=1.0), dict(stride=0), dict(min_distance=0.0),
+    for bad in (dict(profile="nope"), dict(alpha=1.0), dict(stride=0), dict(min_distance=0.0),
                 dict(min_k=7, max_k=6), dict(power=-1.0), dict(profile="reference", include_self=False),
                 dict(nodes=3)):
         with pytest.raises(ValueError):
@@ -408,6 +408,36 @@ def test_default_profile_matches_the_naive_oracle(seed, flags):
     assert external.item() == pytest.approx(want_external, abs=1e-5)
 
 
+# --- the structure rule ---------------------------------------------------------------------
+
+
+def test_structure_rule_follows_the_model_and_the_responses():
+    """docs/estimators.md "Structure rule": the layer at depth 23/30 (SmolLM2's 30 layers: −8;
+    a 36-layer Qwen: −9; tiny's 2: −1), interval 10 and stride 1 for short responses, grown at
+    4,096 tokens to keep the work near the paper setting's; explicit values win."""
+    from hista.estimators.hista import MAX_NODES, MAX_VECTORS, rule_interval, rule_stride
+
+    est = get("hista")
+    assert [est.hidden_layer(n) for n in (30, 36, 28, 2)] == [-8, -9, -8, -1]
+    with pytest.raises(ValueError, match="num_layers"):
+        est.hidden_layer()
+    assert get("hista", layer=-4).hidden_layer(36) == -4 and get("probe").hidden_layer(30) == -12
+    assert rule_interval(29) == rule_interval(256) == rule_interval(MAX_NODES * 10) == 10
+    assert rule_interval(4096) == 36 and rule_stride(200, 4096) == 4 and rule_stride(50, 96) == 1
+    assert rule_stride(0, MAX_VECTORS) == 1 and rule_stride(0, MAX_VECTORS + 1) == 2
+    group = random_group(4)
+    assert est.resolved(group) == {"interval": 10, "stride": 1}
+    assert get("hista", interval=50).resolved(group) == {"interval": 50, "stride": 1}
+    assert get("hista", profile="paper").resolved(group) == {"interval": 50, "stride": 5}
+    assert get("hista", profile="paper").hidden_layer(30) == -1
+    # the rule is applied, not just reported: the default equals the explicit setting it resolves to
+    explicit = get("hista", interval=10, stride=1)
+    for got, want in zip(est.token_advantages(group), explicit.token_advantages(group)):
+        torch.testing.assert_close(got, want)
+    with pytest.raises(ValueError, match="no structure rule"):
+        get("hista", profile="reference", interval=None)
+
+
 # --- reference profile ----------------------------------------------------------------------
 
 
@@ -497,7 +527,8 @@ def test_precomputed_representations_give_the_same_advantages(include_prompt):
     """Split training estimation (SPEC §9): representations computed per rollout (as on the
     process holding it), with the shared prompt vectors taken from another rollout of the
     group, give the advantages of the estimator reading hidden states. The reference profile
-    has none (it is sent hidden states)."""
+    has none (it is sent hidden states), nor has the default profile when its stride is left
+    to the structure rule (resolved from the whole group's lengths)."""
     g = torch.Generator().manual_seed(5)
     prompt = [3, 1, 4, 1, 5, 9, 2]
     prompt_states = torch.randn(len(prompt), 16, generator=g)
@@ -506,14 +537,15 @@ def test_precomputed_representations_give_the_same_advantages(include_prompt):
         hidden = torch.cat([prompt_states, torch.randn(length, 16, generator=g)])
         rollouts.append(Rollout(prompt_ids=prompt, completion_ids=list(range(length)), reward=float(i % 2),
                                 hidden=hidden))
-    est = get("hista", interval=4, max_k=6, min_k=2, include_prompt=include_prompt)
+    est = get("hista", interval=4, stride=3, max_k=6, min_k=2, include_prompt=include_prompt)
     want = est.token_advantages(RolloutGroup(rollouts), gae_lambda=0.9)
     found = [est.represent(r) for r in rollouts]
     shared = found[0][1]
-    assert shared == ((len(prompt) - 1) // est.config.stride + 1 if include_prompt else 0)
+    assert shared == ((len(prompt) - 1) // 3 + 1 if include_prompt else 0)
     head = found[0][0][:shared]  # the prompt's vectors of one rollout serve the group
     stripped = [Rollout(prompt_ids=r.prompt_ids, completion_ids=r.completion_ids, reward=r.reward) for r in rollouts]
     group = RolloutGroup(stripped, representations=[torch.cat([head, rep[n:]]) for rep, n in found])
     for got, expected in zip(est.token_advantages(group, gae_lambda=0.9), want):
         torch.testing.assert_close(got, expected)
     assert get("hista", profile="reference").represent(rollouts[0]) is None
+    assert get("hista").represent(rollouts[0]) is None and get("hista", profile="paper").represent(rollouts[0])

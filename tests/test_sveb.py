@@ -82,7 +82,10 @@ def test_eval_and_report(built, tmp_path, capsys):
     assert _eval(built, results) == 0
     data = json.loads(results.read_text())
     assert len(data["cases"]) == 4
-    assert set(data["methods"]) == {"grpo", "numca", "numca-reference", "hista", "hista-reference"}
+    assert set(data["methods"]) == {"grpo", "numca", "numca-reference", "hista", "hista-paper", "hista-reference",
+                                    "probe"}
+    assert data["fits"]["probe"]["folds"] == 4 and data["layers"] == {"hista": -1, "hista-paper": -1,
+                                                                      "hista-reference": -1, "probe": -2}
     for row in data["cases"]:
         assert set(row["values"]) == set(data["methods"]) and 0 <= row["values"]["grpo"] <= 1
     assert main(["sveb", "report", "--results", str(results), "--out", str(tmp_path / "report")]) == 0
@@ -269,6 +272,12 @@ def test_hista_layer_in_sveb_eval(built, tmp_path, monkeypatch):
     assert results["methods"][methods[2]]["config"]["layer"] == -2
     values = [tuple(r["values"][m] for m in methods) for r in results["cases"]]
     assert all(a == b for a, b, _ in values) and any(a != c for a, _, c in values)
+    # the default profile's layer is resolved for the model (tiny: 2 layers, depth 23/30 -> -1) and recorded,
+    # and so are the interval and stride the structure rule gave each case's group
+    assert results["methods"][methods[0]]["config"]["layer"] is None and results["layers"][methods[0]] == -1
+    assert results["layers"][methods[2]] == -2
+    assert all(r["structure"][methods[0]] == {"interval": 10, "stride": 1} for r in results["cases"])
+    assert all(r["structure"][methods[2]] == {"interval": 10, "stride": 1} for r in results["cases"])
 
 
 def test_states_of_one_problem_share_a_forward_pass(tmp_path, monkeypatch):
@@ -290,7 +299,9 @@ def test_states_of_one_problem_share_a_forward_pass(tmp_path, monkeypatch):
     results = sveb_eval.evaluate(cases, methods, progress=False, n_boot=10)
     assert len(results["cases"]) == 8 and len(calls) == 4
     chosen = sveb_eval.build_methods(methods)
-    alone = [sveb_eval.evaluate_case(r, chosen, sveb_eval.load("tiny"), cases)["values"] for r in records]
+    lm, layers = sveb_eval.open_model(chosen, cases, "tiny", records[0]["settings"]["revision"])
+    setup = sveb_eval.Setup(chosen, lm, layers)
+    alone = [sveb_eval.evaluate_case(r, setup, cases)["values"] for r in records]
     assert [row["values"] for row in results["cases"]] == alone
 
 

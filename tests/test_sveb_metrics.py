@@ -143,6 +143,50 @@ def test_bootstrap_ci_edge_cases():
         bootstrap_ci([1.0, 2.0], n_boot=0)
 
 
+def test_bootstrap_ci_resamples_problems_when_cases_share_them():
+    """Problem a holds three cases with error 0, problem b one with error 1. A resample draws two
+    problems: (a, a) -> 0, (a, b) -> 1/4 (sum 1 over 4 cases, not the mean 1/2 of the problem
+    means), (b, b) -> 1, with probabilities 1/4, 1/2, 1/4."""
+    errors, clusters = [0.0, 0.0, 0.0, 1.0], ["a", "a", "a", "b"]
+    lo, hi = bootstrap_ci(errors, n_boot=2000, seed=0, clusters=clusters)
+    assert (lo, hi) == (0.0, 1.0)
+    assert bootstrap_ci(errors, n_boot=2000, seed=0, level=0.2, clusters=clusters) == (0.25, 0.25)
+    # resampling the four cases as if independent: P(mean = 1) = 1/256, so the interval ends at 3/4
+    assert bootstrap_ci(errors, n_boot=2000, seed=0) == (0.0, 0.75)
+    # NaN entries are dropped with their labels; a label that no longer repeats: case resampling
+    assert bootstrap_ci([0.0, math.nan, 0.0, 0.0, 1.0], n_boot=500, seed=4, clusters=["a", "b", "a", "a", "b"]) == \
+        bootstrap_ci(errors, n_boot=500, seed=4, clusters=clusters)
+    assert bootstrap_ci([0.0, math.nan, 1.0], n_boot=500, seed=4, clusters=["a", "a", "b"]) == \
+        bootstrap_ci([0.0, 1.0], n_boot=500, seed=4)
+    with pytest.raises(ValueError, match="cluster labels"):
+        bootstrap_ci(errors, clusters=["a", "b"])
+
+
+def test_bootstrap_ci_over_problems_is_wider_when_cases_of_a_problem_agree():
+    """Two cases per problem with the same error: 40 cases but only 20 independent problems,
+    so the problem interval is about sqrt(2) times as wide as the (too narrow) case interval."""
+    per_problem = np.random.default_rng(1).random(20)
+    errors = np.repeat(per_problem, 2).tolist()
+    clusters = [f"p{k // 2}" for k in range(40)]
+    lo, hi = bootstrap_ci(errors, n_boot=4000, seed=0, clusters=clusters)
+    case_lo, case_hi = bootstrap_ci(errors, n_boot=4000, seed=0)
+    assert lo < float(np.mean(errors)) < hi
+    assert hi - lo > 1.2 * (case_hi - case_lo)
+    # the same interval as resampling the 20 problem errors themselves (equal-sized problems)
+    assert (lo, hi) == pytest.approx(bootstrap_ci(per_problem.tolist(), n_boot=4000, seed=0), abs=1e-12)
+
+
+def test_bootstrap_ci_with_one_case_per_problem_is_the_case_bootstrap():
+    """Labels that never repeat leave the interval exactly as without them, and that is the
+    percentile bootstrap of resampled cases drawn from default_rng(seed)."""
+    errors = np.random.default_rng(3).random(200)
+    for seed, n_boot in ((0, 1000), (5, 300)):
+        plain = bootstrap_ci(errors.tolist(), n_boot=n_boot, seed=seed)
+        assert bootstrap_ci(errors.tolist(), n_boot=n_boot, seed=seed, clusters=[f"p{k}" for k in range(200)]) == plain
+        idx = np.random.default_rng(seed).integers(0, 200, size=(n_boot, 200))
+        assert plain == tuple(float(q) for q in np.quantile(errors[idx].mean(axis=1), [0.025, 0.975]))
+
+
 # --------------------------------------------------------------------------------------------
 # pearson
 # --------------------------------------------------------------------------------------------
@@ -253,6 +297,32 @@ def test_summarise_degenerate_inputs():
         summarise([{"field": "all", "target": 0.5, "values": {}}], ["grpo"])
     with pytest.raises(ValueError):
         summarise(_records(), ["grpo", "grpo"])
+
+
+def test_summarise_records_the_resampling():
+    one_each = summarise(_records(), METHODS, n_boot=200)
+    assert (one_each["resampled"], one_each["n_problems"]) == ("cases", 6)
+    errors = [abs(r["values"]["hista"] - r["target"]) for r in _records()]
+    assert (one_each["rows"]["hista"]["all"]["lo"], one_each["rows"]["hista"]["all"]["hi"]) == \
+        bootstrap_ci(errors, n_boot=200)
+
+    shared = [dict(r, case_id=f"p{i // 2}#s{i % 2}") for i, r in enumerate(_records())]  # 3 problems, 2 cases each
+    s = summarise(shared, METHODS, n_boot=200)
+    assert (s["resampled"], s["n_problems"]) == ("problems", 3)
+    clusters = ["p0", "p0", "p1", "p1", "p2", "p2"]
+    assert (s["rows"]["hista"]["all"]["lo"], s["rows"]["hista"]["all"]["hi"]) == \
+        bootstrap_ci(errors, n_boot=200, clusters=clusters)
+    assert (s["rows"]["hista"]["all"]["lo"], s["rows"]["hista"]["all"]["hi"]) != \
+        (one_each["rows"]["hista"]["all"]["lo"], one_each["rows"]["hista"]["all"]["hi"])
+    mcs1 = [mcs_error(r["continuations"], 1) for r in shared]
+    assert (s["rows"]["MCS@1"]["all"]["lo"], s["rows"]["MCS@1"]["all"]["hi"]) == \
+        bootstrap_ci(mcs1, n_boot=200, clusters=clusters)
+    # the maes do not move, and a record without a case id: cases
+    assert all(s["rows"][m][f]["mae"] == one_each["rows"][m][f]["mae"] for m in METHODS for f in s["fields"])
+    anonymous = summarise([{k: v for k, v in r.items() if k != "case_id"} for r in shared], METHODS, n_boot=200)
+    assert (anonymous["resampled"], anonymous["n_problems"]) == ("cases", None)
+    assert markdown_table(s).count("bootstrap interval over problems (cases share problems)") == 1
+    assert "bootstrap interval over cases" in markdown_table(one_each)
 
 
 # --------------------------------------------------------------------------------------------

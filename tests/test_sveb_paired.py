@@ -12,7 +12,7 @@ import pytest
 from hista.cli import main
 from hista.sveb import eval as sveb_eval
 from hista.sveb import results as sveb_results
-from hista.sveb.metrics import summarise
+from hista.sveb.metrics import bootstrap_ci, summarise
 from hista.sveb.paired import length_slices, paired_summary, position_slice
 from hista.sveb.report import paired_markdown, paired_table, slices_table, write_report
 
@@ -85,6 +85,40 @@ def test_interval_is_the_bootstrap_of_the_per_case_differences():
         cell = paired_summary(rows, ["m"], n_boot=300, seed=seed)["rows"]["m"]["all"]["all"]
         assert (cell["lo"], cell["hi"]) == (pytest.approx(lo, abs=1e-15), pytest.approx(hi, abs=1e-15))
     assert paired_summary(rows, ["m"], n_boot=300, seed=3) == paired_summary(rows, ["m"], n_boot=300, seed=3)
+
+
+def shared_rows():
+    """``four_rows`` as two problems of two states each: p0 (math) and p1 (science)."""
+    return [dict(r, case_id=f"p{i // 2}#s{i % 2}") for i, r in enumerate(four_rows())]
+
+
+def test_paired_interval_resamples_problems_when_cases_share_them():
+    """m's differences are -.25, -.125 (p0) and 0, .125 (p1): a resample of two problems has the
+    mean -.1875 (p0 twice), -.0625 (one of each) or .0625 (p1 twice), each end with chance 1/4."""
+    p = paired_summary(shared_rows(), ["m", "better"], n_boot=2000)
+    assert (p["resampled"], p["n_problems"]) == ("problems", 2)
+    cell = p["rows"]["m"]["all"]["all"]
+    assert (cell["delta"], cell["lo"], cell["hi"]) == (-0.0625, -0.1875, 0.0625)
+    d = [-0.25, -0.125, 0.0, 0.125]
+    assert (cell["lo"], cell["hi"]) == bootstrap_ci(d, n_boot=2000, clusters=["p0", "p0", "p1", "p1"])
+    # the middle 20%: one problem of each, where resampling the four cases spreads out
+    mid = paired_summary(shared_rows(), ["m"], n_boot=2000, level=0.2)["rows"]["m"]["all"]["all"]
+    assert (mid["lo"], mid["hi"]) == (-0.0625, -0.0625)
+    assert bootstrap_ci(d, n_boot=2000, level=0.2) != (-0.0625, -0.0625)
+    # one problem per field: no interval (as for one case)
+    field = p["rows"]["m"]["field"]["math"]
+    assert field["n"] == 2 and math.isnan(field["lo"]) and math.isnan(field["hi"]) and not field["excludes_zero"]
+    assert "paired bootstrap interval over problems (cases share problems) in brackets" in paired_table(p, LABELS)
+
+
+def test_paired_interval_with_one_case_per_problem_resamples_cases():
+    p = paired_summary(four_rows(), ["m"], n_boot=300, seed=7)
+    assert (p["resampled"], p["n_problems"]) == ("cases", 4)
+    cell = p["rows"]["m"]["all"]["all"]
+    assert (cell["lo"], cell["hi"]) == bootstrap_ci([-0.25, -0.125, 0.0, 0.125], n_boot=300, seed=7)
+    assert "paired bootstrap interval over cases in brackets" in paired_table(p, LABELS)
+    anonymous = paired_summary([{k: v for k, v in r.items() if k != "case_id"} for r in shared_rows()], ["m"])
+    assert (anonymous["resampled"], anonymous["n_problems"]) == ("cases", None)
 
 
 def test_same_as_grpo_is_all_ties_and_zero_interval():
@@ -266,13 +300,25 @@ def test_sveb_report_from_a_results_file_with_lengths(tmp_path):
     assert (tmp_path / "report" / "delta.png").exists()
 
 
-def test_sveb_eval_prints_the_paired_tables(tmp_path, monkeypatch, capsys):
-    rows = four_rows()
+def _printed_by_sveb_eval(rows, tmp_path, monkeypatch, capsys) -> str:
+    """What `hista sveb eval` prints for results holding ``rows`` (its evaluation replaced)."""
     results = {"methods": {k: {} for k in METHODS}, "labels": LABELS, "cases": rows,
                "summary": summarise(rows, METHODS, n_boot=50, seed=2)}
     monkeypatch.setattr(sveb_eval, "evaluate", lambda *args, **kwargs: results)
     assert main(["sveb", "eval", "--cases", str(tmp_path / "cases.jsonl"), "--methods", "m",
                  "--out", str(tmp_path / "r.json")]) == 0
-    out = capsys.readouterr().out
+    return capsys.readouterr().out
+
+
+def test_sveb_eval_prints_the_paired_tables(tmp_path, monkeypatch, capsys):
+    rows = four_rows()
+    out = _printed_by_sveb_eval(rows, tmp_path, monkeypatch, capsys)
     assert paired_markdown(rows, METHODS, LABELS, n_boot=50, seed=2) in out
     assert out.index("paired comparison with GRPO") > out.index("| Estimator |")
+
+
+def test_sveb_eval_says_the_intervals_resample_problems(tmp_path, monkeypatch, capsys):
+    out = _printed_by_sveb_eval(shared_rows(), tmp_path, monkeypatch, capsys)
+    assert "95% bootstrap interval over problems (cases share problems) in brackets" in out  # the MAE table
+    assert "95% paired bootstrap interval over problems (cases share problems) in brackets" in out
+    assert "over cases" not in out

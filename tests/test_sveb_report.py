@@ -172,3 +172,24 @@ def test_report_records_the_differences_and_draws_them_in_the_papers_order(tmp_p
     _, rows = _table_rows(md.split("## Difference from GRPO")[1], "Estimator")
     assert rows["Hista"] == ["4", "+0.062", "0.207", "0.188"]
     assert list(rows)[:2] == ["PPO-1 (λ=0.95)", "PPO-1 (λ=1.0)"]
+
+
+def test_captions_say_the_intervals_resample_problems_when_cases_share_them(tmp_path):
+    """Two states of each of two problems: every caption with an interval says it resampled problems;
+    one case per problem, or a results summary written before the key existed, says cases."""
+    recs = [dict(r, case_id=f"p{i // 2}#s{i % 2}") for i, r in enumerate(_records())]
+    s = summarise(recs, PPO_METHODS, n_boot=50)
+    assert s["resampled"] == "problems"
+    md = write_report(s, recs, PPO_METHODS, tmp_path / "shared", labels=_labels())["markdown"].read_text("utf-8")
+    phrase = "interval over problems (cases share problems) in brackets"
+    # the MAE table, how to read it, the PPO table (Table 1 layout) and the paired table
+    assert md.count(phrase) == 4 and "over cases" not in md
+    assert md.splitlines()[2].startswith("Table: SVEB mean absolute error") and phrase in md.splitlines()[2]
+
+    one_each = summarise(_records(), PPO_METHODS, n_boot=50)
+    md = write_report(one_each, _records(), PPO_METHODS, tmp_path / "one", labels=_labels())["markdown"].read_text(
+        "utf-8")
+    assert md.count("interval over cases in brackets") == 4 and "over problems" not in md
+    old = {k: v for k, v in s.items() if k not in ("resampled", "n_problems")}
+    assert "bootstrap interval over cases in brackets" in markdown_table(old)
+    assert "interval over problems (cases share problems)" in table1_markdown(table1(s), resampled="problems")

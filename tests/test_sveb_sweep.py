@@ -218,6 +218,45 @@ def test_selection_is_by_problem_and_disjoint(cases_path, tmp_path, tiny):
     assert result["selection"]["reported"]["n"] == 8  # every case held out once
 
 
+def _rows(states):
+    """Eight hand-made sweep rows: ``states`` states per problem, points "a" (close to the target)
+    and "b" (the group mean)."""
+    return [{"case_id": f"p{k // states}#s{k % states}", "field": "math", "target": (k % 4) / 4,
+             "group_mean": 0.5, "values": {"a": (k % 4) / 4 + (0.25 if k % 3 else 0.0), "b": 0.5}}
+            for k in range(8)]
+
+
+def test_sweep_intervals_resample_problems_when_cases_share_them(tmp_path):
+    from hista.sveb.metrics import bootstrap_ci
+
+    points, labels = [("a", None), ("b", None)], {"a": "A", "b": "B"}
+    rows = _rows(2)
+    summary = sveb_sweep.summarise(rows, points, labels, n_boot=300, seed=1)
+    assert summary["resampled"] == "problems"
+    diffs = [abs(r["values"]["a"] - r["target"]) - abs(r["group_mean"] - r["target"]) for r in rows]
+    a = summary["points"][0]
+    by_problem = bootstrap_ci(diffs, n_boot=300, seed=1, clusters=[f"p{k // 2}" for k in range(8)])
+    assert (a["delta_lo"], a["delta_hi"]) == by_problem != bootstrap_ci(diffs, n_boot=300, seed=1)
+    plan = selection_plan([f"p{k}" for k in range(4)], folds=2, select_on=None, seed=0)
+    selection = sveb_sweep.select(rows, ["a", "b"], labels, plan, n_boot=300, seed=1)
+    assert selection["reported"]["resampled"] == "problems"
+    result = {"cases_file": "c.jsonl", "grid": None, "base": None, **summary, "selection": selection}
+    phrase = "over problems (cases share problems)"
+    assert f"paired bootstrap 95% interval (300 resamples, seed 1) {phrase};" in sveb_sweep.markdown(result)
+    assert f"[95% interval {phrase}]" in sveb_sweep.summary_text(result)
+    paths = sveb_sweep.write_outputs(result, tmp_path)
+    assert json.loads(paths["sweep.json"].read_text())["resampled"] == "problems"
+
+    one_each = sveb_sweep.summarise(_rows(1), points, labels, n_boot=300, seed=1)
+    a = one_each["points"][0]
+    assert one_each["resampled"] == "cases"
+    assert (a["delta_lo"], a["delta_hi"]) == bootstrap_ci(diffs, n_boot=300, seed=1)  # the same diffs, per case
+    result = {**result, **one_each}
+    assert "(300 resamples, seed 1) over cases;" in sveb_sweep.markdown(result)
+    del result["resampled"]  # a sweep.json written before the key existed
+    assert "[95% interval over cases]" in sveb_sweep.summary_text(result)
+
+
 @pytest.mark.parametrize("kw, field", [
     ({"folds": 5}, "--folds"), ({"folds": 1}, "--folds"), ({"select_on": 1.0}, "--select-on"),
     ({"select_on": 0.0}, "--select-on"), ({"folds": 2, "select_on": 0.5}, "--folds"),
@@ -240,6 +279,7 @@ def test_cli_sweep(cases_path, tmp_path, capsys):
                  "--out", str(out), "--folds", "2", "--n-boot", "20"]) == 0
     printed = capsys.readouterr().out
     assert "2 points on 8 cases" in printed and "2-fold by problem" in printed and str(out / "sweep.json") in printed
+    assert "[95% interval over problems (cases share problems)]" in printed  # 2 states per problem
     assert json.loads((out / "sweep.json").read_text())["base"] == f"hista?{FINE}"
 
 

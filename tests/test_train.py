@@ -259,7 +259,7 @@ def test_unsupported_trl_flags_are_refused(tmp_path):
 
 
 @pytest.mark.parametrize("estimator, loss", [("grpo", "dapo"), ("numca", "dapo"), ("hista", "strace"),
-                                             ("hista", "gspo"), ("grpo", "dr_grpo")])
+                                             ("hista", "gspo"), ("grpo", "dr_grpo"), ("probe", "dapo")])
 def test_train_two_steps_on_tiny(tmp_path, capsys, estimator, loss):
     out = tmp_path / "run"
     code = main(["train", str(SMOKE), "model=tiny", f"output_dir={out}", f"advantage_estimator.name={estimator}",
@@ -274,6 +274,13 @@ def test_train_two_steps_on_tiny(tmp_path, capsys, estimator, loss):
                 "estimator/seconds"):
         assert key in rows[0], key
     assert "estimator/time_frac" in rows[1]
+    if estimator in ("hista", "probe"):  # the layer read (tiny: 2 layers) and Hista's resolved structure
+        assert rows[0]["estimator/layer"] == {"hista": -1, "probe": -2}[estimator]
+    if estimator == "hista":
+        assert rows[0]["estimator/interval"] == 10 and rows[0]["estimator/stride"] == 1
+    if estimator == "probe":  # its history of recent batches is in the checkpoint, for a resume
+        state = torch.load(out / "checkpoint-2" / "estimator-0.pt", weights_only=True)
+        assert len(state["history"]) == 2 and state["history"][0]["weight"] > 0
     assert all(torch.isfinite(torch.tensor(r["loss"])) for r in rows)
     assert (out / "checkpoint-2").is_dir() and (out / "final" / "config.json").is_file()
     saved = yaml.safe_load((out / "recipe.yaml").read_text())
@@ -367,18 +374,22 @@ def test_reward_curves_from_metrics_files(tmp_path):
 
 
 @pytest.mark.parametrize("estimator, processes, per_device, group", [
-    ("grpo", 2, 2, 4), ("hista", 2, 2, 4),  # each group split 2 + 2 over two processes
-    ("hista", 2, 4, 4),                     # group-local: one group per process
-    ("hista", 4, 2, 4),                     # four processes, each group split over two of them
-    ("hista", 4, 4, 4),                     # four processes, group-local
+    ("grpo", 2, 2, 4), ("hista-paper", 2, 2, 4),  # each group split 2 + 2 over two processes
+    ("hista", 2, 2, 4),                           # the structure rule's stride: hidden states travel
+    ("hista-paper", 2, 4, 4),                     # group-local: one group per process
+    ("hista-paper", 4, 2, 4),                     # four processes, each group split over two of them
+    ("hista", 4, 4, 4),                           # four processes, group-local
+    ("probe", 2, 6, 4),                           # rank 0 owns groups 0 and 1 (1 split), rank 1 group 2
+    ("probe", 2, 8, 4),                           # group-local, two groups per process
 ])
 def test_multi_process_advantages_equal_single_process(tmp_path, estimator, processes, per_device, group):
     """CPU processes (gloo) running one training step: every rank's advantages equal those of
-    the estimator run in one process on the whole batch rebuilt from all ranks' local data.
-    Group-local layouts move nothing between processes while advantages are computed (no
-    collective call at all). Split layouts gather nothing either: only the processes sharing a
-    group exchange, point to point, and for hista the hidden states that travel are the
-    completion tokens' of the rows sent to the group's owner."""
+    the estimator run in one process on the whole batch rebuilt from all ranks' local data
+    (the probe: each owner's groups fitted on one another, ``for_batch``). Group-local layouts
+    move nothing between processes while advantages are computed (no collective call at all).
+    Split layouts gather nothing either: only the processes sharing a group exchange, point to
+    point; for Hista with a fixed stride what travels is the moved rows' compressed vectors
+    past the prompt, else the completion tokens' hidden states."""
     import socket
     import subprocess
     import sys
@@ -411,27 +422,43 @@ def test_multi_process_advantages_equal_single_process(tmp_path, estimator, proc
             assert rank["calls"] and {name for name, _, _ in rank["calls"]} <= \
                 {"send", "recv", "send_object_list", "recv_object_list"}, rank["calls"]
             assert {peer for _, _, peer in rank["calls"]} <= peers - {r}
-        if estimator == "hista":  # tensors sent: the moved rows' representations past the prompt, advantages back
-            sent = sum(size for rank in ranks for name, size, _ in rank["calls"] if name == "send")
-            expected = 0
-            for i, row in enumerate(rows):
-                if holder[i] != owner[i]:
-                    rep, shared = estimators.get("hista").represent(Rollout(
-                        prompt_ids=row["prompt_ids"], completion_ids=row["completion_ids"], hidden=row["hidden"]))
-                    assert 0 < shared < rep.shape[0]
-                    expected += rep[shared:].numel() * 4 + row["advantages"].numel() * 4
-            raw = sum(row["hidden"].numel() * row["hidden"].element_size() for i, row in enumerate(rows)
-                      if holder[i] != owner[i])
+        sent = sum(size for rank in ranks for name, size, _ in rank["calls"] if name == "send")
+        moved = [(i, row) for i, row in enumerate(rows) if holder[i] != owner[i]]
+        returned = sum(row["advantages"].numel() * 4 for _, row in moved)
+        if estimator == "hista-paper":  # the moved rows' representations past the prompt, advantages back
+            expected = returned
+            for _, row in moved:
+                rep, shared = estimators.get("hista", profile="paper").represent(Rollout(
+                    prompt_ids=row["prompt_ids"], completion_ids=row["completion_ids"], hidden=row["hidden"]))
+                assert 0 < shared < rep.shape[0]
+                expected += rep[shared:].numel() * 4
+            raw = sum(row["hidden"].numel() * row["hidden"].element_size() for _, row in moved)
             assert sent == expected and sent < raw  # compressed, no prompt part, no padding, no other rows
-    est = estimators.get(estimator)
+        elif estimator != "grpo":  # the completion tokens' hidden states of the moved rows
+            completion = sum(len(row["completion_ids"]) * row["hidden"].shape[1] * row["hidden"].element_size()
+                             for _, row in moved)
+            assert sent == completion + returned
+    name, _, profile = estimator.partition("-")
+    est = estimators.get(name, profile=profile or None)
+    wholes = []
     for first in range(0, len(rows), group):
         members = rows[first: first + group]
         assert len({tuple(r["prompt_ids"]) for r in members}) == 1  # a group is one prompt's rollouts
-        whole = RolloutGroup(rollouts=[Rollout(prompt_ids=r["prompt_ids"], completion_ids=r["completion_ids"],
-                                               reward=rw, hidden=r["hidden"])
-                                       for r, rw in zip(members, rewards[first: first + group])])
-        want = est.token_advantages(whole, gae_lambda=1.0, scale="group")
-        for got, expected in zip((r["advantages"] for r in members), want):
+        wholes.append(RolloutGroup(rollouts=[Rollout(prompt_ids=r["prompt_ids"], completion_ids=r["completion_ids"],
+                                                     reward=rw, hidden=r["hidden"])
+                                             for r, rw in zip(members, rewards[first: first + group])]))
+    owners = [(first // group * group) // per_device for first in range(0, len(rows), group)]
+    fitted = [est] * len(wholes)
+    if est.learns_across_groups:  # each owner fits its groups on one another
+        for rank in set(owners):
+            mine = [k for k, o in enumerate(owners) if o == rank]
+            fresh = estimators.get(name, profile=profile or None)  # each process's probe has its own history
+            for k, probe in zip(mine, fresh.for_batch([wholes[k] for k in mine])):
+                fitted[k] = probe
+        assert any(probe.fit is not None for probe in fitted)
+    for k, whole in enumerate(wholes):
+        want = fitted[k].token_advantages(whole, gae_lambda=1.0, scale="group")
+        for got, expected in zip((r["advantages"] for r in rows[k * group: (k + 1) * group]), want):
             torch.testing.assert_close(got, expected, atol=1e-5, rtol=1e-5)
     # a half group alone would give different advantages: the test can tell
     half = RolloutGroup(rollouts=whole.rollouts[: group // 2])

@@ -5,6 +5,8 @@ saw locally, the per-token advantages it kept, and every collective or point-to-
 made while the advantages were computed (name, tensor bytes, peer).
 
     python -m torch.distributed.run --nproc_per_node N split_groups.py OUT ESTIMATOR PER_DEVICE G
+
+ESTIMATOR is a name or name-profile (``hista-paper``).
 """
 
 import os
@@ -83,7 +85,8 @@ args = GRPOConfig(output_dir=f"{out_dir}/run", per_device_train_batch_size=per_d
                   max_completion_length=6, max_steps=1, report_to="none", seed=0, save_strategy="no",
                   bf16=False, disable_tqdm=True, activation_checkpointing=False, use_cpu=True)
 trainer = HistaGRPOTrainer(model=lm.model, reward_funcs=[reward], args=args, train_dataset=data,
-                           processing_class=lm.tokenizer, advantage_estimator={"name": estimator},
+                           processing_class=lm.tokenizer,
+                           advantage_estimator=dict(zip(("name", "profile"), estimator.split("-"))),
                            loss={"name": "dapo"})
 trainer.train()
 torch.save(saved, f"{out_dir}/rank{saved['rank']}.pt")

@@ -8,6 +8,11 @@
 # is made on the selection half only, and every reported number comes from the report half.
 # Sweeps are staged: Hista's structure (layer, interval, stride) first, then its weights
 # (alpha, k, power, clamp) around the structure picked; Numca's parser and reference switches.
+# Two sweeps run on the selection half's cases alone and feed choices made across both settings
+# (docs/estimators.md "Structure rule" and "Probe"): the default profile's layer and interval,
+# and the probe's defaults. The report tables then compare the defaults (Hista's structure rule,
+# the paper profile, the probe) with GRPO, Numca and a PPO-N critic trained on the report
+# half's own rollouts (hista critic train's defaults, lambda 1).
 # Set HISTA to the hista command to use (default: hista on PATH) and PYTHON to a Python that
 # imports hista (default: python on PATH).
 set -euo pipefail
@@ -30,10 +35,17 @@ hista_best=$(picked "$dir/sweep-hista-weights")
 "$hista" sveb sweep --cases "$cases" --out "$dir/sweep-numca-reference" --select-on 0.5 --seed 0 \
     --base numca-reference --grid 'parser=default,digits;group_padding=true,false;state_value_rule=reference_sveb,macro'
 numca_best=$(picked "$dir/sweep-numca")
+"$hista" sveb sweep --cases "$dir/split/selection.jsonl" --out "$dir/sweep-hista-rule" --select-on 0.5 --seed 0 \
+    --base hista --grid 'layer=-2,-4,-6,-8,-10,-12,-14;interval=5,8,10,12,15;stride=1'
+"$hista" sveb sweep --cases "$dir/split/selection.jsonl" --out "$dir/sweep-probe" --select-on 0.5 --seed 0 \
+    --base probe --grid 'layer=-1,-4,-8,-12,-16;alpha=0,0.7,0.9;ridge=10,100,1000,10000;offset=group_mean,none'
+"$hista" critic train --cases "$dir/split/report.jsonl" --mode ppo-n --lam 1.0 --out "$dir/split/critic-report"
 
 # the tables: the report half only (the selection half's, for reference, beside them)
-methods="grpo,numca,numca-reference,hista,hista-reference,${numca_best}&label=Numca (selected),${hista_best}&label=Hista (selected)"
+methods="grpo,numca,numca-reference,hista,hista-paper,hista-reference,probe,${numca_best}&label=Numca (selected),${hista_best}&label=Hista (selected)"
+"$hista" sveb eval --cases "$dir/split/report.jsonl" --methods "$methods,ppo-n?lam=1" --critic "$dir/split/critic-report" \
+    --out "$dir/results-report.json"
+"$hista" sveb eval --cases "$dir/split/selection.jsonl" --methods "$methods" --out "$dir/results-selection.json"
 for part in report selection; do
-    "$hista" sveb eval --cases "$dir/split/$part.jsonl" --methods "$methods" --out "$dir/results-$part.json"
     "$hista" sveb report --results "$dir/results-$part.json" --out "$dir/report-$part"
 done

@@ -46,8 +46,8 @@ def register(name: str, *, profile: str = DEFAULT_PROFILE, replace: bool = False
         cls.name, cls.profile = name, profile
         if profile != DEFAULT_PROFILE:
             known = _PROFILES.setdefault(name, [DEFAULT_PROFILE])
-            if profile not in known:
-                known.append(profile)
+            if profile not in known:  # the default first, then by name (not by import order)
+                known[1:] = sorted([*known[1:], profile])
         return cls
 
     return wrap

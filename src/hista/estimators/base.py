@@ -18,6 +18,20 @@ SCALES = ("group", "batch", "none")
 STD_EPS = 1e-4
 
 
+def layer_at_depth(num_layers: int, depth: float) -> int:
+    """The hidden-state index, counted from the end as transformers' ``hidden_states[layer]``
+    (−1 the last), of the layer at relative depth ``depth`` of a model with ``num_layers``
+    decoder layers: index round(depth · num_layers) of the num_layers + 1 hidden states (0 the
+    embeddings), minus num_layers + 1 (docs/estimators.md "Structure rule"; SmolLM2's 30
+    layers at depth 23/30 give −8). A ValueError for fewer than one layer or a depth outside
+    [0, 1]."""
+    if isinstance(num_layers, bool) or not isinstance(num_layers, int) or num_layers < 1:
+        raise ValueError(f"num_layers must be a positive integer, got {num_layers!r}")
+    if not 0.0 <= depth <= 1.0:
+        raise ValueError(f"depth must lie in [0, 1], got {depth}")
+    return int(math.floor(depth * num_layers + 0.5)) - (num_layers + 1)
+
+
 def check_finite(values: torch.Tensor, name: str = "rewards") -> torch.Tensor:
     """Return ``values`` unchanged, or raise ValueError naming ``name`` when it holds a NaN or
     an infinite entry (SPEC §12, reliability: one NaN reward would silently make every
@@ -111,7 +125,10 @@ class Estimator(abc.ABC):
     - ``needs_model``: the estimator calls a learned model (a critic) that the caller provides;
     - ``trains_with_policy``: that model is trained alongside the policy, so only a trainer can
       provide it (the PPO baseline, SPEC §4.5, §9: the trainer copies the critic from the policy
-      and updates it every generation batch); SVEB cannot.
+      and updates it every generation batch); SVEB cannot;
+    - ``learns_across_groups``: the estimator fits a value model on *other* groups' rollouts
+      (the probe, docs/estimators.md): a trainer hands it each generation batch through
+      ``for_batch(groups)``, SVEB cross-fits it by problem (:mod:`hista.sveb.fits`).
 
     Defaults a trainer uses when the recipe names none: ``default_scale`` (None: the scaling the
     loss declares, SPEC §5) and :meth:`default_gae_lambda`.
@@ -126,7 +143,14 @@ class Estimator(abc.ABC):
     needs_continuations: ClassVar[bool] = False
     needs_model: ClassVar[bool] = False
     trains_with_policy: ClassVar[bool] = False
+    learns_across_groups: ClassVar[bool] = False
     default_scale: ClassVar[Optional[str]] = None
+    #: relative depth of the hidden layer that a None ``layer`` resolves to (:meth:`hidden_layer`)
+    layer_depth: ClassVar[float] = 1.0
+    #: for a profile that reproduces a public implementation number for number (its training
+    #: and SVEB rules included, which disagree there), where that implementation is; such a
+    #: profile is exempt from the value/advantage identity (docs/estimators.md)
+    reproduces: ClassVar[str] = ""
 
     def __init__(self, config: Optional[EstimatorConfig] = None, **overrides: Any):
         config = config or self.config_class()
@@ -142,11 +166,48 @@ class Estimator(abc.ABC):
             overrides["profile"] = self.profile
         self.config = dataclasses.replace(config, **overrides) if overrides else config
 
-    def hidden_layer(self) -> int:
+    def hidden_layer(self, num_layers: Optional[int] = None) -> int:
         """The hidden layer the caller extracts when ``needs_hidden`` (transformers'
-        ``hidden_states[layer]``: −1 the last, after the final norm; SPEC §4.3): the config's
-        ``layer``."""
-        return int(getattr(self.config, "layer", -1))
+        ``hidden_states[layer]``, counted from the end: −1 the last, after the final norm; SPEC
+        §4.3): the config's ``layer``, or, where it is None (the default profiles' rule,
+        docs/estimators.md "Structure rule"), the layer at the class's ``layer_depth`` of a
+        model of ``num_layers`` decoder layers (:func:`layer_at_depth`). A ValueError when the
+        rule applies and ``num_layers`` is not given."""
+        layer = getattr(self.config, "layer", -1)
+        if layer is not None:
+            return int(layer)
+        if num_layers is None:
+            raise ValueError(f"{self.name} picks its hidden layer by relative depth ({self.layer_depth:g}): pass the "
+                             "model's number of decoder layers to hidden_layer(num_layers), or set layer=")
+        return layer_at_depth(num_layers, self.layer_depth)
+
+    def value_points(self, group: RolloutGroup) -> list[list[int]]:
+        """For every rollout of ``group``, the states t < T whose value the advantage chain reads
+        (docs/estimators.md "The value/advantage identity"): with λ = 1 and no scaling, every
+        token from one such point up to the next gets A = R_i − V(i, point), with V(i, point)
+        what :meth:`state_values` gives at that state. Default: every state 0 … T − 1 (an
+        estimator with a value per token, or one whose values are constant between its
+        points)."""
+        return [list(range(len(r.completion_ids))) for r in group.rollouts]
+
+    def state_dict(self) -> Optional[dict[str, Any]]:
+        """What this estimator has learned across calls and a checkpoint keeps, as tensors and
+        numbers (SPEC §9: a resumed run continues where it stopped; the probe's history of
+        recent batches); None for an estimator that keeps nothing (the default)."""
+        return None
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Restore what :meth:`state_dict` gave (SPEC §9); the default keeps nothing, and a
+        ValueError says so for a non-empty ``state`` (another estimator's)."""
+        if state:
+            raise ValueError(f"estimator {self.name!r} keeps no state, got one with {', '.join(sorted(state))}")
+
+    def resolved(self, group: RolloutGroup) -> dict[str, Any]:
+        """The structural parameters this estimator resolves per group from what it is given
+        (docs/estimators.md "Structure rule"; e.g. Hista's ``interval`` and ``stride``), as
+        recorded in SVEB results and training logs; empty for an estimator without such a
+        rule."""
+        return {}
 
     def represent(self, rollout: Rollout) -> Optional[tuple[torch.Tensor, int]]:
         """For an estimator that reads hidden states through a per-sequence representation

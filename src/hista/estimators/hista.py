@@ -1,8 +1,14 @@
 """Hista: state values as a distance-weighted average of the rewards of similar hidden-state
-prefixes in the group (SPEC §4.3; paper §5.2). The default profile; the reference profile
-(``get("hista", profile="reference")``) is :mod:`hista.estimators.hista_reference`.
+prefixes in the group (SPEC §4.3; paper §5.2). The default profile, whose layer, interval and
+stride follow the structure rule (docs/estimators.md "Structure rule"); the paper profile
+(``get("hista", profile="paper")``, the paper's fixed structure) is
+:mod:`hista.estimators.hista_paper`, the reference profile (``get("hista",
+profile="reference")``) :mod:`hista.estimators.hista_reference`.
 
 Reading order, top to bottom, follows SPEC §4.3:
+
+0. ``rule_interval``,          the structure rule: the interval and stride of a group (and
+   ``rule_stride``             ``LAYER_DEPTH``, the layer) when the configuration leaves them
 
 1. ``smooth``                  bias-corrected exponential moving average of the hidden states
 2. compression                 every ``stride``-th smoothed vector (``smooth(..., stride)``)
@@ -44,6 +50,36 @@ EMA_BLOCK = 64
 #: relative band around the k-th distance inside which candidates count as tied
 TIE_RTOL = 1e-4
 
+# The default profile's structure rule (docs/estimators.md "Structure rule"): what a None
+# ``layer``, ``interval`` or ``stride`` resolves to. The depth and the interval were chosen on
+# the selection halves of the SVEB study (docs/results/sveb-study, sweep-hista-rule); the caps
+# bound the work at long responses to about that of the paper's setting (interval 50, stride 5
+# at 4,096 tokens: about 82 nodes and 840 compressed vectors per rollout), each within √2 of
+# it so that the whole stays within 2×.
+#: relative depth of the default hidden layer (SmolLM2's 30 layers: −8)
+LAYER_DEPTH = 23 / 30
+#: node spacing in tokens while a rollout holds at most MAX_NODES of them
+RULE_INTERVAL = 10
+#: nodes per rollout beyond which the interval grows (√2 × the paper's 82)
+MAX_NODES = 116
+#: compressed vectors per rollout beyond which the stride grows (√2 × the paper's ~840)
+MAX_VECTORS = 1200
+
+
+def rule_interval(longest: int) -> int:
+    """The default profile's node interval for a group whose longest completion has
+    ``longest`` tokens (docs/estimators.md "Structure rule"): RULE_INTERVAL tokens, grown to
+    ⌈longest / MAX_NODES⌉ when that is larger (4,096 tokens: 36)."""
+    return max(RULE_INTERVAL, -(-int(longest) // MAX_NODES))
+
+
+def rule_stride(prompt_len: int, longest: int) -> int:
+    """The default profile's stride for a group of prompt length ``prompt_len`` whose longest
+    completion has ``longest`` tokens (docs/estimators.md "Structure rule"): 1, or
+    ⌈(P + T) / MAX_VECTORS⌉ when a stride of 1 would keep more than MAX_VECTORS vectors
+    (P + T = 4,200: 4)."""
+    return max(1, -(-(int(prompt_len) + int(longest)) // MAX_VECTORS))
+
 
 @dataclasses.dataclass
 class HistaConfig(EstimatorConfig):
@@ -59,12 +95,17 @@ class HistaConfig(EstimatorConfig):
     ``normalise``: divide MinDistance by the longer prefix's length. ``layer``: the hidden layer
     the caller puts into ``Rollout.hidden`` (HF ``hidden_states[layer]``, −1 = last, after the
     final norm), read through :meth:`Estimator.hidden_layer`. ``profile``: recorded, set by the
-    estimator class ("default" or "reference").
+    estimator class ("default", "paper" or "reference").
+
+    ``layer``, ``interval`` and ``stride`` left at None (the default profile) are resolved by
+    the structure rule (:func:`rule_interval`, :func:`rule_stride`, ``LAYER_DEPTH``): the
+    layer from the model's depth, interval and stride per group from its completion lengths.
+    A value given explicitly always wins over the rule.
     """
 
     alpha: float = 0.7
-    stride: int = 5
-    interval: int = 50
+    stride: Optional[int] = None
+    interval: Optional[int] = None
     min_distance: float = 5.0
     max_k: int = 66
     min_k: int = 6
@@ -72,23 +113,36 @@ class HistaConfig(EstimatorConfig):
     include_self: bool = True
     include_prompt: bool = True
     normalise: bool = True
-    layer: int = -1
+    layer: Optional[int] = None
     profile: str = "default"
 
     def check(self) -> None:
-        """Raise a ValueError naming the first invalid parameter (ranges of SPEC §4.3)."""
+        """Raise a ValueError naming the first invalid parameter (ranges of SPEC §4.3; None:
+        resolved by the structure rule)."""
         if not 0.0 <= self.alpha < 1.0:
             raise ValueError(f"alpha must lie in [0, 1), got {self.alpha}")
         for name in ("stride", "interval"):
             value = getattr(self, name)
-            if int(value) != value or value < 1:
-                raise ValueError(f"{name} must be a positive integer, got {value}")
+            if value is not None and (int(value) != value or value < 1):
+                raise ValueError(f"{name} must be a positive integer (or null: the structure rule), got {value}")
         if not (math.isfinite(self.min_distance) and self.min_distance > 0):
             raise ValueError(f"min_distance must be a positive number, got {self.min_distance}")
         if int(self.min_k) != self.min_k or int(self.max_k) != self.max_k or not 1 <= self.min_k <= self.max_k:
             raise ValueError(f"need integers 1 <= min_k <= max_k, got min_k={self.min_k}, max_k={self.max_k}")
         if not (math.isfinite(self.power) and self.power >= 0):
             raise ValueError(f"power must be a non-negative number, got {self.power}")
+
+
+@dataclasses.dataclass
+class HistaPaperConfig(HistaConfig):
+    """The paper's published structure (SPEC §4.3; paper §6: the last layer, interval 50,
+    stride 5), computed with the default profile's definitions: ``get("hista",
+    profile="paper")``, the default profile before the structure rule."""
+
+    stride: Optional[int] = 5
+    interval: Optional[int] = 50
+    layer: Optional[int] = -1
+    profile: str = "paper"
 
 
 # --- 1-2. smoothing and compression -------------------------------------------------------
@@ -201,6 +255,7 @@ class PreparedGroup:
     module docstring)."""
 
     vectors: list[torch.Tensor]  # compressed smoothed vectors per rollout [L_i, H]
+    stride: int  # the compression stride, resolved for this group
     stacked: torch.Tensor  # the same, stacked and zero-padded [G, Lmax, H]
     node_tokens: list[list[int]]  # nodes of each rollout in tokens c (the GAE segment bounds)
     node_vectors: list[list[int]]  # nodes of each rollout in vectors ℓ (prefix lengths)
@@ -257,60 +312,95 @@ class Hista(Estimator):
     label = "Hista"
     config_class = HistaConfig
     needs_hidden = True
+    layer_depth = LAYER_DEPTH
 
     def __init__(self, config: Optional[HistaConfig] = None, **overrides):
         super().__init__(config, **overrides)
         self.config.check()
 
+    # --- the structure rule
+
+    def structure(self, rollouts: Sequence[Rollout]) -> tuple[int, int]:
+        """(interval, stride) for a group of ``rollouts``: the configured values, or where one
+        is None the structure rule from the group's prompt length and longest completion
+        (:func:`rule_interval`, :func:`rule_stride`; docs/estimators.md "Structure rule")."""
+        cfg = self.config
+        longest = max((len(r.completion_ids) for r in rollouts), default=0)
+        prompt = max((len(r.prompt_ids) for r in rollouts), default=0) if cfg.include_prompt else 0
+        interval = cfg.interval if cfg.interval is not None else rule_interval(longest)
+        stride = cfg.stride if cfg.stride is not None else rule_stride(prompt, longest)
+        return int(interval), int(stride)
+
+    def resolved(self, group: RolloutGroup) -> dict:
+        """The interval and stride used for ``group`` (docs/estimators.md "Structure rule": the
+        configured values or what the rule gave), as SVEB results and training logs record
+        them."""
+        interval, stride = self.structure(group.rollouts)
+        return {"interval": interval, "stride": stride}
+
     # --- steps 1-3: representations and nodes
 
-    def _represent(self, rollout: Rollout, device: torch.device) -> torch.Tensor:
+    def _represent(self, rollout: Rollout, device: torch.device, stride: int) -> torch.Tensor:
         """Smoothed, compressed vectors of one sequence (SPEC §4.3 steps 1-2) [L, H]."""
         start = 0 if self.config.include_prompt else len(rollout.prompt_ids)
-        return smooth(rollout.hidden.to(device)[start:], self.config.alpha, self.config.stride)
+        return smooth(rollout.hidden.to(device)[start:], self.config.alpha, stride)
 
-    def _compress(self, rollouts: Sequence[Rollout], device: torch.device) -> list[torch.Tensor]:
+    def _compress(self, rollouts: Sequence[Rollout], device: torch.device, stride: int) -> list[torch.Tensor]:
         """The compressed vectors of every rollout (SPEC §4.3 steps 1-2)."""
-        return [self._represent(r, device) for r in rollouts]
+        return [self._represent(r, device, stride) for r in rollouts]
 
     def represent(self, rollout: Rollout) -> Optional[tuple[torch.Tensor, int]]:
         """The smoothed, strided vectors of one rollout (SPEC §4.3 steps 1-2; the EMA runs
         along one sequence, so this is exact per rollout) and how many of them cover prompt
-        positions only (0 when the representation starts at the completion)."""
+        positions only (0 when the representation starts at the completion). None when the
+        stride is left to the structure rule: it is resolved from the whole group's lengths,
+        which one rollout does not know, so a trainer sends the hidden states instead."""
+        if self.config.stride is None:
+            return None
         _check_hidden([rollout], "rollout")
-        shared = (len(rollout.prompt_ids) - 1) // self.config.stride + 1 if self.config.include_prompt else 0
-        return self._represent(rollout, rollout.hidden.device), max(shared, 0)
+        stride = self.config.stride
+        shared = (len(rollout.prompt_ids) - 1) // stride + 1 if self.config.include_prompt else 0
+        return self._represent(rollout, rollout.hidden.device, stride), max(shared, 0)
 
-    def _nodes(self, rollout: Rollout, vector_total: int) -> tuple[list[int], list[int]]:
+    def _nodes(self, rollout: Rollout, vector_total: int, interval: int, stride: int) -> tuple[list[int], list[int]]:
         """The nodes of one rollout in tokens and in vectors (SPEC §4.3 step 3); ``vector_total``
         is the rollout's number of compressed vectors (the reference profile clips to it)."""
         p, t = len(rollout.prompt_ids), len(rollout.completion_ids)
-        tokens = default_nodes(t, self.config.interval)
-        return tokens, [vector_count(p, c, self.config.stride, self.config.include_prompt) for c in tokens]
+        tokens = default_nodes(t, interval)
+        return tokens, [vector_count(p, c, stride, self.config.include_prompt) for c in tokens]
+
+    def value_points(self, group: RolloutGroup) -> list[list[int]]:
+        """Each rollout's interior nodes and 0 (docs/estimators.md "The value/advantage
+        identity"): the states whose values the GAE of SPEC §4.3 step 6 reads."""
+        interval, _ = self.structure(group.rollouts)
+        return [default_nodes(len(r.completion_ids), interval)[:-1] for r in group.rollouts]
 
     def _group_mean(self, rewards: torch.Tensor) -> float:
         """V(0), the group mean; exactly r when every reward is r."""
         return float(rewards[0] + (rewards - rewards[0]).mean())
 
     def _prepare(self, group: RolloutGroup) -> PreparedGroup:
-        """Steps 1-3 for the whole group: its compressed vectors, node grids and mean reward."""
+        """Steps 1-3 for the whole group: its compressed vectors, node grids and mean reward,
+        with the interval and stride resolved for the group (:meth:`structure`)."""
+        interval, stride = self.structure(group.rollouts)
         if group.representations is not None:  # computed where the rollouts lay (Estimator.represent)
             vectors = list(group.representations)
             device = vectors[0].device
         else:
             _check_hidden(group.rollouts, "group.rollouts")
             device = group.rollouts[0].hidden.device
-            vectors = self._compress(group.rollouts, device)
+            vectors = self._compress(group.rollouts, device, stride)
         stacked = torch.zeros(len(vectors), max(int(e.shape[0]) for e in vectors), vectors[0].shape[1], device=device)
         for i, e in enumerate(vectors):
             stacked[i, : e.shape[0]] = e
         node_tokens, node_vectors = [], []
         for r, e in zip(group.rollouts, vectors):
-            tokens, counts = self._nodes(r, int(e.shape[0]))
+            tokens, counts = self._nodes(r, int(e.shape[0]), interval, stride)
             node_tokens.append(tokens)
             node_vectors.append(counts)
         rewards = check_finite(group.rewards, "rewards").to(device)
-        return PreparedGroup(vectors, stacked, node_tokens, node_vectors, rewards, self._group_mean(rewards))
+        return PreparedGroup(vectors, stride, stacked, node_tokens, node_vectors, rewards,
+                             self._group_mean(rewards))
 
     # --- step 5: estimates at nodes
 
@@ -410,9 +500,9 @@ class Hista(Estimator):
                 length = len(sequence.completion_ids)
             else:
                 owner, sequence = None, prefixes[prefix_id].prefix
-                query = self._represent(sequence, prep.rewards.device)
+                query = self._represent(sequence, prep.rewards.device, prep.stride)
                 length = len(group.rollouts[i].completion_ids) if i is not None else mean_length
-            query_vectors = [vector_count(len(sequence.prompt_ids), c, self.config.stride, self.config.include_prompt)
+            query_vectors = [vector_count(len(sequence.prompt_ids), c, prep.stride, self.config.include_prompt)
                              for c in tokens]
             dist = query_distances(query, query_vectors, prep.stacked, prep.vector_counts, prep.node_vectors,
                                    self.config.normalise)

@@ -9,13 +9,22 @@ coordinates (tokens c, positions n = P + c, vectors ℓ) as defined there.
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Optional, Sequence
 
 import torch
 
 from ..types import Rollout, RolloutGroup, State
 from . import register
-from .hista import Hista, HistaConfig, PreparedGroup
+from .hista import Hista, HistaConfig, HistaPaperConfig, PreparedGroup
+
+
+@dataclasses.dataclass
+class HistaReferenceConfig(HistaPaperConfig):
+    """The reference implementation's settings (SPEC §4.3 reference profile): those of every
+    published recipe and SVEB script (the paper's structure), ``profile="reference"``."""
+
+    profile: str = "reference"
 
 
 def reference_smooth(hiddens: Sequence[torch.Tensor], alpha: float) -> list[torch.Tensor]:
@@ -131,8 +140,15 @@ class HistaReference(Hista):
     EMA, its node grid in positions, its k schedule, ``topk`` without tie sharing, 0 advantage
     on the last token, and the SVEB state value at the last node before the state."""
 
+    config_class = HistaReferenceConfig
+    reproduces = "github.com/VOXXXX1874/Hista@56d9e7f (trainer and SVEB script)"
+
     def __init__(self, config: Optional[HistaConfig] = None, **overrides):
         super().__init__(config, **overrides)
+        for name in ("layer", "interval", "stride"):
+            if getattr(self.config, name) is None:
+                raise ValueError(f'profile="reference" has no structure rule: give {name} a value (the reference '
+                                 f"implementation's is {getattr(HistaReferenceConfig, name)})")
         for name in ("include_self", "include_prompt", "normalise"):
             if not getattr(self.config, name):
                 raise ValueError(f'profile="reference" has no {name}=False (the reference implementation '
@@ -143,15 +159,15 @@ class HistaReference(Hista):
         so a trainer sends its hidden states."""
         return None
 
-    def _compress(self, rollouts: Sequence[Rollout], device: torch.device) -> list[torch.Tensor]:
+    def _compress(self, rollouts: Sequence[Rollout], device: torch.device, stride: int) -> list[torch.Tensor]:
         smoothed = reference_smooth([r.hidden.to(device) for r in rollouts], self.config.alpha)
-        return [e[:: self.config.stride].float() for e in smoothed]
+        return [e[::stride].float() for e in smoothed]
 
-    def _nodes(self, rollout: Rollout, vector_total: int) -> tuple[list[int], list[int]]:
+    def _nodes(self, rollout: Rollout, vector_total: int, interval: int, stride: int) -> tuple[list[int], list[int]]:
         p = len(rollout.prompt_ids)
-        node_positions = reference_nodes(p, len(rollout.completion_ids), self.config.interval)
+        node_positions = reference_nodes(p, len(rollout.completion_ids), interval)
         # an empty completion can put a node one vector past the representation
-        counts = [min(n // self.config.stride + 1, vector_total) for n in node_positions]
+        counts = [min(n // stride + 1, vector_total) for n in node_positions]
         return [n - p for n in node_positions], counts
 
     def _group_mean(self, rewards: torch.Tensor) -> float:

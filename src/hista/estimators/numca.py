@@ -45,12 +45,14 @@ class NumcaConfig(EstimatorConfig):
       (reference quirk; by default only a number's first occurrence is a milestone).
     - ``unreached``: value of a macro state no response reached: ``"fallback"`` to the last
       known state on the path, or ``"zero"`` (reference).
-    - ``answered``: the state value of a rollout's prefix that already holds the start of the
+    - ``answered``: the value of a rollout's prefix that already holds the start of the
       response's final number (the answer, dropped from the path by ``drop_last``):
       ``"reward"``, the rollout's own reward (its continuation from there is a sample of that
       state; the reference SVEB rule gives the reward at the end of the text), or ``"table"``,
       the value of the macro state before the answer. Chosen by the SVEB study
-      (docs/results/sveb-study) on its selection half.
+      (docs/results/sveb-study) on its selection half. It holds for the state values and the
+      advantages alike: with ``"reward"`` the answer's start is one more segment boundary,
+      worth R.
     """
 
     profile: str = "default"
@@ -143,23 +145,41 @@ class Numca(Estimator):
 
     # -- advantages -------------------------------------------------------------------------
 
+    def _parsed(self, rollout: Rollout, where: str) -> tuple[list[str], list[int], Optional[int]]:
+        """The keys and milestone positions of a completion's numbers (the final one dropped
+        with ``drop_last``) and, with ``answered="reward"``, the position of the dropped final
+        number (the answer; None otherwise or without numbers)."""
+        keys, positions = self._token_numbers(rollout, where, False)
+        if not (self.config.drop_last and keys):
+            return keys, positions, None
+        answer = positions[-1] if self.config.answered == "reward" else None
+        return keys[:-1], positions[:-1], answer
+
     def _raw_advantages(self, group: RolloutGroup, gae_lambda: float) -> list[torch.Tensor]:
         """Segment GAE over each rollout's macro states (SPEC §4.2): boundaries 0, p_1 … p_K, T
-        with values V(∅), V(S_1) … V(S_K), R_i."""
-        parsed = [self._token_numbers(r, f"rollout {i}", self.config.drop_last) for i, r in enumerate(group.rollouts)]
-        table = self._step_table(group, [keys for keys, _ in parsed])
+        with values V(∅), V(S_1) … V(S_K), R_i; with ``answered="reward"`` the answer's start
+        p_A is one more boundary, worth R_i (the value :meth:`state_values` gives there)."""
+        parsed = [self._parsed(r, f"rollout {i}") for i, r in enumerate(group.rollouts)]
+        table = self._step_table(group, [keys for keys, _, _ in parsed])
         width = max(len(r.completion_ids) for r in group.rollouts)
         return [self._rollout_advantages(self._path(keys, positions), len(r.completion_ids), width, table, r.reward,
-                                         gae_lambda).to(torch.float32)
-                for (keys, positions), r in zip(parsed, group.rollouts)]
+                                         gae_lambda, answer).to(torch.float32)
+                for (keys, positions, answer), r in zip(parsed, group.rollouts)]
 
     def _rollout_advantages(self, path: list[tuple[int, frozenset]], length: int, width: int, table: ValueTable,
-                            reward: float, gae_lambda: float) -> torch.Tensor:
+                            reward: float, gae_lambda: float, answer: Optional[int] = None) -> torch.Tensor:
         """One rollout's advantages [T] from its merged macro path (SPEC §4.2): segments
-        [0, p_1), …, [p_K, T) with values V(∅), V(S_1) … V(S_K) and R at the end. ``width``, the
+        [0, p_1), …, [p_K, T) with values V(∅), V(S_1) … V(S_K) and R at the end; ``answer``
+        (the answer's start p_A >= p_K, or None) splits the last segment at p_A with the value R
+        there, so that every token after the answer's first one gets δ = 0. ``width``, the
         group's longest completion, is unused here (the reference pads to it)."""
-        bounds = [0, *(p for p, _ in path), length]
-        values = [self._known(table, frozenset()), *(self._known(table, s) for _, s in path), reward]
+        bounds = [0, *(p for p, _ in path)]
+        values = [self._known(table, frozenset()), *(self._known(table, s) for _, s in path)]
+        if answer is not None:
+            bounds.append(answer)
+            values.append(reward)
+        bounds.append(length)
+        values.append(reward)
         return segment_gae(bounds, torch.tensor(values, dtype=torch.float64), length, gae_lambda)
 
     def _step_table(self, group: RolloutGroup, keys: list[list[str]]) -> ValueTable:

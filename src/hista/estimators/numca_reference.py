@@ -7,6 +7,7 @@ difference from the default profile (:mod:`hista.estimators.numca`).
 from __future__ import annotations
 
 import dataclasses
+from typing import Optional
 
 import torch
 
@@ -105,11 +106,12 @@ class NumcaReference(Numca):
     segments padded to the group's longest completion, and the SVEB state-value rule."""
 
     config_class = NumcaReferenceConfig
+    reproduces = "github.com/VOXXXX1874/Hista@56d9e7f (trainer and SVEB script)"
 
     def _rollout_advantages(self, path: list[tuple[int, frozenset]], length: int, width: int, table: ValueTable,
-                            reward: float, gae_lambda: float) -> torch.Tensor:
+                            reward: float, gae_lambda: float, answer: Optional[int] = None) -> torch.Tensor:
         if not self.config.group_padding:
-            return super()._rollout_advantages(path, length, width, table, reward, gae_lambda)
+            return super()._rollout_advantages(path, length, width, table, reward, gae_lambda, answer)
         return reference_segment_advantages(path, width, table, reward, gae_lambda)[:length]
 
     def _state_value(self, table: ValueTable, rollout: Rollout, t: int, external: bool, where: str) -> float:

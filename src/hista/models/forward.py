@@ -41,13 +41,19 @@ def cache_argument(model) -> str:
     return "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"
 
 
+def decoder_layers(model: torch.nn.Module) -> int:
+    """The number of decoder layers of a transformers model (its text config's
+    ``num_hidden_layers``), what an estimator's relative-depth layer rule reads (SPEC §4.3)."""
+    config = model.config
+    config = config.get_text_config() if hasattr(config, "get_text_config") else config
+    return int(config.num_hidden_layers)
+
+
 def hidden_state_count(lm: LoadedModel) -> int:
     """How many hidden states transformers' ``hidden_states`` tuple of this model holds: its
     number of layers + 1 (the embeddings), so valid layers are ``-count .. count - 1`` (SPEC
     §4.3)."""
-    config = lm.model.config
-    config = config.get_text_config() if hasattr(config, "get_text_config") else config
-    return int(config.num_hidden_layers) + 1
+    return decoder_layers(lm.model) + 1
 
 
 def _layer_index(layer: int, count: int) -> int:

@@ -5,6 +5,7 @@ the cases, texts and offsets are stored, and the continuation rewards are the st
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import os
 import re
@@ -23,7 +24,7 @@ from ..estimators import Estimator
 from ..models import LoadedModel, hidden_states, load
 from ..models.forward import hidden_state_count
 from ..types import Rollout, RolloutGroup, State
-from . import cases, metrics
+from . import cases, fits, metrics
 from .presets import DEFAULT_METHODS
 from .results import MAX_VALUE
 
@@ -281,30 +282,67 @@ def build_methods(methods: Sequence[str], *, critics: bool = False) -> dict[str,
     return chosen
 
 
-def hidden_layers(chosen: dict[str, Estimator]) -> list[int]:
-    """The hidden layers the estimators need (SPEC §8), sorted; empty when none needs any."""
-    return sorted({est.hidden_layer() for est in chosen.values() if est.needs_hidden})
+@dataclasses.dataclass
+class Setup:
+    """What scoring methods on cases needs, prepared once before the first case (SPEC §8):
+    the estimators by method spec, the model that built the cases (None when no method reads
+    hidden states), each hidden-state method's layer (its structure rule resolved for that
+    model), the critic set of each method that reads a trained critic
+    (:func:`open_critics`) and the fit set of each cross-fitted method
+    (:func:`hista.sveb.fits.open_fits`)."""
+
+    methods: dict[str, Estimator]
+    lm: Optional[LoadedModel] = None
+    layers: dict[str, int] = dataclasses.field(default_factory=dict)
+    critics: dict = dataclasses.field(default_factory=dict)
+    fits: dict = dataclasses.field(default_factory=dict)
+
+    def hidden_layers(self) -> list[int]:
+        """The hidden layers the methods read, sorted (empty when none reads any)."""
+        return sorted(set(self.layers.values()))
 
 
 def open_model(chosen: dict[str, Estimator], path: str | Path, recorded: str, revision: str, *,
-               lm: Optional[LoadedModel] = None, device: Optional[str] = None) -> Optional[LoadedModel]:
+               lm: Optional[LoadedModel] = None, device: Optional[str] = None
+               ) -> tuple[Optional[LoadedModel], dict[str, int]]:
     """The model that built the cases, when a method needs hidden states (``lm`` when given,
-    else loaded), or None (SPEC §8); an InputError for another revision or a layer the model
-    does not have."""
-    layers = hidden_layers(chosen)
-    if not layers:
-        return None
+    else loaded), or None, and each such method's hidden layer for that model (SPEC §8; a
+    layer left to the structure rule resolved from the model's depth); an InputError for
+    another revision or a layer the model does not have."""
+    wanted = {m: est for m, est in chosen.items() if est.needs_hidden}
+    if not wanted:
+        return None, {}
     lm = lm or load(recorded, device=device)
     if lm.revision != revision:
         raise InputError(f"cases were built with {recorded} revision '{revision}', but the model "
                          f"loaded now is revision '{lm.revision}'", path=str(path))
     count = hidden_state_count(lm)
-    for layer in layers:
+    layers = {m: est.hidden_layer(count - 1) for m, est in wanted.items()}
+    for layer in sorted(set(layers.values())):
         if not -count <= layer < count:
             raise InputError(f"layer {layer} does not exist in {lm.name} (it has {count} hidden states, layers "
                              f"{-count} to {count - 1}): methods need hidden states of layer {layer}",
                              path=str(path), field="methods")
-    return lm
+    return lm, layers
+
+
+def prepare(chosen: dict[str, Estimator], records: Sequence[dict], path: str | Path, recorded: str, revision: str,
+            *, critics: Optional[Sequence[str | Path]] = None, bound: Optional[dict] = None,
+            lm: Optional[LoadedModel] = None, device: Optional[str] = None, memo: Optional[dict] = None,
+            progress: bool = True) -> Setup:
+    """The :class:`Setup` of ``chosen`` on the case ``records`` of ``path`` (SPEC §8): critics
+    matched from the ``critics`` folders (``bound``: matched already, by
+    :func:`open_critics`), the model loaded and layers resolved
+    (:func:`open_model`), and every cross-fitted method fitted over the folds of the cases'
+    problems (:func:`hista.sveb.fits.open_fits`, one forward pass per problem, kept in
+    ``memo`` for the first case). Raises what those raise."""
+    if bound is None:
+        bound = open_critics(chosen, critics, records, recorded, revision, path, device=device)
+    lm, layers = open_model(chosen, path, recorded, revision, lm=lm, device=device)
+    setup = Setup(chosen, lm, layers, bound)
+    setup.fits = fits.open_fits(chosen, layers, records, lambda record, wanted: _hidden(record, lm, wanted, path, memo),
+                                _group, path=str(path), progress=progress)
+    return setup
 
 
 def open_critics(chosen: dict[str, Estimator], folders: Optional[Sequence[str | Path]], records: Sequence[dict],
@@ -335,30 +373,37 @@ def open_critics(chosen: dict[str, Estimator], folders: Optional[Sequence[str | 
     return bound
 
 
-def evaluate_case(record: dict, chosen: dict[str, Estimator], lm: Optional[LoadedModel], path: str | Path,
-                  memo: Optional[dict] = None, critics: Optional[dict] = None) -> dict:
+def evaluate_case(record: dict, setup: Setup, path: str | Path, memo: Optional[dict] = None) -> dict:
     """The result row of one case (SPEC §8): ``case_id``, ``field``, ``target``, ``group_mean``,
-    ``continuations``, ``state``, ``length`` (completion tokens of the state's rollout) and
-    ``values`` (method -> value at the state). The hidden states of every layer the methods
-    need come from one forward pass; given a ``memo`` dict (empty at first, then passed to each
-    call in turn), consecutive cases of the same group of rollouts (the states of one problem)
-    share that pass. A method that reads a critic gets the one of ``critics`` (method -> critic
-    set, :func:`open_critics`) that scores the case's problem. An InputError names a method
-    that fails or gives a value beyond what a results file holds."""
-    layers = hidden_layers(chosen)
-    hidden = _hidden(record, lm, layers, path, memo) if layers else {}
+    ``continuations``, ``state``, ``length`` (completion tokens of the state's rollout),
+    ``values`` (method -> value at the state) and, for methods that resolve their structure per
+    group (Hista's default profile), ``structure`` (method -> the values used, e.g.
+    ``{"interval": 10, "stride": 1}``). The hidden states of every layer the methods need
+    come from one forward pass; given a ``memo`` dict (empty at first, then passed to each call
+    in turn), consecutive cases of the same group of rollouts (the states of one problem) share
+    that pass. A method that reads a critic gets the one of ``setup.critics`` that scores the
+    case's problem, a cross-fitted one the fit of ``setup.fits`` without the case's fold. An
+    InputError names a method that fails or gives a value beyond what a results file holds."""
+    layers = setup.hidden_layers()
+    hidden = _hidden(record, setup.lm, layers, path, memo) if layers else {}
     # one group per hidden layer in use (None: without hidden states)
     groups = {None: _group(record, None)}
     groups.update({layer: _group(record, hidden[layer]) for layer in layers})
     state = State(rollout=record["state"]["rollout"], t=record["state"]["t"])
-    values = {}
-    for m, est in chosen.items():
-        group = groups[est.hidden_layer() if est.needs_hidden else None]
+    values, structure = {}, {}
+    for m, est in setup.methods.items():
+        group = groups[setup.layers.get(m)]
         try:
-            fresh = build_estimator(m)
+            if m in setup.fits:
+                fresh = setup.fits[m].for_case(record)
+            else:
+                fresh = build_estimator(m)
             if est.needs_model:
-                fresh.use_critic(critics[m].for_case(record))
+                fresh.use_critic(setup.critics[m].for_case(record))
             values[m] = float(fresh.state_values(group, [state])[0])
+            resolved = fresh.resolved(group)
+            if resolved:
+                structure[m] = resolved
         except Exception as exc:  # any failure of a method is the method's, named as such
             raise InputError(f"method {m!r} failed on case {record['key']}: {type(exc).__name__}: {exc}",
                              path=str(path), field="methods") from None
@@ -368,7 +413,8 @@ def evaluate_case(record: dict, chosen: dict[str, Estimator], lm: Optional[Loade
     rollout = record["rollouts"][record["state"]["rollout"]]
     return {"case_id": record["key"], "field": record["field"], "target": record["target"],
             "group_mean": float(groups[None].rewards.mean()), "continuations": record["continuations"],
-            "state": record["state"], "length": len(rollout["completion_ids"]), "values": values}
+            "state": record["state"], "length": len(rollout["completion_ids"]), "values": values,
+            **({"structure": structure} if structure else {})}
 
 
 def evaluate(path: str | Path, methods: Sequence[str] = DEFAULT_METHODS, *, model: Optional[str] = None,
@@ -376,19 +422,21 @@ def evaluate(path: str | Path, methods: Sequence[str] = DEFAULT_METHODS, *, mode
              n_boot: int = 2000, critics: Optional[Sequence[str | Path]] = None) -> dict:
     """Evaluate ``methods`` on every case of the file ``path`` (SPEC §8); returns the results dict
     (settings, estimator configs, labels, per-case rows of :func:`evaluate_case` and the
-    per-field summary; ``critics``, method -> the critic it read, when a method reads one).
-    Hidden states of every layer the methods need come from one forward pass per case; methods
-    that read a trained critic (``ppo-1``, ``ppo-n``) find it among the ``critics`` folders
-    (:func:`open_critics`). Raises an InputError, before any output is written, for a bad
-    line, a model mismatch, a method that is invalid or fails on a case (naming the method), a
-    missing or mismatched critic."""
+    per-field summary; ``critics``, method -> the critic it read, when a method reads one;
+    ``layers``, method -> the hidden layer it read; ``fits``, method -> its folds, for a
+    cross-fitted method). Hidden states of every layer the methods need come from one forward
+    pass per case; methods that read a trained critic (``ppo-1``, ``ppo-n``) find it among the
+    ``critics`` folders (:func:`open_critics`); cross-fitted methods (``probe``) are fitted
+    first, fold by fold (:func:`prepare`). Raises an InputError, before any output is written,
+    for a bad line, a model mismatch, a method that is invalid or fails on a case (naming the
+    method), a missing or mismatched critic."""
     records, recorded, revision = read_cases(path, model)
     methods = list(methods)
     chosen = build_methods(methods, critics=bool(critics))
-    bound = open_critics(chosen, critics, records, recorded, revision, path, device=device)
-    lm = open_model(chosen, path, recorded, revision, lm=lm, device=device)
     memo: dict = {}
-    rows = [evaluate_case(record, chosen, lm, path, memo, bound)
+    setup = prepare(chosen, records, path, recorded, revision, critics=critics, lm=lm, device=device, memo=memo,
+                    progress=progress)
+    rows = [evaluate_case(record, setup, path, memo)
             for record in tqdm(records, desc="sveb eval", unit="case", disable=not progress)]
     try:
         summary = metrics.summarise(rows, methods, n_boot=n_boot)
@@ -402,7 +450,9 @@ def evaluate(path: str | Path, methods: Sequence[str] = DEFAULT_METHODS, *, mode
         "labels": {m: method_label(m, est) for m, est in chosen.items()},
         "cases": rows,
         "summary": summary,
-        **({"critics": {m: critic_set.describe() for m, critic_set in bound.items()}} if bound else {}),
+        **({"critics": {m: c.describe() for m, c in setup.critics.items()}} if setup.critics else {}),
+        **({"layers": setup.layers} if setup.layers else {}),
+        **({"fits": {m: fit.describe() for m, fit in setup.fits.items()}} if setup.fits else {}),
     }
 
 

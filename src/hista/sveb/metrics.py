@@ -14,11 +14,13 @@ Everything here is pure (no I/O) and deterministic. A *record* is one benchmark 
 from __future__ import annotations
 
 import math
-from typing import Any, Iterator, Mapping, Sequence
+from typing import Any, Hashable, Iterator, Mapping, Sequence
 
 import numpy as np
 
-__all__ = ["mcs_error", "bootstrap_ci", "pearson", "summarise", "MAX_MCS_TERMS"]
+from .schema import problem_of
+
+__all__ = ["mcs_error", "bootstrap_ci", "pearson", "case_problems", "resampling", "summarise", "MAX_MCS_TERMS"]
 
 #: Largest number of terms ``mcs_error`` will sum for non-binary rewards before refusing.
 MAX_MCS_TERMS = 1_000_000
@@ -125,7 +127,11 @@ def _bounded_compositions(limits: Sequence[int], n: int) -> Iterator[tuple[tuple
 
 
 def bootstrap_ci(
-    errors: Sequence[float], n_boot: int = 2000, seed: int = 0, level: float = 0.95
+    errors: Sequence[float],
+    n_boot: int = 2000,
+    seed: int = 0,
+    level: float = 0.95,
+    clusters: Sequence[Hashable] | None = None,
 ) -> tuple[float, float]:
     """Percentile bootstrap interval of the mean of ``errors`` (SPEC §8: "MAE with a bootstrap
     95% interval").
@@ -134,24 +140,41 @@ def bootstrap_ci(
     and returns the ``(1 - level) / 2`` and ``(1 + level) / 2`` quantiles of their means:
     the same inputs and seed always give the same interval. NaN entries are ignored; no
     entries left gives ``(nan, nan)``; one entry, or all entries equal, gives ``(x, x)``.
+
+    ``clusters`` (a label per entry, e.g. the case's problem): when a label repeats among the
+    entries kept, each resample draws ``k`` labels with replacement from the ``k`` distinct ones
+    (numbered in order of first appearance) and its statistic is the mean over every entry of
+    the drawn clusters, i.e. the sum of the drawn cluster sums over the sum of their sizes.
+    When no label repeats (or ``clusters`` is None) the cases are resampled as above, with the
+    same random stream: the same interval bit for bit.
     """
     if not 0.0 < level < 1.0:
         raise ValueError(f"level must be in (0, 1), got {level}")
     if n_boot < 1:
         raise ValueError(f"n_boot must be at least 1, got {n_boot}")
     x = np.asarray([float(e) for e in errors], dtype=np.float64)
-    x = x[~np.isnan(x)]
+    if clusters is not None and len(clusters) != x.size:
+        raise ValueError(f"bootstrap_ci: {len(clusters)} cluster labels for {x.size} entries")
+    keep = ~np.isnan(x)
+    x = x[keep]
     if x.size == 0:
         return (math.nan, math.nan)
     if x.size == 1 or np.all(x == x[0]):
         return (float(x[0]), float(x[0]))
+    number: dict[Hashable, int] = {}  # cluster label -> its index, in order of first appearance
+    if clusters is not None:
+        which = [number.setdefault(c, len(number)) for c, kept in zip(clusters, keep) if kept]
+    clustered = 0 < len(number) < x.size  # some cluster holds several entries: resample clusters
+    if clustered:
+        sums, sizes = np.bincount(which, weights=x), np.bincount(which)
+    k = len(number) if clustered else x.size
     rng = np.random.default_rng(seed)
     means = np.empty(n_boot, dtype=np.float64)
-    rows = max(1, _BOOT_CHUNK_ELEMENTS // x.size)
+    rows = max(1, _BOOT_CHUNK_ELEMENTS // k)
     for start in range(0, n_boot, rows):
         stop = min(n_boot, start + rows)
-        idx = rng.integers(0, x.size, size=(stop - start, x.size))
-        means[start:stop] = x[idx].mean(axis=1)
+        idx = rng.integers(0, k, size=(stop - start, k))
+        means[start:stop] = sums[idx].sum(axis=1) / sizes[idx].sum(axis=1) if clustered else x[idx].mean(axis=1)
     alpha = (1.0 - level) / 2.0
     lo, hi = np.quantile(means, [alpha, 1.0 - alpha])
     return (float(lo), float(hi))
@@ -199,9 +222,24 @@ def _value(record: Mapping[str, Any], method: str) -> float:
     return v if math.isfinite(v) else math.nan
 
 
+def case_problems(records: Sequence[Mapping[str, Any]]) -> list[str] | None:
+    """The problem of each record (:func:`hista.sveb.schema.problem_of` of its ``case_id``), or
+    None when some record has no string ``case_id`` (SPEC §8)."""
+    if not all(isinstance(rec.get("case_id"), str) for rec in records):
+        return None
+    return [problem_of(rec["case_id"]) for rec in records]
+
+
+def resampling(labels: Sequence[str] | None) -> str:
+    """What the bootstrap intervals over cases with these problem ``labels`` resample (SPEC §8):
+    ``"problems"`` when some problem holds more than one case (its cases are not independent),
+    else ``"cases"`` (also without labels)."""
+    return "problems" if labels is not None and len(set(labels)) < len(labels) else "cases"
+
+
 def _cell(errors: list[float], xs: list[float] | None, ys: list[float] | None, skipped: int,
-          n_boot: int, seed: int) -> dict[str, Any]:
-    lo, hi = bootstrap_ci(errors, n_boot=n_boot, seed=seed)
+          n_boot: int, seed: int, clusters: list[str] | None) -> dict[str, Any]:
+    lo, hi = bootstrap_ci(errors, n_boot=n_boot, seed=seed, clusters=clusters)
     return {
         "mae": math.fsum(errors) / len(errors) if errors else math.nan,
         "lo": lo,
@@ -227,10 +265,11 @@ def summarise(
          "rows": {row: {field: {"mae", "lo", "hi", "pearson", "n", "skipped"}}},
          "methods": [...], "mcs_rows": ["MCS@1", ...], "counts": {field: cases},
          "grpo_mae": {field: mae}   # when every case records its group mean
-         "level": 0.95, "n_boot": n_boot, "seed": seed}
+         "level": 0.95, "n_boot": n_boot, "seed": seed,
+         "resampled": "problems" or "cases", "n_problems": int or None}
 
     Rows, in order: each method (``mae`` = mean |value - target| over the cases, ``lo``/``hi``
-    its 95% percentile bootstrap interval over cases, ``pearson`` = r(value, target)), then
+    its 95% percentile bootstrap interval, ``pearson`` = r(value, target)), then
     ``MCS@n`` for each n in ``mcs`` (``mae`` = mean over cases of ``mcs_error(continuations,
     n)``, the exact expected error of averaging n of the M continuations; ``pearson`` NaN).
     A case whose value for a method is missing, None or NaN is left out of that method's
@@ -238,6 +277,11 @@ def summarise(
     ``MCS@n``. ``n`` is the number of cases used. Cells with no cases have NaN statistics.
     ``grpo_mae`` is the MAE of the GRPO baseline, the group mean every case records
     (``group_mean``), whatever methods were evaluated.
+
+    The intervals resample the cases or, when some problem holds more than one of the records
+    (:func:`resampling`; a case's problem is its ``case_id`` before ``#``), the problems, each
+    with all its cases in the cell (:func:`bootstrap_ci` with ``clusters``): ``resampled`` says
+    which, ``n_problems`` counts the problems (None when some record has no ``case_id``).
     """
     methods = list(methods)
     if len(set(methods)) != len(methods):
@@ -259,6 +303,11 @@ def summarise(
         by_field.setdefault(field, []).append(rec)
     fields = sorted(by_field) + ["all"]
     by_field["all"] = list(records)
+    labels = case_problems(records)
+    problem = dict(zip(map(id, records), labels)) if labels else None
+
+    def clusters(recs: list[dict]) -> list[str] | None:  # the problems of these records, if known
+        return [problem[id(rec)] for rec in recs] if problem else None
 
     rows: dict[str, dict[str, dict[str, Any]]] = {}
     for method in methods:
@@ -267,6 +316,7 @@ def summarise(
             errors: list[float] = []
             xs: list[float] = []
             ys: list[float] = []
+            used: list[dict] = []
             skipped = 0
             for rec in by_field[field]:
                 v, t = _value(rec, method), float(rec["target"])
@@ -276,7 +326,8 @@ def summarise(
                 errors.append(abs(v - t))
                 xs.append(v)
                 ys.append(t)
-            rows[method][field] = _cell(errors, xs, ys, skipped, n_boot, seed)
+                used.append(rec)
+            rows[method][field] = _cell(errors, xs, ys, skipped, n_boot, seed, clusters(used))
 
     for k, row in zip(mcs, mcs_rows):
         # The per-case error does not depend on the field: compute it once per case.
@@ -287,9 +338,10 @@ def summarise(
         error_of = {id(rec): e for rec, e in zip(records, per_case)}
         rows[row] = {}
         for field in fields:
-            errs = [error_of[id(rec)] for rec in by_field[field]]
-            kept = [e for e in errs if not math.isnan(e)]
-            rows[row][field] = _cell(kept, None, None, len(errs) - len(kept), n_boot, seed)
+            used = [rec for rec in by_field[field] if not math.isnan(error_of[id(rec)])]
+            kept = [error_of[id(rec)] for rec in used]
+            rows[row][field] = _cell(kept, None, None, len(by_field[field]) - len(kept), n_boot, seed,
+                                     clusters(used))
 
     summary: dict[str, Any] = {
         "fields": fields,
@@ -300,6 +352,8 @@ def summarise(
         "level": 0.95,
         "n_boot": n_boot,
         "seed": seed,
+        "resampled": resampling(labels),
+        "n_problems": None if labels is None else len(set(labels)),
     }
     if records and all(isinstance(rec.get("group_mean"), (int, float)) for rec in records):
         summary["grpo_mae"] = {}

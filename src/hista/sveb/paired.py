@@ -6,7 +6,9 @@ The GRPO baseline of a case is its ``group_mean``. For a method and a case with 
 target ``t`` and group mean ``g`` the paired difference is ``d = |v - t| - |g - t|``:
 negative where the method is closer to the target than GRPO. ΔMAE is the mean of ``d``, and its
 interval is the percentile bootstrap of that mean, so each resample draws the same cases for
-the method and for GRPO. Everything here is pure (no I/O) and deterministic given ``seed``.
+the method and for GRPO; when some problem holds several cases, each resample draws problems,
+with all their cases (:func:`hista.sveb.metrics.bootstrap_ci`). Everything here is pure (no I/O)
+and deterministic given ``seed``.
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ from typing import Any, Mapping, Sequence
 
 import numpy as np
 
-from .metrics import _value, bootstrap_ci, pearson
+from .metrics import _value, bootstrap_ci, case_problems, pearson, resampling
 
 __all__ = ["paired_summary", "position_slice", "length_slices", "TIE_TOLERANCE", "POSITION_LABELS"]
 
@@ -76,12 +78,15 @@ def length_slices(rows: Sequence[Mapping[str, Any]]) -> tuple[list[str | None], 
 
 
 def _cell(diffs: list[float], errors: list[float], grpo_errors: list[float], values: list[float],
-          targets: list[float], skipped: int, n_boot: int, seed: int, level: float) -> dict[str, Any]:
-    """Paired statistics of one method on one slice from its kept cases."""
+          targets: list[float], skipped: int, n_boot: int, seed: int, level: float,
+          clusters: list[str] | None) -> dict[str, Any]:
+    """Paired statistics of one method on one slice from its kept cases (their problems:
+    ``clusters``)."""
     n = len(diffs)
-    if n >= 2:
-        lo, hi = bootstrap_ci(diffs, n_boot=n_boot, seed=seed, level=level)
-    else:  # no interval from fewer than 2 cases
+    units = n if clusters is None else len(set(clusters))  # the cases, or the problems they come from
+    if units >= 2:
+        lo, hi = bootstrap_ci(diffs, n_boot=n_boot, seed=seed, level=level, clusters=clusters)
+    else:  # no interval from fewer than 2 cases (or problems)
         lo, hi = math.nan, math.nan
     wins = sum(1 for d in diffs if d < -TIE_TOLERANCE)
     losses = sum(1 for d in diffs if d > TIE_TOLERANCE)
@@ -112,12 +117,14 @@ def paired_summary(rows: Sequence[Mapping[str, Any]], methods: Sequence[str], n_
     its percentile bootstrap interval at ``level`` (the mean of the per-case differences
     ``|v - t| - |g - t|`` over ``n_boot`` resamples of the cases drawn from
     ``numpy.random.default_rng(seed)``: the same resampled cases for the method and for GRPO, and
-    the same indices for every method with the same number of cases), ``excludes_zero``,
+    the same indices for every method with the same number of cases; when some problem holds
+    several of the rows, resamples of the problems, each with its cases in the cell, as
+    :func:`hista.sveb.metrics.summarise` does), ``excludes_zero``,
     ``win``/``tie``/``loss`` (fractions of cases where the method is strictly closer to the
     target than GRPO, as close within ``TIE_TOLERANCE``, farther), ``pearson`` r(value, target),
     ``n`` (cases used) and ``skipped`` (cases of the slice left out because the method's value,
-    the target or the group mean is missing, None or NaN). Fewer than 2 cases give NaN
-    intervals; no cases NaN statistics.
+    the target or the group mean is missing, None or NaN). Fewer than 2 cases (or, resampling
+    problems, fewer than 2 problems) give NaN intervals; no cases NaN statistics.
 
     Slices, in four groups: ``all``; each ``field`` (sorted); the ``position`` thirds
     of t/length (:func:`position_slice`) and the response-``length`` terciles
@@ -125,6 +132,7 @@ def paired_summary(rows: Sequence[Mapping[str, Any]], methods: Sequence[str], n_
     of those two groups and counted in ``no_length``). Returns::
 
         {"methods": [...], "baseline": "group_mean", "level", "n_boot", "seed",
+         "resampled": "problems" or "cases", "n_problems": int or None,
          "slices": {group: [slice names]}, "counts": {group: {slice: cases}},
          "length_cuts": [q1, q2], "no_length": int,
          "rows": {method: {group: {slice: cell}}}}
@@ -159,6 +167,7 @@ def paired_summary(rows: Sequence[Mapping[str, Any]], methods: Sequence[str], n_
 
     targets = [_number(row["target"]) for row in rows]
     grpo = [_number(row.get("group_mean")) for row in rows]
+    problems = case_problems(rows)
     out_rows: dict[str, dict[str, dict[str, Any]]] = {}
     for method in methods:
         values = [_value(row, method) for row in rows]
@@ -166,25 +175,29 @@ def paired_summary(rows: Sequence[Mapping[str, Any]], methods: Sequence[str], n_
         for group, names in slices.items():
             out_rows[method][group] = {}
             for name in names:
-                diffs, errors, grpo_errors, vs, ts = [], [], [], [], []
+                diffs, errors, grpo_errors, vs, ts, used = [], [], [], [], [], []
                 for i in members[group][name]:
                     v, t, g = values[i], targets[i], grpo[i]
                     if math.isnan(v) or math.isnan(t) or math.isnan(g):
                         continue
+                    used.append(i)
                     errors.append(abs(v - t))
                     grpo_errors.append(abs(g - t))
                     diffs.append(errors[-1] - grpo_errors[-1])
                     vs.append(v)
                     ts.append(t)
                 skipped = len(members[group][name]) - len(diffs)
+                clusters = [problems[i] for i in used] if problems else None
                 out_rows[method][group][name] = _cell(diffs, errors, grpo_errors, vs, ts, skipped, n_boot,
-                                                       seed, level)
+                                                       seed, level, clusters)
     return {
         "methods": methods,
         "baseline": "group_mean",
         "level": level,
         "n_boot": n_boot,
         "seed": seed,
+        "resampled": resampling(problems),
+        "n_problems": None if problems is None else len(set(problems)),
         "slices": slices,
         "counts": {group: {name: len(members[group][name]) for name in names} for group, names in slices.items()},
         "length_cuts": cuts,

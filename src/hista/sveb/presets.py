@@ -11,7 +11,7 @@ PRESETS: dict[str, BuildConfig] = {
     # about 8 minutes on 2 CPU cores with the embedded model: the README's main job
     "quick": BuildConfig(tasks=("builtin:arith?steps=1", "builtin:choice"), problems=12, rollouts=16,
                          continuations=12, max_new_tokens=96),
-    # long responses (about 170 tokens on median, so Hista's default interval of 50 leaves about
+    # long responses (about 170 tokens on median, so the paper's Hista interval of 50 leaves about
     # three interior nodes): arithmetic with a worked explanation. Multiple choice with
     # explain=yes is left out: its responses are shorter (about 120 tokens on median) and its
     # accuracy mostly below 0.1. Two states per problem halve the rollouts per case.
@@ -20,7 +20,7 @@ PRESETS: dict[str, BuildConfig] = {
 }
 
 #: estimator methods (``name[-profile][?key=value&...]``) evaluated when none are named
-DEFAULT_METHODS = ("grpo", "numca", "numca-reference", "hista", "hista-reference")
+DEFAULT_METHODS = ("grpo", "numca", "numca-reference", "hista", "hista-paper", "hista-reference", "probe")
 
 
 def preset(name: str) -> BuildConfig:

@@ -64,6 +64,14 @@ def _fmt(x: Any) -> str:
     return f"{x:.3f}" if _finite(x) else "n/a"
 
 
+def _over(summary: Mapping[str, Any]) -> str:
+    """What the intervals of ``summary`` (of :func:`hista.sveb.metrics.summarise`, of
+    :func:`hista.sveb.paired.paired_summary` or of a sweep) resampled, for captions (SPEC §8):
+    "over problems (cases share problems)" or "over cases" (also when it does not say, as in
+    results written before it did)."""
+    return "over problems (cases share problems)" if summary.get("resampled") == "problems" else "over cases"
+
+
 def _cell_text(cell: Mapping[str, Any] | None) -> str:
     if not cell or not _finite(cell.get("mae")):
         return "–"
@@ -170,8 +178,8 @@ def markdown_table(summary: dict, labels: dict[str, str] | None = None) -> str:
     )
     caption = (
         f"Table: SVEB mean absolute error against the Monte-Carlo reference value (lower is "
-        f"better), {level:.0%} bootstrap interval in brackets; best estimator per column in "
-        f"bold. Cases: {count_text}."
+        f"better), {level:.0%} bootstrap interval {_over(summary)} in brackets; best estimator per "
+        f"column in bold. Cases: {count_text}."
     )
     header = "| Estimator | " + " | ".join(f"{_field_label(labels, f)} ↓" for f in fields) + " |"
     rule = "| --- | " + " | ".join("---" for _ in fields) + " |"
@@ -268,17 +276,18 @@ def table1(summary: dict, labels: dict[str, str] | None = None) -> dict | None:
     return {"columns": columns, "rows": out}
 
 
-def table1_markdown(table: dict | None, level: float = 0.95) -> str:
-    """The markdown of :func:`table1` (SPEC §4.5, §8): a caption, then one line per row, each
-    cell ``MAE [lo, hi]`` as in the main table (the MAE alone without an interval), "–" where
+def table1_markdown(table: dict | None, level: float = 0.95, resampled: str = "cases") -> str:
+    """The markdown of :func:`table1` (SPEC §4.5, §8): a caption (saying the intervals resampled
+    ``resampled``, "cases" or "problems", as the summary's ``resampled``), then one line per row,
+    each cell ``MAE [lo, hi]`` as in the main table (the MAE alone without an interval), "–" where
     the row has no method of that λ. Empty text for ``None`` (no critic methods)."""
     if table is None:
         return ""
     caption = (
         f"Table: MAE over all cases (the main table's \"All\" column) of GRPO and the PPO critics, by "
         f"the GAE λ each critic was trained with (GRPO has none), as in the paper's Table 1; {level:.0%} "
-        f"bootstrap interval in brackets. PPO-1: a critic that never saw the state's problem; PPO-N: a "
-        f"critic trained on the initial rollouts of the same problems."
+        f"bootstrap interval {_over({'resampled': resampled})} in brackets. PPO-1: a critic that never "
+        f"saw the state's problem; PPO-N: a critic trained on the initial rollouts of the same problems."
     )
     columns = table["columns"]
     lines = [caption, "", "| Method | " + " | ".join(columns) + " |", "| --- | " + " | ".join("---" for _ in columns)
@@ -340,8 +349,9 @@ def paired_table(paired: dict, labels: dict[str, str] | None = None) -> str:
     caption = (
         f"Table: paired comparison with GRPO (the group mean): ΔMAE = MAE(estimator) − MAE(GRPO) on "
         f"the same cases (negative: closer to the target than GRPO), {level:.0%} paired bootstrap "
-        f"interval in brackets (each resample draws the same cases for both), * where it excludes 0; "
-        f"win = share of cases where the estimator is strictly closer to the target (tie: as close). "
+        f"interval {_over(paired)} in brackets (each resample draws the same cases for both), * where "
+        f"it excludes 0; win = share of cases where the estimator is strictly closer to the target "
+        f"(tie: as close). "
         f"Cases: {count_text}."
     )
     lines = [caption, ""] + _paired_rows(paired, columns, labels, lambda group, name: _field_label(labels, name))
@@ -583,7 +593,7 @@ _HOW_TO_READ = (
     "Each case is a state sampled from a real rollout; its reference value (the target) is "
     "the mean reward of the M Monte-Carlo continuations sampled from that state. Estimator "
     "rows give the mean absolute error (MAE) of each estimator's state value against that "
-    "target, with a {level} percentile bootstrap interval over cases in brackets; the best "
+    "target, with a {level} percentile bootstrap interval {over} in brackets; the best "
     "estimator of each column is in bold. The MCS@n rows are not estimators: they give the "
     "exact expected error of averaging only n of the M continuations, i.e. what n extra "
     "rollouts from the state itself would achieve (a noise yardstick, as in the paper's "
@@ -648,12 +658,13 @@ def write_report(
                                       "differences": differences}, indent=2)
 
     level = summary.get("level", 0.95)
-    ppo_section = ["## PPO critics (paper Table 1 layout)", "", table1_markdown(ppo, level)] if ppo else []
+    table1_md = table1_markdown(ppo, level, summary.get("resampled", "cases"))
+    ppo_section = ["## PPO critics (paper Table 1 layout)", "", table1_md] if ppo else []
     md = "\n".join([
         "# SVEB report",
         "",
         markdown_table(summary, labels),
-        _HOW_TO_READ.format(level=f"{level:.0%}"),
+        _HOW_TO_READ.format(level=f"{level:.0%}", over=_over(summary)),
         "",
         *ppo_section,
         "## Paired comparison with GRPO",

@@ -42,16 +42,16 @@ from .eval import (
     format_method,
     method_label,
     open_critics,
-    open_model,
     parse_method,
+    prepare,
     read_cases,
     read_scalar,
     scalar_text,
     spec_label,
 )
 from .paired import paired_summary
-from .report import _finite, _fmt, _new_figure, _save_figure, _signed
-from .schema import Where, is_unit, kind, short
+from .report import _finite, _fmt, _new_figure, _over, _save_figure, _signed
+from .schema import Where, fold_problems, is_unit, kind, problem_of, short
 
 __all__ = ["parse_grid", "check_grid", "grid_points", "sweep", "summarise", "select", "problem_of", "split_problems",
            "fold_problems", "write_outputs", "MAX_POINTS"]
@@ -198,16 +198,17 @@ def sweep(cases_path: Union[str, Path], out: Union[str, Path], *, base: Optional
     values_path = out / VALUES
     done = read_values(values_path, header, {r["key"] for r in records})
     todo = [r for r in records if r["key"] not in (done or {})]
-    if todo:
-        lm = open_model(chosen, cases_path, recorded, revision, lm=lm, device=device)
+    memo: dict = {}
+    if todo:  # cross-fitted points are fitted on every case again (deterministic), not only on those left
+        setup = prepare(chosen, records, cases_path, recorded, revision, bound=bound, lm=lm, device=device,
+                        memo=memo, progress=progress)
         if done is None:
             out.mkdir(parents=True, exist_ok=True)
             cases.append(values_path, header)
     bar = tqdm(total=len(records), initial=len(records) - len(todo), desc="sveb sweep", unit="case",
                disable=not progress)
-    memo: dict = {}
     for record in todo:
-        row = evaluate_case(record, chosen, lm, cases_path, memo, bound)
+        row = evaluate_case(record, setup, cases_path, memo)
         cases.append(values_path, jsonable({"kind": "case", **row}))
         bar.update(1)
     bar.close()
@@ -289,7 +290,9 @@ def summarise(rows: Sequence[dict], points: Sequence[tuple[str, Optional[dict]]]
     ``delta_lo``/``delta_hi`` its paired percentile bootstrap 95% interval (the same resampled
     cases for the point and for GRPO, :func:`hista.sveb.paired.paired_summary`), ``win_rate``
     and ``tie_rate`` (cases strictly closer to the target than GRPO / as close), ``n`` cases
-    used and ``skipped``. Also ``grpo_mae`` over every case, ``n_cases``, ``n_boot``, ``seed``."""
+    used and ``skipped``. Also ``grpo_mae`` over every case, ``n_cases``, ``n_boot``, ``seed``, and
+    ``resampled``: ``"problems"`` when cases share a problem and the intervals resample problems,
+    else ``"cases"``."""
     specs = [s for s, _ in points]
     paired = paired_summary(rows, specs, n_boot=n_boot, seed=seed)
     out = []
@@ -300,15 +303,10 @@ def summarise(rows: Sequence[dict], points: Sequence[tuple[str, Optional[dict]]]
                     "win_rate": cell["win"], "tie_rate": cell["tie"], "n": cell["n"], "skipped": cell["skipped"]})
     grpo = [abs(r["group_mean"] - r["target"]) for r in rows]
     return {"points": out, "grpo_mae": math.fsum(grpo) / len(grpo) if grpo else math.nan, "n_cases": len(rows),
-            "n_boot": n_boot, "seed": seed}
+            "n_boot": n_boot, "seed": seed, "resampled": paired["resampled"]}
 
 
 # --- 4. selection ---------------------------------------------------------------------------
-
-
-def problem_of(case_id: str) -> str:
-    """The problem of a case: its key before ``#`` (``PROBLEM_ID#sK``; SPEC §8)."""
-    return case_id.partition("#")[0]
 
 
 def split_problems(problems: Sequence[str], fraction: float, seed: int) -> tuple[list[str], list[str]]:
@@ -317,13 +315,6 @@ def split_problems(problems: Sequence[str], fraction: float, seed: int) -> tuple
     order = [sorted(problems)[k] for k in np.random.default_rng(seed).permutation(len(problems))]
     n = min(max(1, round(fraction * len(order))), len(order) - 1)
     return sorted(order[:n]), sorted(order[n:])
-
-
-def fold_problems(problems: Sequence[str], k: int, seed: int) -> list[list[str]]:
-    """K seeded folds of the problems, as equal in size as they can be (SPEC §8 ``sweep``);
-    each sorted."""
-    order = [sorted(problems)[j] for j in np.random.default_rng(seed).permutation(len(problems))]
-    return [sorted(order[j::k]) for j in range(k)]
 
 
 def split_cases(cases_path: Union[str, Path], out: Union[str, Path], *, select_on: float = DEFAULT_SELECT_ON,
@@ -396,11 +387,14 @@ def _best(rows: Sequence[dict], specs: Sequence[str]) -> tuple[Optional[str], fl
 
 
 def _reported(rows: Sequence[dict], picks: Sequence[Optional[str]], n_boot: int, seed: int) -> dict:
-    """Paired statistics of the picked point's value on each row (``picks[i]`` for row i)."""
+    """Paired statistics of the picked point's value on each row (``picks[i]`` for row i), and
+    what its interval resampled."""
     merged = [dict(r, values={"picked": None if p is None else r["values"][p]}) for r, p in zip(rows, picks)]
-    cell = paired_summary(merged, ["picked"], n_boot=n_boot, seed=seed)["rows"]["picked"]["all"]["all"]
+    paired = paired_summary(merged, ["picked"], n_boot=n_boot, seed=seed)
+    cell = paired["rows"]["picked"]["all"]["all"]
     return {"mae": cell["mae"], "grpo_mae": cell["grpo_mae"], "delta_mae": cell["delta"], "delta_lo": cell["lo"],
-            "delta_hi": cell["hi"], "win_rate": cell["win"], "tie_rate": cell["tie"], "n": cell["n"]}
+            "delta_hi": cell["hi"], "win_rate": cell["win"], "tie_rate": cell["tie"], "n": cell["n"],
+            "resampled": paired["resampled"]}
 
 
 def select(rows: Sequence[dict], specs: Sequence[str], labels: dict[str, str], plan: dict, *,
@@ -473,10 +467,10 @@ def ranked(points: Sequence[dict]) -> list[dict]:
 
 
 def summary_text(result: dict, top: int = 5) -> str:
-    """What ``sveb sweep`` prints: the points, GRPO's MAE, the ``top`` points by ΔMAE and the
-    selection (SPEC §8 ``sweep``)."""
+    """What ``sveb sweep`` prints: the points, GRPO's MAE, the ``top`` points by ΔMAE with the
+    interval (saying whether it resampled problems or cases) and the selection (SPEC §8 ``sweep``)."""
     lines = [f"{len(result['points'])} points on {_count(result['n_cases'], 'case')}; GRPO MAE "
-             f"{_fmt(result['grpo_mae'])}; best by ΔMAE vs GRPO [95% interval]:"]
+             f"{_fmt(result['grpo_mae'])}; best by ΔMAE vs GRPO [95% interval {_over(result)}]:"]
     for p in ranked(result["points"])[:top]:
         lines.append(f"  {_signed(p['delta_mae'])} [{_signed(p['delta_lo'])}, {_signed(p['delta_hi'])}]  "
                      f"MAE {_fmt(p['mae'])}  win {_pct(p['win_rate'])}  {p['label']}")
@@ -505,8 +499,8 @@ def selection_text(selection: dict) -> str:
 
 
 def markdown(result: dict, heatmaps: Sequence[str] = ()) -> str:
-    """``sweep.md``: the points sorted by ΔMAE vs GRPO (best first), the selection and the
-    heatmaps (SPEC §8 ``sweep``)."""
+    """``sweep.md``: the points sorted by ΔMAE vs GRPO (best first; the caption says whether the
+    intervals resampled problems or cases), the selection and the heatmaps (SPEC §8 ``sweep``)."""
     keys = list(result["grid"] or {})
     head = [f"`{k}`" for k in keys] if keys else ["method"]
     lines = [
@@ -514,7 +508,8 @@ def markdown(result: dict, heatmaps: Sequence[str] = ()) -> str:
         f"{len(result['points'])} points on {result['n_cases']} cases of `{result['cases_file']}`"
         + (f", grid over `{result['base']}`" if keys else "") + f"; GRPO (group mean) MAE {_fmt(result['grpo_mae'])}. "
         "ΔMAE = MAE − GRPO MAE on the same cases (negative: better than GRPO), with a paired bootstrap 95% interval "
-        f"({result['n_boot']} resamples, seed {result['seed']}); win = cases strictly closer to the target than GRPO.",
+        f"({result['n_boot']} resamples, seed {result['seed']}) {_over(result)}; win = cases strictly closer to the "
+        "target than GRPO.",
         "",
         "| rank | " + " | ".join(head) + " | MAE | ΔMAE [95% interval] | win | tie | n |",
         "| --- | " + " | ".join("---" for _ in head) + " | --- | --- | --- | --- | --- |",

@@ -88,15 +88,17 @@ def _run(pairs: Sequence[tuple[int, int]], rank: int, outgoing: Callable[[int], 
 
 
 def estimate_split(rows: Sequence[Row], rewards: torch.Tensor, group_size: int,
-                   estimate: Callable[[list[Row], list[float]], list[torch.Tensor]],
+                   estimate: Callable[[list[list[Row]], list[list[float]]], list[list[torch.Tensor]]],
                    represent: Optional[Callable[[Row], Optional[tuple[torch.Tensor, int]]]] = None
                    ) -> list[torch.Tensor]:
     """Per-token advantages of this process's ``rows`` (in order) when groups span processes
     (module docstring). ``rewards``: the whole generation batch's [B], as TRL gathered them;
     ``represent(row)``: the estimator's representation of a row's hidden states and how many of
-    its leading vectors cover the prompt alone, or None (send hidden states); ``estimate(rows,
-    rewards)`` estimates one whole group on its owner, from rows that carry a ``representation``
-    (when ``represent`` gave one) or hidden states over prompt and completion. Needs an
+    its leading vectors cover the prompt alone, or None (send hidden states); ``estimate(groups,
+    rewards)`` estimates every whole group this process owns at once (a list of groups, each a
+    list of rows, with their rewards; so that an estimator that learns across groups sees them
+    together), from rows that carry a ``representation`` (when ``represent`` gave one) or hidden
+    states over prompt and completion, and returns each group's advantages. Needs an
     initialised ``torch.distributed`` process group; every process calls it with its own rows."""
     rank, world = dist.get_rank(), dist.get_world_size()
     b = len(rows)
@@ -149,10 +151,12 @@ def estimate_split(rows: Sequence[Row], rewards: torch.Tensor, group_size: int,
             r.hidden = torch.cat([head.hidden[: len(head.prompt_ids)], r.hidden.to(head.hidden.device)])
         by_index[r.index] = r
     advantages: dict[int, torch.Tensor] = {}
-    for first in sorted({r.index // group_size * group_size for r in mine}):
-        group = [by_index[i] for i in range(first, first + group_size)]
-        values = estimate(group, [float(rewards[r.index]) for r in group])
-        advantages.update((r.index, adv) for r, adv in zip(group, values))
+    owned = [[by_index[i] for i in range(first, first + group_size)]
+             for first in sorted({r.index // group_size * group_size for r in mine})]
+    if owned:
+        estimated = estimate(owned, [[float(rewards[r.index]) for r in group] for group in owned])
+        for group, values in zip(owned, estimated):
+            advantages.update((r.index, adv) for r, adv in zip(group, values))
 
     def advantages_for(receiver: int) -> tuple[list, Optional[torch.Tensor]]:
         back = [r for r in arrived if r.index // b == receiver]

@@ -28,6 +28,7 @@ from trl import GRPOTrainer
 
 from .. import estimators, losses
 from ..models.capture import capture_logprob_pass
+from ..models.forward import decoder_layers
 from ..types import Rollout
 from . import split
 from .batch import batch_to_groups, build_group, groups_to_batch, unpad
@@ -74,7 +75,8 @@ class HistaGRPOTrainer(GRPOTrainer):
                 raise ValueError(f"GRPOConfig.{key}={getattr(self.args, key)!r} has no effect here: {why}")
         if self.loss.config["beta"] != float(self.beta):
             raise ValueError(f"loss.beta={self.loss.config['beta']} but GRPOConfig.beta={self.beta}: they must agree")
-        self.hidden_layer = self.estimator.hidden_layer() if self.estimator.needs_hidden else None
+        self.hidden_layer = (self.estimator.hidden_layer(decoder_layers(self.model)) if self.estimator.needs_hidden
+                             else None)
         with capture_logprob_pass(self.model, layer=self.hidden_layer):
             pass  # a layer the model does not have fails here, before any step
         self._hista_rewards: Optional[torch.Tensor] = None
@@ -188,8 +190,7 @@ class HistaGRPOTrainer(GRPOTrainer):
                                  tokenizer=tokenizer)
         if self.critic is not None:
             self.critic.observe(groups)  # the values this batch's advantages and targets start from
-        per_group = [self.estimator.token_advantages(g, gae_lambda=self.gae_lambda, scale=self.scale,
-                                                     batch_std=batch_std) for g in groups]
+        per_group = self._estimate(groups, batch_std)
         if self.critic is not None:  # PPO's order: advantages from the values before the critic's update
             for key, value in self.critic.update(groups).items():
                 self._metrics["train"][key].append(value)
@@ -198,6 +199,22 @@ class HistaGRPOTrainer(GRPOTrainer):
             advantages = advantages[first: first + local_b, :local_t]
         self._log_advantages(advantages, out["completion_mask"])
         return advantages
+
+    def _estimate(self, groups: list, batch_std: float) -> list[list[torch.Tensor]]:
+        """Each group's per-token advantages (SPEC §4, §9): an estimator that learns across
+        groups (the probe) is fitted for each group on the others first (``for_batch``). Logs
+        the structure the estimator resolved per group (docs/estimators.md "Structure rule")
+        as ``estimator/<name>``, averaged over the groups, and the hidden layer read as
+        ``estimator/layer``."""
+        est = self.estimator
+        fitted = est.for_batch(groups) if est.learns_across_groups else [est] * len(groups)
+        for g in groups:
+            for key, value in self.estimator.resolved(g).items():
+                self._metrics["train"][f"estimator/{key}"].append(float(value))
+        if self.hidden_layer is not None and groups:
+            self._metrics["train"]["estimator/layer"].append(float(self.hidden_layer))
+        return [est.token_advantages(g, gae_lambda=self.gae_lambda, scale=self.scale, batch_std=batch_std)
+                for est, g in zip(fitted, groups)]
 
     def _split_advantages(self, out: dict, hidden: Optional[torch.Tensor], problem_ids: Optional[list[str]],
                           rewards: torch.Tensor, batch_std: float, tokenizer: Any) -> torch.Tensor:
@@ -213,15 +230,17 @@ class HistaGRPOTrainer(GRPOTrainer):
             return self.estimator.represent(Rollout(prompt_ids=row.prompt_ids, completion_ids=row.completion_ids,
                                                     hidden=row.hidden))
 
-        def estimate(group: list, group_rewards: list[float]) -> list[torch.Tensor]:
-            represented = group[0].representation is not None
-            whole = build_group([r.prompt_ids for r in group], [r.completion_ids for r in group], group_rewards,
-                                hidden=None if hidden is None or represented else [r.hidden for r in group],
-                                problem_id=group[0].problem_id, tokenizer=tokenizer)
-            if represented:
-                whole.representations = [r.representation for r in group]
-            return self.estimator.token_advantages(whole, gae_lambda=self.gae_lambda, scale=self.scale,
-                                                   batch_std=batch_std)
+        def estimate(owned: list[list], owned_rewards: list[list[float]]) -> list[list[torch.Tensor]]:
+            wholes = []
+            for group, group_rewards in zip(owned, owned_rewards):
+                represented = group[0].representation is not None
+                whole = build_group([r.prompt_ids for r in group], [r.completion_ids for r in group], group_rewards,
+                                    hidden=None if hidden is None or represented else [r.hidden for r in group],
+                                    problem_id=group[0].problem_id, tokenizer=tokenizer)
+                if represented:
+                    whole.representations = [r.representation for r in group]
+                wholes.append(whole)
+            return self._estimate(wholes, batch_std)
 
         per_row = split.estimate_split(rows, rewards, self.num_generations, estimate,
                                        represent if hidden is not None else None)
@@ -237,9 +256,13 @@ class HistaGRPOTrainer(GRPOTrainer):
     # ---- the critic's checkpoints -----------------------------------------------------------
     def _save_checkpoint(self, model, trial):
         super()._save_checkpoint(model, trial)
+        folder = Path(self._get_output_dir(trial=trial)) / f"{PREFIX_CHECKPOINT_DIR}-{self.state.global_step}"
         if self.critic is not None and self.args.should_save:
-            folder = Path(self._get_output_dir(trial=trial)) / f"{PREFIX_CHECKPOINT_DIR}-{self.state.global_step}"
             self.critic.save(folder / "critic", optimizer=not self.args.save_only_model)
+        state = self.estimator.state_dict()
+        if state is not None:  # every process its own (a probe's history holds the groups it estimated)
+            folder.mkdir(parents=True, exist_ok=True)
+            torch.save(state, folder / f"estimator-{self.accelerator.process_index}.pt")
 
     def save_model(self, output_dir: Optional[str] = None, _internal_call: bool = False):
         super().save_model(output_dir, _internal_call)
@@ -250,6 +273,9 @@ class HistaGRPOTrainer(GRPOTrainer):
         super()._load_optimizer_and_scheduler(checkpoint)
         if checkpoint is not None and self.critic is not None:
             self.critic.load(Path(checkpoint) / "critic")
+        saved = None if checkpoint is None else Path(checkpoint) / f"estimator-{self.accelerator.process_index}.pt"
+        if saved is not None and saved.is_file():
+            self.estimator.load_state_dict(torch.load(saved, map_location="cpu", weights_only=True))
 
     # ---- loss ----------------------------------------------------------------------------
     def _compute_loss(self, model, inputs):
