@@ -177,6 +177,21 @@ def test_a_killed_sweep_resumes_to_the_same_result(cases_path, tmp_path, tiny, f
     assert again["points"] == expected["points"]
 
 
+def test_a_killed_probe_sweep_resumes_to_the_same_values(cases_path, tmp_path, tiny):
+    """Cross-fitted points (the probe): a resumed sweep fits on every case again, so the cases
+    it still scores get the values of an uninterrupted sweep."""
+    grid = "ridge=1,100;offset=none,group_mean"
+    full, part = tmp_path / "full", tmp_path / "part"
+    result = _sweep(cases_path, full, tiny, base="probe", grid=grid)
+    values = [json.loads(line) for line in (full / "values.jsonl").read_text().splitlines()[1:]]
+    assert len({tuple(v["values"].values()) for v in values}) > 1 and result["n_cases"] == 8
+    part.mkdir()
+    lines = (full / "values.jsonl").read_text().splitlines(keepends=True)
+    (part / "values.jsonl").write_text("".join(lines[:3]) + lines[3][:30])
+    _sweep(cases_path, part, tiny, base="probe", grid=grid)
+    assert (part / "values.jsonl").read_text() == (full / "values.jsonl").read_text()
+
+
 def test_resume_refuses_values_of_another_sweep(cases_path, tmp_path, tiny):
     out = tmp_path / "s"
     _sweep(cases_path, out, tiny, grid="layer=-1,-2")
