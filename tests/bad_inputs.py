@@ -259,7 +259,11 @@ def cases() -> list[Case]:
         Case("unknown hub model id", _with(SAMPLE, "--model", "nosuchowner/nosuchmodel"), ("nosuchowner/nosuchmodel",),
              env={"HISTA_HF_TIMEOUT": "2"}),
     ]
-    return table
+    from bad_inputs_29 import cases as issue_29_cases
+    from bad_inputs_critic import cases as critic_cases  # issue 29: these modules build on this one
+    from bad_inputs_evaluation import cases as evaluation_cases
+
+    return table + issue_29_cases() + evaluation_cases() + critic_cases()
 
 
 def make_files(root: Path, case: Case) -> None:
@@ -298,5 +302,8 @@ def snapshot(root: Path) -> dict[str, tuple]:
 
 
 def changed(before: dict[str, tuple], after: dict[str, tuple]) -> list[str]:
-    """Entries of ``before`` that are gone or different in ``after``."""
-    return sorted(name for name, entry in before.items() if after.get(name) != entry)
+    """Entries of ``before`` that are gone or different in ``after``, and entries of ``after``
+    that ``before`` did not have (a refused command writes nothing: issue 29), the latter
+    marked ``+``."""
+    gone = [name for name, entry in before.items() if after.get(name) != entry]
+    return sorted(gone) + sorted(f"+{name}" for name in after if name not in before)

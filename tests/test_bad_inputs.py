@@ -48,7 +48,7 @@ def test_an_output_symlink_is_written_through(tmp_path, monkeypatch, capsys):
     monkeypatch.chdir(tmp_path)
     (tmp_path / "cases.jsonl").write_bytes(CASES_FILE.read_bytes())
     (tmp_path / "store").mkdir()
-    (tmp_path / "store" / "results.json").write_text("old\n")
+    (tmp_path / "store" / "results.json").write_text('{"an earlier result": true}\n')
     (tmp_path / "link.json").symlink_to("store/results.json")
     assert main(["sveb", "eval", "--cases", "cases.jsonl", "--methods", "grpo", "--out", "link.json"]) == 0
     assert (tmp_path / "link.json").is_symlink()

@@ -376,3 +376,68 @@ def test_training_still_refuses_critic_methods():
 
     field, message = untrainable(estimators.get("ppo-1"), losses.get("grpo"))
     assert field == "advantage_estimator.name" and "learned model" in message
+
+
+# --- damaged critic folders, --folds and resumed requests (issue 29) ---------------------------
+
+
+def test_a_damaged_critic_folder_is_named_before_anything_loads(policy, tmp_path):
+    from hista.critic.model import check_folder
+
+    folder = ValueModel.from_policy(policy, layers=None).save_pretrained(tmp_path / "c")
+    assert check_folder(folder)["weights"] == "backbone"
+    weights = folder / "backbone" / "model.safetensors"
+    sound = weights.read_bytes()
+    weights.write_bytes(sound[: len(sound) // 2])
+    with pytest.raises(InputError, match=r"backbone/model.safetensors: is truncated .* hista critic train"):
+        ValueModel.from_pretrained(folder, device="cpu")
+    weights.write_bytes(sound)
+    (folder / "backbone" / "config.json").unlink()
+    with pytest.raises(InputError, match="backbone/config.json: is missing"):
+        check_folder(folder)
+    head = ValueModel.from_policy(policy, layers=1).save_pretrained(tmp_path / "h") / "value_head.safetensors"
+    head.unlink()
+    with pytest.raises(InputError, match="value_head.safetensors: is missing"):
+        check_folder(tmp_path / "h")
+    head.mkdir()
+    with pytest.raises(InputError, match="value_head.safetensors: is not a regular file"):
+        check_folder(tmp_path / "h")
+
+
+def test_default_folds_follow_the_library_and_cases_are_known_by_content(built, tmp_path, monkeypatch, capsys):
+    """--folds defaults to the library's rule (5, or one per problem when the cases hold fewer),
+    and rerunning a request resumes it whatever path names its cases: they are compared by
+    their rollouts."""
+    from hista.critic.train import train_critics
+
+    subset = _subset(built, tmp_path)  # 2 problems: 2 folds
+    train = ["critic", "train", "--mode", "ppo-1", "--lam", "1", "--out", "c", *FAST]
+    monkeypatch.chdir(tmp_path)
+    assert main(train + ["--cases", str(subset)]) == 0
+    index = json.loads((tmp_path / "c" / "folds.json").read_text())
+    assert index["folds"] == 2 and index["dirs"] == ["fold-0", "fold-1"]
+    kept = {p: p.read_bytes() for p in (tmp_path / "c").rglob("*.safetensors")}
+    (tmp_path / "elsewhere").mkdir()
+    (tmp_path / "elsewhere" / "same.jsonl").write_bytes(subset.read_bytes())
+    for cases in ("./subset.jsonl", "subset.jsonl", "elsewhere/../subset.jsonl", "elsewhere/same.jsonl"):
+        capsys.readouterr()
+        assert main(train + ["--cases", cases]) == 0, capsys.readouterr().err
+        assert capsys.readouterr().out.count("(written before, kept)") == 2
+    # the library's default is the CLI's: the same request, resumed
+    result = train_critics(subset, tmp_path / "c", mode="ppo-1", lam=1.0, layers=1, fit_config=FitConfig(epochs=1),
+                           device="cpu", progress=False)
+    assert [c.get("resumed") for c in result["critics"]] == [True, True]
+    assert {p: p.read_bytes() for p in (tmp_path / "c").rglob("*.safetensors")} == kept
+    # a kept critic is checked against the request: another fold's critic in fold-0's place
+    other = json.loads((tmp_path / "c" / "fold-1" / "critic.json").read_text())
+    (tmp_path / "c" / "fold-0" / "critic.json").write_text(json.dumps(other))
+    with pytest.raises(InputError, match=r"fold-0/critic.json: field 'fold'"):
+        train_critics(subset, tmp_path / "c", mode="ppo-1", lam=1.0, layers=1, fit_config=FitConfig(epochs=1),
+                      device="cpu", progress=False)
+    # cases of other rollouts are another request
+    records = case_file.read(subset)
+    records[0]["rollouts"][0]["reward"] = 1.0 - records[0]["rollouts"][0]["reward"]
+    (tmp_path / "other.jsonl").write_text("".join(case_file.dumps(r) for r in records))
+    capsys.readouterr()
+    assert main(train + ["--cases", "other.jsonl"]) == 2
+    assert "field 'groups': holds critics of other cases" in capsys.readouterr().err

@@ -413,3 +413,95 @@ def test_sharded_evaluation_merges_into_the_whole_one(tiny, tmp_path, capsys):
     assert _problems(tmp_path / "cli.json") == reference["problems"]
     assert main(["eval", "--model", "tiny", "--suite", "builtin", "--shard=4/3", "--out", str(other)]) == 2
     assert "--shard" in capsys.readouterr().err
+
+
+# ---- issue 29: empty shards, part contents, the per-problem file identified before repair ------
+
+DATA = __import__("pathlib").Path(__file__).parent / "data"
+
+
+def test_an_empty_shard_writes_an_empty_part_that_merges_into_the_whole_evaluation(tiny, tmp_path, capsys):
+    """One chunk, two shards: shard 2/2 has nothing to evaluate. It writes an empty part
+    (results, table, per-problem header) instead of crashing after the model loads, and the
+    parts merge into the whole evaluation's results, table and per-problem file (SPEC §10)."""
+    from hista.evaluation.merge import merge
+
+    options = dict(model="tiny", suites=["builtin:arith?steps=1"], limit=2, max_new_tokens=4, batch_size=2)
+    whole = tmp_path / "whole.json"
+    evaluate(EvalConfig(**options), whole, lm=tiny, progress=False)
+    first, empty = tmp_path / "p1.json", tmp_path / "p2.json"
+    evaluate(EvalConfig(**options), first, lm=tiny, progress=False, shard=(1, 2))
+    argv = ["eval", "--model", "tiny", "--suite", "builtin:arith?steps=1", "--limit", "2", "--max-new-tokens", "4",
+            "--batch-size", "2", "--shard", "2/2", "--out", str(empty)]
+    assert main(argv) == 0, capsys.readouterr().err
+    data = json.loads(empty.read_text())
+    assert data["problems"] == [] and data["shard"]["part"] == [2, 2] and len(data["shard"]["keys"]) == 2
+    assert data["summary"]["benchmarks"] == {} and "n/a" in (tmp_path / "p2.md").read_text()
+    assert [json.loads(line)["kind"] for line in store.samples_path(empty).read_text().splitlines()] == ["settings"]
+    assert main(argv) == 0  # resumed: nothing to do, the same empty part
+    assert json.loads(empty.read_text())["problems"] == []
+    merged = tmp_path / "merged.json"
+    table = merge([empty, first], merged)
+    got, reference = json.loads(merged.read_text()), json.loads(whole.read_text())
+    assert got["problems"] == reference["problems"] and got["summary"] == reference["summary"]
+    assert got["settings"] == reference["settings"] and "shard" not in got
+    assert store.samples_path(merged).read_bytes() == store.samples_path(whole).read_bytes()
+    assert table == (tmp_path / "whole.md").read_text()
+
+
+def _part(tmp_path, name, change=None):
+    data = json.loads((DATA / f"eval_{name}.json").read_text())
+    if change:
+        change(data)
+    path = tmp_path / f"{name}.json"
+    path.write_text(json.dumps(data))
+    return path
+
+
+def test_merge_refuses_a_part_with_reward_7_and_writes_nothing(tmp_path, capsys):
+    """A reward outside [0, 1] used to merge silently (avg@1 1.75): merge checks every record
+    with the check compare uses (store.check_problem) before it writes anything (SPEC §10)."""
+    from hista.evaluation.merge import merge
+
+    def seven(data):
+        data["problems"][1]["samples"][0]["reward"] = 7
+
+    parts = [_part(tmp_path, "part1", seven), _part(tmp_path, "part2")]
+    out = tmp_path / "merged.json"
+    with pytest.raises(InputError) as err:
+        merge(parts, out)
+    assert err.value.path == str(parts[0]) and err.value.field == "problems[1].samples[0].reward"
+    assert main(["eval", "merge", *map(str, parts), "--out", str(out)]) == 2
+    assert "problems[1].samples[0].reward" in capsys.readouterr().err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["part1.json", "part2.json"]
+    with pytest.raises(InputError, match="reward"):  # compare refuses it with the same check
+        compare([str(parts[0]), str(parts[0])])
+    # the committed parts themselves merge, and compare with the whole run they come from
+    good = [_part(tmp_path, "part1"), _part(tmp_path, "part2")]
+    merge(good, out)
+    whole = DATA / "eval_results.json"
+    assert json.loads(out.read_text())["problems"] == json.loads(whole.read_text())["problems"]
+    assert compare([str(out), str(whole)])["table"]["overall"]["ALL"]["differences"][0]["mean"] == 0
+
+
+def test_the_per_problem_file_is_identified_before_a_cut_line_is_dropped(tmp_path):
+    """store.read never changes the file: an unterminated line that cannot be the start of a
+    settings header is refused, a crash's cut line after a header is left out, and only
+    drop_unterminated, once every check has passed, cuts it off (SPEC §10)."""
+    path = tmp_path / "v.samples.jsonl"
+    for foreign in (b'{"mine": 1}', b"my notes", b'{"mine": 1}\n{"mine": 2', b'{"kind": "settings"}\nnotes'):
+        path.write_bytes(foreign)
+        with pytest.raises(InputError) as err:
+            store.read(path)
+        assert err.value.path == str(path) and path.read_bytes() == foreign
+    path.write_bytes(b'{"hista_version":"0.1')  # a header cut by a crash
+    assert store.read(path) == (None, []) and path.read_bytes() == b'{"hista_version":"0.1'
+    store.drop_unterminated(path)
+    assert path.read_bytes() == b""
+    header = b'{"hista_version":"0.1.0","kind":"settings","settings":{"seed":0}}\n'
+    path.write_bytes(header + b'{"answer":"8","bench')
+    got, records = store.read(path)
+    assert got["settings"] == {"seed": 0} and records == [] and path.read_bytes().endswith(b'"bench')
+    store.drop_unterminated(path)
+    assert path.read_bytes() == header
+    store.drop_unterminated(tmp_path / "missing.samples.jsonl")  # nothing to cut

@@ -3,6 +3,7 @@
 import os
 import re
 import stat
+from pathlib import Path
 
 import pytest
 
@@ -79,7 +80,7 @@ def test_a_symlink_is_written_through_and_stays_a_symlink(tmp_path):
     real_dir = tmp_path / "real"
     real_dir.mkdir()
     target = real_dir / "data.json"
-    target.write_text("old\n")
+    target.write_text('{"old": true}\n')
     link = tmp_path / "link.json"
     os.symlink(target, link)
     assert check_output_file(link) == target.resolve()
@@ -92,7 +93,7 @@ def test_a_symlink_is_written_through_and_stays_a_symlink(tmp_path):
 
 def test_a_chain_of_symlinks_is_followed(tmp_path):
     target = tmp_path / "t.json"
-    target.write_text("old")
+    target.write_text('{"old": 1}')
     os.symlink(target, tmp_path / "a")
     os.symlink(tmp_path / "a", tmp_path / "b")
     write_json_atomic(tmp_path / "b", [1])
@@ -240,7 +241,7 @@ def test_cases_append_never_blocks_on_a_fifo_that_appears_after_the_check(tmp_pa
 
     fifo = tmp_path / "cases.jsonl"
     os.mkfifo(fifo)
-    monkeypatch.setattr(jsonio, "check_output_file", lambda p: fifo)  # the preflight saw a regular file
+    monkeypatch.setattr(jsonio, "check_output_file", lambda p, kind=None: fifo)  # the preflight saw a regular file
     outcome = []
 
     def run():
@@ -273,3 +274,77 @@ def test_a_failed_write_names_no_leftover_temporary(tmp_path):
     with pytest.raises(RuntimeError):
         write_atomic(tmp_path / "x.txt", lambda fh: (_ for _ in ()).throw(RuntimeError("boom")))
     assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("name, earlier, replaced", [
+    ("r.json", b'{"an earlier result": 1}\n', True),
+    ("r.json", b"my notes\n", False),
+    ("r.json", b"[1, 2]\n", False),
+    ("v.jsonl", b'{"kind": "header"}\n{"x": 1}\n', True),
+    ("v.jsonl", b'{"kind": "hea', True),  # the first line of an append-only file cut by a crash
+    ("v.jsonl", b"hello", False),
+    ("v.jsonl", b'{"a": 1}\nnot json\n', True),  # the first line decides
+    ("t.md", b"# hista eval compare\n", True),
+    ("t.md", b"my notes\n", False),
+    ("p.png", b"\x89PNG\r\n\x1a\n...", True),
+    ("p.png", b"GIF89a", False),
+    ("notes.txt", b"anything\n", True),  # no kind: any regular file (callers name a kind where they know it)
+    ("r.json", b"", True),  # empty
+])
+def test_only_an_earlier_output_of_the_same_kind_is_replaced(tmp_path, name, earlier, replaced):
+    """Issue 29 (SPEC §11): an existing file at an output path is replaced only when it holds
+    what the output holds; someone's notes named as --out are refused, byte for byte intact."""
+    path = tmp_path / name
+    path.write_bytes(earlier)
+    if replaced:
+        check_output_file(path)
+    else:
+        with pytest.raises(InputError, match="hista replaces only its own earlier outputs"):
+            check_output_file(path)
+        assert path.read_bytes() == earlier
+
+
+def test_an_explicit_kind_wins_over_the_suffix(tmp_path):
+    path = tmp_path / "notes.txt"
+    path.write_text("my notes\n")
+    check_output_file(path)  # no kind: replaceable
+    with pytest.raises(InputError, match="not a JSON object"):
+        check_output_file(path, "json")
+    with pytest.raises(InputError, match="not a JSON object"):
+        write_json_atomic(path, {"x": 1})
+    assert path.read_text() == "my notes\n"
+
+
+def test_a_full_disk_is_exit_2_naming_the_file_and_loses_nothing(tmp_path, monkeypatch, capsys):
+    """Issue 29, item 16: ENOSPC while writing a result file (atomic write or append) is an
+    InputError naming the file; the earlier file and its folder are as they were."""
+    import errno
+
+    from hista import jsonio
+    from hista.cli import main
+
+    cases = Path(__file__).parent / "data" / "sveb_cases_tiny.jsonl"
+    out = tmp_path / "results.json"
+    out.write_text('{"an earlier result": true}\n')
+    real_fsync = os.fsync
+
+    def full(fd):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(jsonio.os, "fsync", full)
+    assert main(["sveb", "eval", "--cases", str(cases), "--methods", "grpo", "--out", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert f"{out}: cannot write (No space left on device)" in err and "Traceback" not in err
+    assert out.read_text() == '{"an earlier result": true}\n' and sorted(p.name for p in tmp_path.iterdir()) == \
+        ["results.json"]
+    with pytest.raises(InputError, match="No space left on device"):
+        jsonio.append_jsonl(tmp_path / "log.jsonl", [{"a": 1}])
+    monkeypatch.setattr(jsonio.os, "fsync", real_fsync)
+    # an OSError without a file name (the disk filled elsewhere) is exit 2 as well, not a traceback
+    from hista import cli
+
+    def boom(args):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(cli, "cmd_models", boom)
+    assert main(["models"]) == 2 and "No space left on device" in capsys.readouterr().err

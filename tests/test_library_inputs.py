@@ -316,3 +316,16 @@ def test_an_empty_task_file_holds_no_problems(tmp_path, content):
             tasks.load(f"jsonl:{path}", n=n)
         assert str(path) in str(err.value)
     assert tasks.load(f"jsonl:{path}", n=0) == []
+
+
+@pytest.mark.parametrize("raw, needle", [(f"{{lam: {'9' * 5000}}}", "number"), ("[" * 5000 + "]" * 5000, "nested"),
+                                         ("{a: [1", "YAML")])
+def test_verl_settings_in_the_environment_are_parsed_safely(monkeypatch, raw, needle):
+    """Issue 29, item 13: HISTA_LOSS / HISTA_ESTIMATOR go through the one YAML helper: a
+    5,000-digit number or deep nesting is an InputError naming the variable, not a crash."""
+    from hista.integrations.verl import settings
+
+    monkeypatch.setenv("HISTA_LOSS", raw)
+    with pytest.raises(InputError, match=needle) as info:
+        settings("HISTA_LOSS")
+    assert info.value.field == "HISTA_LOSS"

@@ -249,7 +249,7 @@ def test_bad_recipe_files(tmp_path, text, needle):
 
 
 def test_a_directory_is_not_a_recipe(tmp_path):
-    with pytest.raises(InputError, match="cannot read"):
+    with pytest.raises(InputError, match="is a directory, not a regular file"):
         load_recipe(tmp_path)
 
 
@@ -328,20 +328,24 @@ def test_an_earlier_run_is_refused_unless_resumed_or_overwritten(tmp_path, capsy
             "pass --overwrite to replace it, or choose another output_dir") in err
     assert main(["train", str(path), "resume=true", "--dry-run"]) == 0
     assert main(["train", str(path), "--dry-run", "--overwrite"]) == 0
-    assert "would replace the earlier run" in capsys.readouterr().out
+    assert "would start from step 0 and replace the earlier run" in capsys.readouterr().out
     assert main(["train", str(path), "resume=true", "--dry-run", "--overwrite"]) == 2
     assert "choose one" in capsys.readouterr().err
     assert main(["train", str(path)]) == 2  # a real run: refused before it loads anything
     assert _snapshot(out) == before and not (out / "recipe.yaml").exists()
 
 
-def test_resume_needs_a_checkpoint_to_continue_from(tmp_path, capsys):
+def test_resume_without_a_complete_checkpoint_starts_from_step_0(tmp_path, capsys):
+    """Issue 29: a run killed before its first complete checkpoint resumes from step 0 (it said
+    so before, and refused); its files are replaced once training starts."""
     out = tmp_path / "run"
     out.mkdir()
     (out / "metrics.jsonl").write_text('{"step": 1}\n')
+    (out / "checkpoint-1").mkdir()
+    (out / "checkpoint-1" / "config.json").write_text("{}")  # a save cut short: no trainer state, no marker
     path, _ = write_recipe(tmp_path)
-    assert main(["train", str(path), "resume=true", "--dry-run"]) == 2
-    assert "no checkpoint to continue from" in capsys.readouterr().err
+    assert main(["train", str(path), "resume=true", "--dry-run"]) == 0
+    assert "no complete checkpoint to continue from: the run would start from step 0" in capsys.readouterr().out
     empty, _ = write_recipe(tmp_path, {"output_dir": "{tmp}/empty"}, name="r2.yaml")
     assert main(["train", str(empty), "resume=true", "--dry-run"]) == 0  # nothing there: starts from step 0
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import glob
+import json
 import os
 import shutil
 import socket
@@ -13,6 +14,7 @@ import threading
 import time
 import uuid
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 
 import pytest
 
@@ -324,6 +326,188 @@ def test_own_pid_namespace_and_no_root():
     r = run_sandboxed("import os\nprint(os.getuid())\nopen('/proc/1/environ').read()")
     if os.geteuid() == 0:
         assert r.stdout.strip() == str(sandbox.NOBODY_ID)
+
+
+# --------------------------------------------------------------------------- host visibility
+
+_REPO = Path(__file__).resolve().parents[1]
+
+# Prints one word per path: MISSING (not there), EMPTY (an empty folder), DENIED (there but
+# closed to the sandbox user: still a leak of its existence), READ <n> / LISTED <n> (a leak).
+_PEEK = """
+import os, sys
+for path in sys.stdin.read().split('\\n'):
+    try:
+        if os.path.isdir(path):
+            names = os.listdir(path)
+            print(path, 'LISTED %d' % len(names) if names else 'EMPTY')
+        else:
+            with open(path, 'rb') as fh:
+                print(path, 'READ %d' % len(fh.read()))
+    except FileNotFoundError:
+        print(path, 'MISSING')
+    except PermissionError:
+        print(path, 'DENIED')
+"""
+
+
+def _venv_site_packages() -> list[str]:
+    if sys.prefix == sys.base_prefix:
+        return []
+    return [p for p in sys.path if p.startswith(sys.prefix) and p.endswith("site-packages")]
+
+
+def _host_paths() -> list:
+    paths = [
+        ("etc-passwd", "/etc/passwd"),
+        ("etc-hostname", "/etc/hostname"),
+        ("work", "/work"),
+        ("root", "/root"),
+        ("home", "/home"),
+        ("opt", "/opt"),
+        ("repo-file", str(_REPO / "src" / "hista" / "__init__.py")),
+        ("repo", str(_REPO)),
+        ("venv-site-packages", (_venv_site_packages() or [""])[0]),
+    ]
+    return [pytest.param(path, id=name) for name, path in paths]
+
+
+@needs_bwrap
+@pytest.mark.parametrize("path", _host_paths())
+def test_host_path_is_invisible(path):
+    if not path or not os.path.exists(path):
+        pytest.skip(f"{path or 'that path'} does not exist on this host")
+    r = run_sandboxed(_PEEK, path)
+    assert r.ok, r.stderr
+    assert r.stdout.split() in ([path, "MISSING"], [path, "EMPTY"]), r.stdout
+
+
+@needs_bwrap
+def test_root_holds_only_what_python_needs():
+    code = (
+        "import collections, fractions, heapq, itertools, json, math, re, os, sys\n"
+        "c = collections.Counter(re.findall(r'\\w+', sys.stdin.read()))\n"
+        "print(json.dumps(sorted(c.items())), math.comb(10, 3), fractions.Fraction(1, 3) * 3)\n"
+        "for folder in ['/', '/etc', '/usr']:\n"
+        "    print(json.dumps(os.listdir(folder)))\n"
+    )
+    r = run_sandboxed(code, "b a b\n")
+    assert r.ok, r.stderr
+    out, root, etc, usr = r.stdout.splitlines()
+    assert out == '[["a", 1], ["b", 2]] 120 1'
+    assert set(json.loads(root)) <= {"usr", "lib", "lib64", "lib32", "libx32", "etc", "tmp", "dev", "proc"}
+    assert set(json.loads(etc)) <= {"ld.so.cache"}  # no passwd, hostname, resolv.conf, ...
+    py = os.path.realpath(sandbox.sandbox_python())
+    allowed = {"lib", "lib64", "lib32", "libx32"}
+    if py.startswith("/usr/"):
+        allowed.add(py.split("/")[2])  # /usr/bin for the interpreter, /usr/local for its prefix
+    assert set(json.loads(usr)) <= allowed
+
+
+@needs_bwrap
+def test_host_passwd_cannot_be_echoed_through_the_verifier():
+    from hista.rewards import verify_with_reason
+
+    if not os.access("/etc/passwd", os.R_OK):
+        pytest.skip("no readable /etc/passwd on this host")
+    with open("/etc/passwd", encoding="utf-8", errors="replace") as fh:
+        first = fh.readline().strip()
+    prog = "```python\nprint(open('/etc/passwd').readline().strip())\n```"
+    cases = [{"input": "", "output": first}]
+    score, reason = verify_with_reason("code", prog, cases)
+    assert score == 0.0 and reason.startswith("runtime error on case 1/1"), reason
+    assert "FileNotFoundError" in reason
+
+
+@needs_bwrap
+def test_root_and_dev_are_read_only_shm_and_workdir_writable():
+    code = (
+        "import multiprocessing, os\n"
+        "for path in ['/x', '/usr/x', '/etc/x', '/dev/x', '/dev/shm/x', '/tmp/x', 'x']:\n"
+        "    try:\n"
+        "        open(path, 'w').write('1')\n"
+        "        print(path, 'WROTE')\n"
+        "    except OSError as exc:\n"
+        "        print(path, type(exc).__name__)\n"
+        "open('/dev/null', 'w').write('discarded')\n"
+        "lock = multiprocessing.Lock()\n"
+        "with lock:\n"
+        "    print('LOCK OK')\n"
+    )
+    r = run_sandboxed(code)
+    assert r.ok, r.stderr
+    got = dict(line.split(" ", 1) for line in r.stdout.splitlines())
+    assert got.pop("LOCK") == "OK"
+    assert got == {
+        "/x": "OSError", "/usr/x": "OSError", "/etc/x": "OSError", "/dev/x": "OSError",
+        "/dev/shm/x": "WROTE", "/tmp/x": "WROTE", "x": "WROTE",
+    }
+
+
+@needs_bwrap
+def test_workdir_is_on_the_capped_private_tmpfs():
+    if not sandbox._bwrap_has_size():
+        pytest.skip("this bubblewrap cannot cap a tmpfs (--size)")
+    cap_mb = sandbox.TMPFS_BYTES // 2**20
+    code = (
+        "import os\n"
+        "block = b'x' * 2**20\n"
+        "written = 0\n"
+        "try:\n"
+        f"    for k in range({cap_mb + 16}):\n"
+        "        with open(f'f{k // 8}.bin', 'ab') as fh:\n"  # 8 MiB per file, under RLIMIT_FSIZE
+        "            fh.write(block)\n"
+        "            fh.flush()\n"
+        "        written += 1\n"
+        "except OSError as exc:\n"
+        "    print(type(exc).__name__, exc.errno)\n"
+        "print(written)\n"
+    )
+    r = run_sandboxed(code, timeout_s=20.0)
+    assert r.ok, r.stderr
+    assert int(r.stdout.split()[-1]) < cap_mb + 16  # the tmpfs filled up: not the host's disk
+
+
+# --------------------------------------------------------------------------- reason strings
+
+# ANSI colour / title / erase sequences, a carriage return, NUL, BEL and a bidi override
+_NASTY = "\r\x1b[31m\x1b]0;title\x07" + "\x00\x1b[2K\u202e\x07" * 200 + "tail"
+
+
+def _printable_ascii(text: str) -> bool:
+    return all(0x20 <= ord(ch) < 0x7F for ch in text)
+
+
+def test_wrong_output_reason_is_short_and_printable():
+    from hista.rewards import verify_with_reason
+
+    prog = f"```python\nprint({_NASTY!r})\n```"
+    score, reason = verify_with_reason("code", prog, [{"input": "", "output": "42"}])
+    assert score == 0.0 and reason.startswith("wrong output on case 1/1"), reason
+    assert len(reason) <= 200 and _printable_ascii(reason), reason
+    assert "got '\\r\\x1b[31m\\x1b]0;title\\x07\\x00" in reason  # escapes, not the bytes
+
+
+def test_runtime_error_reason_is_short_and_printable():
+    from hista.rewards import verify_with_reason
+
+    prog = f"```python\nimport sys\nsys.stderr.write({_NASTY!r})\nsys.exit(1)\n```"
+    score, reason = verify_with_reason("code", prog, [{"input": "", "output": "42"}])
+    assert score == 0.0 and reason.startswith("runtime error on case 1/1"), reason
+    assert len(reason) <= 200 and _printable_ascii(reason), reason
+
+
+def test_reason_points_at_the_first_differing_line():
+    from hista.rewards import verify_with_reason
+
+    prog = "```python\nfor i in range(5):\n    print(i if i != 3 else 'x' * 500)\n```"
+    cases = [{"input": "", "output": "0\n1\n2\n3\n4"}]
+    score, reason = verify_with_reason("code", prog, cases)
+    assert score == 0.0
+    assert reason.startswith("wrong output on case 1/1: got 'xxx") and len(reason) <= 200
+    assert reason.endswith("'... (line 4; got 5 lines, expected 5; line is 500 chars)"), reason
+    score, reason = verify_with_reason("code", "```python\nprint(0)\n```", cases)
+    assert reason == "wrong output on case 1/1: output ends after 1 of 5 lines"
 
 
 # --------------------------------------------------------------------------- fallback

@@ -54,7 +54,7 @@ def test_sigkill_mid_build_then_resume(tmp_path):
     assert proc.poll() is None, "the build finished before it could be killed; give it more problems"
     os.kill(proc.pid, signal.SIGKILL)
     proc.wait()
-    partial = case_file.read(out, repair=True)
+    partial = case_file.read(out, partial=True)
     assert 3 <= len(partial) < 24
     subprocess.run(argv, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     records = case_file.read(out)

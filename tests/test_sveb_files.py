@@ -191,8 +191,24 @@ def test_repair_cuts_an_unterminated_last_line(tmp_path):
     path = write_cases(tmp_path, dump(case_record())[:30])
     with pytest.raises(InputError, match="truncated"):
         cases.read(path)
-    assert [r["key"] for r in cases.read(path, repair=True)] == ["p9", "p1#s0"]
-    assert path.read_bytes().endswith(b"\n") and cases.read(path) == cases.read(path, repair=True)
+    before = path.read_bytes()
+    assert [r["key"] for r in cases.read(path, partial=True)] == ["p9", "p1#s0"]
+    assert path.read_bytes() == before  # reading never cuts: only repair does, once the caller checked all
+    cases.repair(path)
+    assert path.read_bytes().endswith(b"\n") and cases.read(path) == cases.read(path, partial=True)
+
+
+def test_a_file_that_is_not_a_case_file_is_neither_read_nor_cut(tmp_path):
+    """Issue 29: an unterminated last line that is not a JSON record means the file is not one
+    this command wrote (notes, a one-line text): refused whole, and repair cuts nothing."""
+    for text in (b"my notes\nline two", b"hello"):
+        path = tmp_path / "notes.txt"
+        path.write_bytes(text)
+        with pytest.raises(InputError, match="not a case file"):
+            cases.read(path, partial=True)
+        with pytest.raises(InputError):
+            cases.repair(path)
+        assert path.read_bytes() == text
 
 
 def test_missing_directory_and_fifo(tmp_path):

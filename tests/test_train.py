@@ -659,3 +659,100 @@ def test_evaluation_during_training_on_two_processes(tmp_path):
     assert [r["step"] for r in rows] == [0, 1, 2]
     assert all("eval/builtin:arith?steps=1/avg@1" in r for r in rows)
     assert sorted(p.name for p in (out / "eval").glob("*.json")) == ["step-0.json", "step-1.json", "step-2.json"]
+
+
+# ---- resume (issue 29) --------------------------------------------------------------------
+
+RESUME_ARGS = ["model=tiny", "trl.max_completion_length=8", "trl.save_steps=1"]
+
+
+def _files(out: Path) -> dict:
+    return {str(p.relative_to(out)): p.read_bytes() for p in sorted(out.rglob("*")) if p.is_file()}
+
+
+def _steps(out: Path) -> list[int]:
+    return [json.loads(line)["step"] for line in (out / "metrics.jsonl").read_text().splitlines()]
+
+
+def test_resume_at_max_steps_trains_nothing_and_writes_nothing(tmp_path, capsys):
+    out = tmp_path / "run"
+    args = ["train", str(SMOKE), f"output_dir={out}", *RESUME_ARGS, "trl.max_steps=2"]
+    assert main(args) == 0
+    before = _files(out)
+    capsys.readouterr()
+    assert main(args + ["resume=true"]) == 0
+    assert "nothing to train" in capsys.readouterr().out
+    assert _files(out) == before and not (out / "checkpoint-3").exists()
+    # a final model cut short after the last checkpoint is made whole again from it, without training
+    (out / "final" / "model.safetensors").write_bytes(b"cut")
+    assert main(args + ["resume=true"]) == 0
+    assert "wrote" in capsys.readouterr().out and _steps(out) == [1, 2]
+    from hista.models import load
+
+    assert load(str(out / "final"), device="cpu").model is not None
+
+
+@pytest.mark.parametrize("damage", ["config and weights only", "truncated model.safetensors",
+                                    "corrupt trainer_state.json"])
+def test_resume_skips_a_checkpoint_cut_short_and_names_it(tmp_path, capsys, damage):
+    out = tmp_path / "run"
+    args = ["train", str(SMOKE), f"output_dir={out}", *RESUME_ARGS, "trl.max_steps=3"]
+    assert main(args) == 0
+    cut = out / "checkpoint-3"
+    (cut / "hista-checkpoint.json").unlink()  # as a kill during the save leaves it: no marker yet
+    if damage == "config and weights only":
+        for file in cut.iterdir():
+            if file.name not in ("config.json", "model.safetensors"):
+                file.unlink()
+    elif damage == "truncated model.safetensors":
+        weights = cut / "model.safetensors"
+        weights.write_bytes(weights.read_bytes()[:1000])
+    else:
+        (cut / "trainer_state.json").write_text('{"global_step": 3, "log_hist')
+    capsys.readouterr()
+    assert main(args + ["resume=true"]) == 0
+    printed = capsys.readouterr().out
+    assert f"resume: skipping {cut}" in printed and "resumed from" in printed and "checkpoint-2" in printed
+    assert _steps(out) == [1, 2, 3] and (cut / "hista-checkpoint.json").is_file()
+
+
+def test_overrides_may_follow_the_options(tmp_path, capsys):
+    """``hista train RECIPE --dry-run key=value``, as users type it (issue 29, item 18)."""
+    assert main(["train", str(SMOKE), "--dry-run", "trl.max_steps=3", f"output_dir={tmp_path / 'r'}"]) == 0
+    assert "dry run" in capsys.readouterr().out
+    with pytest.raises(SystemExit):
+        main(["train", str(SMOKE), "--dry-run", "--no-such-option"])
+
+
+def test_a_run_killed_anywhere_resumes_to_its_end(tmp_path):
+    """Kill-anywhere (issue 29): 10 runs of 4 steps on the tiny model, each killed (SIGKILL) at a
+    random moment, from start-up to after its end; each resumed with resume=true ends at
+    trl.max_steps with one metrics row per step and a final model that loads."""
+    import random
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    from hista.models import load
+
+    rng = random.Random(29)
+
+    def command(out: Path, *extra: str) -> list[str]:
+        return [sys.executable, "-m", "hista.cli", "train", str(SMOKE), f"output_dir={out}", *RESUME_ARGS,
+                "trl.max_steps=4", "trl.per_device_train_batch_size=8", *extra]
+
+    outs = [tmp_path / f"run{k}" for k in range(10)]
+    for pair in (outs[k:k + 2] for k in range(0, 10, 2)):  # two at a time: CI has two cores
+        running = [(out, subprocess.Popen(command(out), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL),
+                    time.time() + rng.uniform(2.0, 12.0)) for out in pair]
+        while any(proc.poll() is None for _, proc, _ in running):
+            for _, proc, at in running:
+                if proc.poll() is None and time.time() >= at:
+                    proc.send_signal(signal.SIGKILL)
+            time.sleep(0.01)
+        for out in pair:
+            done = subprocess.run(command(out, "resume=true"), capture_output=True, text=True, timeout=600)
+            assert done.returncode == 0, done.stderr[-2000:]
+            assert _steps(out) == [1, 2, 3, 4], (out, done.stdout[-1000:])
+            assert load(str(out / "final"), device="cpu").model is not None

@@ -268,3 +268,13 @@ def test_the_critic_trains_with_other_losses(tmp_path, loss):
                  "trl.num_generations=4", "advantage_estimator.critic_layers=0"]) == 0
     row, = _rows(out)
     assert all(key in row for key in CRITIC_KEYS) and torch.isfinite(torch.tensor(row["loss"]))
+
+
+def test_a_damaged_critic_checkpoint_names_the_file(tmp_path):
+    """A truncated weight file of a saved critic is named before anything loads (issue 29)."""
+    critic = _critic()
+    critic.save(tmp_path / "critic")
+    head = tmp_path / "critic" / "value_head.safetensors"
+    head.write_bytes(head.read_bytes()[:-3])
+    with pytest.raises(InputError, match=r"value_head.safetensors: is truncated .*another checkpoint"):
+        _critic().load(tmp_path / "critic")

@@ -4,6 +4,7 @@ outputs went. Bad input exits with code 2 and a message naming the file, line an
 from __future__ import annotations
 
 import argparse
+import errno
 import math
 import sys
 import time
@@ -122,11 +123,12 @@ def _sampler(args: argparse.Namespace, config):
 def cmd_sample(args: argparse.Namespace) -> int:
     """`hista sample`: sample and verify rollouts, print accuracies, write them as JSONL (SPEC §7, §11)."""
     from . import tasks
-    from .jsonio import check_output_file, write_jsonl_atomic
+    from .jsonio import check_not_inputs, check_output_file, write_jsonl_atomic
     from .rollout import SamplingConfig
     from .rollout.sample import sample_groups
 
-    check_output_file(args.out)
+    check_not_inputs([args.out], tasks.input_files(args.tasks))
+    check_output_file(args.out, "jsonl")
     config = SamplingConfig(temperature=args.temperature, top_p=args.top_p,
                             max_new_tokens=args.max_new_tokens, batch_size=args.batch_size)
     problems = [p for spec in args.tasks for p in tasks.load(spec, n=args.problems, seed=args.seed, split=args.split)]
@@ -194,13 +196,14 @@ def cmd_tasks(args: argparse.Namespace) -> int:
 
 def _filter_tasks(args: argparse.Namespace) -> int:
     from . import tasks
-    from .jsonio import check_output_file, write_jsonl_atomic
+    from .jsonio import check_not_inputs, check_output_file, write_jsonl_atomic
     from .rollout import SamplingConfig
     from .rollout.sample import policy_accuracy
 
     if args.lo > args.hi:
         raise InputError(f"--lo {args.lo} is above --hi {args.hi}: no accuracy lies in between", field="--lo")
-    check_output_file(args.out)
+    check_not_inputs([args.out], tasks.input_files([args.spec]))
+    check_output_file(args.out, "jsonl")
     config = SamplingConfig(temperature=args.temperature, top_p=args.top_p,
                             max_new_tokens=args.max_new_tokens, batch_size=args.batch_size)
     problems = tasks.load(args.spec, n=args.n, seed=args.seed, split=args.split)
@@ -237,7 +240,11 @@ def _methods(args: argparse.Namespace) -> list[str]:
         return read_methods_file(args.methods_file)
     if args.methods is None:
         return list(DEFAULT_METHODS)
-    return [m.strip() for m in args.methods.split(",")]
+    methods = [m.strip() for m in args.methods.split(",")]
+    if not any(methods):
+        raise InputError(f"no method in {args.methods!r}: give a comma list of methods, e.g. grpo,hista",
+                         field="--methods")
+    return methods
 
 
 def cmd_sveb_build(args: argparse.Namespace) -> int:
@@ -269,11 +276,12 @@ def cmd_sveb_merge(args: argparse.Namespace) -> int:
 
 def cmd_sveb_eval(args: argparse.Namespace) -> int:
     """`hista sveb eval`: evaluate methods on stored cases, write the results JSON (SPEC §8)."""
-    from .jsonio import check_output_file, write_json_atomic
+    from .jsonio import check_not_inputs, check_output_file, write_json_atomic
     from .sveb import report
     from .sveb.eval import evaluate
 
-    check_output_file(args.out)
+    check_not_inputs([args.out], [args.cases, *([args.methods_file] if args.methods_file else [])])
+    check_output_file(args.out, "json")
     results = evaluate(args.cases, _methods(args), model=args.model, device=args.device, critics=args.critic)
     write_json_atomic(args.out, results)
     print(f"sveb eval: {len(results['cases'])} cases -> {args.out}")
@@ -380,9 +388,9 @@ def cmd_critic_train(args: argparse.Namespace) -> int:
     result = train_critics(args.cases, args.out, mode=args.mode, lam=args.lam, folds=args.folds,
                            layers=args.layers, fit_config=config, model=args.model, device=args.device)
     for critic in result["critics"]:
-        losses = critic["losses"]
-        print(f"critic {critic['path']}: {len(critic['problems'])} problems, loss {losses[0]['loss']:.4f} -> "
-              f"{losses[-1]['loss']:.4f} over {len(losses)} epochs in {critic['seconds']:.0f}s"
+        losses = [math.nan if x["loss"] is None else x["loss"] for x in critic["losses"]]  # NaN is null in JSON
+        print(f"critic {critic['path']}: {len(critic['problems'])} problems, loss {losses[0]:.4f} -> "
+              f"{losses[-1]:.4f} over {len(losses)} epochs in {critic['seconds']:.0f}s"
               + (" (written before, kept)" if critic.get("resumed") else ""))
     methods = ",".join(f"{m}?lam={lam:g}" for m in args.mode for lam in args.lam)
     print(f"critic train: -> {result['out']} (use it with sveb eval --critic {result['out']} --methods '{methods}')")
@@ -399,9 +407,13 @@ def cmd_train(args: argparse.Namespace) -> int:
     """`hista train`: validate a recipe and train with it (SPEC §9, §11). A dry run makes the
     checks a run makes before it loads anything, the output folder's included."""
     from .train import load_recipe, train
+    from .train.recipe import check_hidden_layer
     from .train.run import check_output_dir
 
     recipe = load_recipe(args.recipe, args.overrides)
+    note = check_hidden_layer(recipe)
+    if note:
+        print(note)
     layout = recipe.batch_layout()
     est, loss = recipe.estimator_config(), recipe.loss
     print(f"recipe {args.recipe}: {recipe.model} on {', '.join(recipe.task_specs)}; estimator {est['name']}, "
@@ -422,11 +434,16 @@ def cmd_train(args: argparse.Namespace) -> int:
             print(f"note: {exc}\n  (fine for a recipe meant for accelerate launch: the run checks this on the "
                   "machine it starts on)")
         if replaced:
-            print(f"--overwrite: the run would replace the earlier run in {recipe.output_dir} "
+            why = "--overwrite" if args.overwrite else "resume=true, but no complete checkpoint to continue from"
+            print(f"{why}: the run would start from step 0 and replace the earlier run in {recipe.output_dir} "
                   f"({', '.join(p.name for p in replaced)}) once it starts")
         print("dry run: the recipe is valid; nothing was trained")
         return 0
     result = train(recipe, overwrite=args.overwrite)
+    if result["finished_before"]:
+        print(f"nothing to train: the run in {result['output_dir']} is at step {result['global_step']} already\n"
+              f"  final model: {result['final_model']}")
+        return 0
     resumed = f" (resumed from {result['resumed_from']})" if result["resumed_from"] else ""
     print(f"trained {result['global_step']} steps{resumed}\n  checkpoints: {result['output_dir']}\n"
           f"  final model: {result['final_model']}\n  metrics:     {result['metrics']}")
@@ -498,6 +515,7 @@ def cmd_eval_compare(args: argparse.Namespace) -> int:
     """`hista eval compare`: results side by side with paired differences from the first (SPEC §10)."""
     from .evaluation import compare
     from .evaluation.report import compare_markdown
+    from .evaluation.run import check_outputs_not_inputs
     from .jsonio import check_output_file, write_atomic, write_json_atomic
 
     out = Path(args.compare_out) if args.compare_out else None
@@ -505,13 +523,14 @@ def cmd_eval_compare(args: argparse.Namespace) -> int:
         if out.suffix == ".json":
             raise InputError("give the markdown file a .md name: the numbers go to the .json file beside it",
                              path=str(out))
-        check_output_file(out)
-        check_output_file(out.with_suffix(".json"))
+        check_outputs_not_inputs(out, [out.with_suffix(".json")], args.results)
+        check_output_file(out, "markdown")
+        check_output_file(out.with_suffix(".json"), "json")
     result = compare(args.results, force=args.force, metric=args.metric, seed=args.compare_seed)
     text = compare_markdown(result)
     print(text)
     if out is not None:
-        write_atomic(out, lambda fh: fh.write(text))
+        write_atomic(out, lambda fh: fh.write(text), kind="markdown")
         write_json_atomic(out.with_suffix(".json"), result)
         print(f"wrote {out} and {out.with_suffix('.json')}")
     return 0
@@ -711,7 +730,7 @@ def build_parser() -> argparse.ArgumentParser:
     q = actions.add_parser("check", help="print what hista registered with verl (exit 1 if something is missing)")
     q.set_defaults(func=cmd_verl_check)
 
-    from .critic.train import CPU_LAYERS, FitConfig
+    from .critic.train import CPU_LAYERS, DEFAULT_FOLDS, FitConfig
 
     d = FitConfig()
     p = sub.add_parser("critic", help="train PPO critics (value models) for the SVEB methods ppo-1 and ppo-n",
@@ -736,7 +755,10 @@ def build_parser() -> argparse.ArgumentParser:
                         "list trains each. Several modes or lambdas write OUT/MODE-LAMBDA folders")
     q.add_argument("--out", required=True, help="output folder: new or empty, or the folder of an interrupted "
                                                 "run of the same command, which resumes")
-    q.add_argument("--folds", type=AT_LEAST_2, default=5, help="ppo-1: folds by problem (default: %(default)s)")
+    q.add_argument("--folds", type=_number(int, 2, what="must be an integer >= 2 (PPO-1 holds one fold of "
+                                                        "problems out of each critic's training, to score it)"),
+                   default=None, help=f"ppo-1: folds by problem (default: {DEFAULT_FOLDS}, or one per problem when "
+                                      "the cases hold fewer)")
     q.add_argument("--layers", type=_layers, default=None, metavar="K|all",
                    help=f"train the last K decoder layers (0: the head only) or all (default: {CPU_LAYERS} on the "
                         "CPU, all on a GPU)")
@@ -781,13 +803,22 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     """Entry point of the ``hista`` command (SPEC §11): bad input (an InputError, or an OSError
     about a path, such as a full disk or a permission) exits 2 with a message naming the file,
     line and field; any other exception is a bug and keeps its traceback."""
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args, extra = parser.parse_known_args(argv)
+    if extra:  # `hista train RECIPE --dry-run key=value`: overrides after options, as users type them
+        if getattr(args, "func", None) is cmd_train and all("=" in e and not e.startswith("-") for e in extra):
+            args.overrides = [*args.overrides, *extra]
+        else:
+            parser.error(f"unrecognized arguments: {' '.join(extra)}")
     try:
         return args.func(args)
     except InputError as exc:
         print(f"hista: error: {exc}", file=sys.stderr)
         return 2
     except OSError as exc:
+        if exc.filename is None and exc.errno in (errno.ENOSPC, errno.EDQUOT, errno.EROFS):
+            print(f"hista: error: {exc.strerror or exc}", file=sys.stderr)
+            return 2
         if exc.filename is None:
             raise
         where = exc.filename if exc.filename2 is None else f"{exc.filename} -> {exc.filename2}"

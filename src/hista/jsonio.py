@@ -69,13 +69,76 @@ def _check_location(path: Path, target: Path, shown: str) -> None:
         return
 
 
-def check_output_file(path: str | os.PathLike) -> Path:
+#: the largest earlier output read whole to recognise it (beyond it, its first bytes decide)
+_RECOGNISE_BYTES = 64 << 20
+_PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+
+
+def _first_line(target: Path) -> bytes:
+    with open(target, "rb") as fh:
+        return fh.readline(_RECOGNISE_BYTES)
+
+
+def _is_json_object(target: Path) -> bool:
+    if os.stat(target).st_size > _RECOGNISE_BYTES:
+        return _first_line(target).lstrip().startswith(b"{")
+    try:
+        return isinstance(json.loads(target.read_bytes()), dict)
+    except (ValueError, RecursionError):
+        return False
+
+
+def _is_json_lines(target: Path) -> bool:
+    line = _first_line(target)
+    if not line.endswith(b"\n"):  # the first line of an append-only file, cut short by a crash
+        return line.startswith(b"{") and os.stat(target).st_size == len(line)
+    try:
+        return isinstance(json.loads(line), dict)
+    except (ValueError, RecursionError):
+        return False
+
+
+def _is_yaml_mapping(target: Path) -> bool:
+    import yaml  # only a run's recipe.yaml is recognised this way
+
+    try:
+        return isinstance(yaml.safe_load(target.read_text(encoding="utf-8")), dict)
+    except (yaml.YAMLError, UnicodeDecodeError, RecursionError, ValueError):
+        return False
+
+
+#: output kinds (SPEC §11 output files): what an existing file must be for a command to replace
+#: it, in words and as a test; every hista output is one of them
+KINDS: dict[str, tuple[str, Callable[[Path], bool]]] = {
+    "json": ("a JSON object", _is_json_object),
+    "jsonl": ("JSON lines", _is_json_lines),
+    "markdown": ("markdown hista wrote (a first line '# ...')", lambda p: _first_line(p).startswith(b"# ")),
+    "png": ("a PNG image", lambda p: _first_line(p)[:8] == _PNG_MAGIC or p.read_bytes()[:8] == _PNG_MAGIC),
+    "yaml": ("a YAML mapping", _is_yaml_mapping),
+}
+_SUFFIX_KINDS = {".json": "json", ".jsonl": "jsonl", ".md": "markdown", ".png": "png", ".yaml": "yaml",
+                 ".yml": "yaml"}
+
+
+def output_kind(path: str | os.PathLike, kind: Optional[str] = None) -> Optional[str]:
+    """The kind of output ``path`` receives (SPEC §11): ``kind`` when given, else the one its
+    suffix names (``.json``, ``.jsonl``, ``.md``, ``.png``, ``.yaml``), else None (any regular
+    file may be replaced)."""
+    if kind is not None and kind not in KINDS:
+        raise ValueError(f"unknown output kind {kind!r}; valid: {', '.join(KINDS)}")
+    return kind or _SUFFIX_KINDS.get(Path(path).suffix.lower())
+
+
+def check_output_file(path: str | os.PathLike, kind: Optional[str] = None) -> Path:
     """Preflight for an output file (SPEC §11 output files): check that writing ``path`` can
     work and cannot damage anything, before any work is done. Raises InputError (exit 2) when
     ``path``, after following symlinks, exists and is not a regular file (a directory, FIFO,
     device or socket), when a parent component is not a directory, when it lies under /proc,
-    /sys or /dev, or when the nearest existing folder is not writable. A dangling symlink is
-    fine: its target is created. Returns the resolved path that a write actually replaces."""
+    /sys or /dev, or when the nearest existing folder is not writable; and, for an output of a
+    known ``kind`` (:func:`output_kind`: given, or from the suffix), when the file exists, is
+    not empty and is not of that kind (:data:`KINDS`: someone's notes named as ``--out`` are
+    not replaced; an earlier output of the same kind is). A dangling symlink is fine: its target
+    is created. Returns the resolved path that a write actually replaces."""
     path = Path(path)
     shown = str(path)
     target = _resolve(path)
@@ -91,6 +154,16 @@ def check_output_file(path: str | os.PathLike) -> Path:
     if not stat.S_ISREG(st.st_mode):
         via = f" (symlink to {target})" if target != Path(os.path.abspath(path)) else ""
         raise InputError(f"output path{via} is {_kind(st.st_mode)}, not a regular file", path=shown)
+    kind = output_kind(path, kind)
+    if kind is not None and st.st_size > 0:
+        words, test = KINDS[kind]
+        try:
+            ours = test(target)
+        except OSError as exc:
+            raise InputError(f"cannot read the file at the output path ({exc.strerror or exc})", path=shown) from None
+        if not ours:
+            raise InputError(f"exists and is not {words}, as this output is: hista replaces only its own earlier "
+                             "outputs; move the file or choose another path", path=shown)
     return target
 
 
@@ -123,6 +196,62 @@ def check_output_dir(path: str | os.PathLike, names: Iterable[str] = ()) -> Path
     for name in names:
         check_output_file(target / name)
     return target
+
+
+def read_input(path: str | os.PathLike, what: str) -> bytes:
+    """The bytes of the input file ``path`` (SPEC §11: every file a user names is a regular file
+    or refused at once): an InputError naming ``path`` when it does not exist, cannot be read,
+    or is not a regular file (a directory, a FIFO, a device such as /dev/zero), checked on the
+    opened file without blocking, so a FIFO never hangs the command. ``what`` says what the file
+    should be (in messages)."""
+    shown = str(path)
+    try:
+        fd = os.open(os.path.expanduser(shown), os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+    except FileNotFoundError:
+        raise InputError(f"{what} does not exist", path=shown) from None
+    except IsADirectoryError:
+        raise InputError(f"{what} is a directory, not a regular file", path=shown) from None
+    except OSError as exc:
+        raise InputError(f"cannot read the {what} ({exc.strerror or exc})", path=shown) from None
+    try:
+        mode = os.fstat(fd).st_mode
+        if not stat.S_ISREG(mode):
+            raise InputError(f"{what} is {_kind(mode)}, not a regular file", path=shown)
+        fcntl.fcntl(fd, fcntl.F_SETFL, fcntl.fcntl(fd, fcntl.F_GETFL) & ~os.O_NONBLOCK)
+        with os.fdopen(fd, "rb") as fh:
+            fd = -1
+            return fh.read()
+    except OSError as exc:
+        raise InputError(f"cannot read the {what} ({exc.strerror or exc})", path=shown) from None
+    finally:
+        if fd >= 0:
+            os.close(fd)
+
+
+def _identity(path: Path) -> tuple:
+    """What makes two paths one file: the resolved path and, when it exists, its device and
+    inode (a hard link or a bind mount is the same file under another name)."""
+    target = _resolve(path)
+    try:
+        st = os.stat(target)
+    except OSError:
+        return (str(target), None)
+    return (str(target), (st.st_dev, st.st_ino))
+
+
+def check_not_inputs(outputs: Iterable[str | os.PathLike], inputs: Iterable[str | os.PathLike]) -> None:
+    """Preflight that no output of a command is one of its inputs (SPEC §11 output files: a
+    command never changes a byte of a file that is not its own output): raises InputError
+    (exit 2) naming both paths when an output path (every file a command writes, siblings
+    included) resolves to the same file as an input path, by name after following symlinks or
+    by device and inode. Paths that do not exist yet only compare by name."""
+    known = [(Path(p), _identity(Path(p))) for p in inputs]
+    for out in outputs:
+        name, inode = _identity(Path(out))
+        for path, (other_name, other_inode) in known:
+            if name == other_name or (inode is not None and inode == other_inode):
+                raise InputError(f"this output is the input {path}: it would be overwritten; write to another "
+                                 "path", path=str(out))
 
 
 def _temp_pattern(name: str) -> re.Pattern[str]:
@@ -174,7 +303,8 @@ def _make_temp(target: Path) -> tuple[int, str]:
     raise FileExistsError(f"no free temporary name beside {target}")
 
 
-def write_atomic(path: str | os.PathLike, write: Callable[[Any], None], mode: str = "w") -> Path:
+def write_atomic(path: str | os.PathLike, write: Callable[[Any], None], mode: str = "w",
+                 kind: Optional[str] = None) -> Path:
     """Call ``write(fh)`` on a temporary file beside the file ``path`` names, fsync it, then
     rename it into place; on any error the temporary file is removed and the file is untouched
     (SPEC §8, §11 output files). :func:`check_output_file` runs first, so a directory, FIFO,
@@ -184,9 +314,11 @@ def write_atomic(path: str | os.PathLike, write: Callable[[Any], None], mode: st
     Missing parent folders are created. The temporary file is ``.{name}.{pid}.{random}.tmp``;
     ones left by a killed writer (dead pid) are removed on the next write to the same file.
     The file gets the permissions of any newly created file (0666 minus the umask), not the
-    private mode of a temporary file. Every result file goes through here. Returns ``path``."""
+    private mode of a temporary file. ``kind`` names what is written (:data:`KINDS`; default:
+    from the suffix) and so what an existing file must be to be replaced. Every result file
+    goes through here. Returns ``path``."""
     path = Path(path)
-    target = check_output_file(path)
+    target = check_output_file(path, kind)
     try:
         target.parent.mkdir(parents=True, exist_ok=True)
     except OSError as exc:  # FileExistsError / NotADirectoryError from a file in the way, EROFS, ...
@@ -208,6 +340,9 @@ def write_atomic(path: str | os.PathLike, write: Callable[[Any], None], mode: st
                 raise InputError(f"output path {target} is now {_kind(st.st_mode)}, not a regular file",
                                  path=str(path))
         os.replace(tmp, target)
+    except OSError as exc:  # a full disk, a quota, an I/O error: the file is as it was
+        Path(tmp).unlink(missing_ok=True)
+        raise InputError(f"cannot write ({exc.strerror or exc}); the file is unchanged", path=str(path)) from None
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
@@ -270,21 +405,21 @@ def append_jsonl(path: str | os.PathLike, records: Iterable[Any]) -> None:
     lines of this call, the last of them possibly cut short (a reader of an append-only file
     drops an unterminated last line; SPEC §8, §10)."""
     text = "".join(dumps_line(r) for r in records)
-    target = check_output_file(path)
+    target = check_output_file(path, "jsonl")
     try:
         target.parent.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
         raise InputError(f"cannot create folder {target.parent} ({exc.strerror or exc})", path=str(path)) from None
-    append_text(path, text)
+    append_text(path, text, "jsonl")
 
 
-def append_text(path: str | os.PathLike, text: str) -> None:
+def append_text(path: str | os.PathLike, text: str, kind: Optional[str] = None) -> None:
     """Append ``text`` to the file ``path`` with a single write and fsync it (SPEC §11 output
     files). Only ever a regular file is appended to: :func:`check_output_file` refuses a FIFO,
     device, directory or system path with an InputError, and the file is opened non-blocking
     and checked again with ``fstat``, so the call never hangs on a FIFO that appears in
-    between. A symlink is followed."""
-    target = check_output_file(path)
+    between. A symlink is followed. ``kind``: as for :func:`check_output_file`."""
+    target = check_output_file(path, kind)
     flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0)
     try:
         fd = os.open(target, flags, 0o666)
@@ -297,18 +432,24 @@ def append_text(path: str | os.PathLike, text: str) -> None:
     except BaseException:
         os.close(fd)
         raise
-    with os.fdopen(fd, "a", encoding="utf-8") as fh:
-        fh.write(text)
-        fh.flush()
-        os.fsync(fh.fileno())
+    try:
+        with os.fdopen(fd, "a", encoding="utf-8") as fh:
+            fh.write(text)
+            fh.flush()
+            os.fsync(fh.fileno())
+    except OSError as exc:  # a full disk: at most this append's last line is cut short, as a crash leaves it
+        raise InputError(f"cannot append ({exc.strerror or exc})", path=str(path)) from None
 
 
 def write_jsonl_atomic(path: str | os.PathLike, records: Iterable[dict]) -> Path:
-    """Write ``records`` as JSON lines, atomically."""
-    return write_atomic(path, lambda fh: fh.writelines(json.dumps(r, ensure_ascii=False) + "\n" for r in records))
+    """Write ``records`` as JSON lines, atomically (an existing file is replaced only if it holds
+    JSON lines)."""
+    return write_atomic(path, lambda fh: fh.writelines(json.dumps(r, ensure_ascii=False) + "\n" for r in records),
+                        kind="jsonl")
 
 
 def write_json_atomic(path: str | os.PathLike, data: Any, indent: int = 1) -> Path:
-    """Write ``data`` as indented strict JSON (NaN -> null), atomically."""
+    """Write ``data`` as indented strict JSON (NaN -> null), atomically (an existing file is
+    replaced only if it holds a JSON object)."""
     text = json.dumps(jsonable(data), indent=indent, ensure_ascii=False, allow_nan=False) + "\n"
-    return write_atomic(path, lambda fh: fh.write(text))
+    return write_atomic(path, lambda fh: fh.write(text), kind="json")

@@ -33,6 +33,8 @@ from ..jsonio import loads, write_json_atomic
 
 FORMAT = "hista-critic/1"
 CONFIG, HEAD, TRAINED, BACKBONE = "critic.json", "value_head.safetensors", "trained_layers.safetensors", "backbone"
+#: how to repair a damaged critic folder (the end of :func:`check_folder`'s messages)
+REWRITE = "remove this critic folder and write it again (rerun hista critic train: it trains only missing critics)"
 
 
 def _text_config(config: Any) -> Any:
@@ -308,15 +310,17 @@ class ValueModel(torch.nn.Module):
         return folder
 
     @classmethod
-    def from_pretrained(cls, folder: str | os.PathLike, *, device: Optional[str] = None) -> "ValueModel":
+    def from_pretrained(cls, folder: str | os.PathLike, *, device: Optional[str] = None,
+                        fix: str = REWRITE) -> "ValueModel":
         """Load a critic written by :meth:`save_pretrained` (SPEC §4.5), in eval mode on
-        ``device`` (default: cuda when available). An InputError names the folder and what is
-        missing or does not match (a file, the backbone's revision, the tensors)."""
+        ``device`` (default: cuda when available), after :func:`check_folder` (whose messages
+        end with ``fix``). An InputError names the folder or file and what is missing or does
+        not match (a file, the backbone's revision, the tensors)."""
         from safetensors import SafetensorError
         from safetensors.torch import load_file
 
         folder = Path(folder)
-        info = read_info(folder)
+        info = check_folder(folder, fix=fix)
         try:
             if info["weights"] == BACKBONE:
                 from transformers import AutoModel
@@ -377,13 +381,17 @@ def read_info(folder: str | os.PathLike) -> dict:
     """The ``critic.json`` record of a critic folder (SPEC §4.5); an InputError naming the file
     when it is missing, not JSON, or lacks a field the loader needs."""
     path = Path(folder) / CONFIG
+    if (path.exists() or path.is_symlink()) and not path.is_file():
+        raise InputError("is not a regular file", path=str(path))
     try:
         text = path.read_text(encoding="utf-8")
     except FileNotFoundError:
         raise InputError(f"is not a critic folder (no {CONFIG}; write one with hista critic train)",
                          path=str(folder)) from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise InputError(f"cannot read it ({exc})", path=str(path)) from None
+    except UnicodeDecodeError as exc:
+        raise InputError(f"is not UTF-8 JSON ({exc.reason} at byte {exc.start})", path=str(path)) from None
+    except OSError as exc:
+        raise InputError(f"cannot read it ({exc.strerror or exc})", path=str(path)) from None
     info = loads(text, path=str(path))
     if not isinstance(info, dict) or info.get("format") != FORMAT:
         raise InputError(f"is not a critic record (format {FORMAT!r} expected)", path=str(path))
@@ -396,6 +404,80 @@ def read_info(folder: str | os.PathLike) -> dict:
     layers = info.get("layers_trained")
     if isinstance(layers, bool) or not isinstance(layers, int) or layers < 0:
         raise InputError("expected a number of layers", path=str(path), field="layers_trained")
+    return info
+
+
+def _positive_int(info: dict, key: str, path: str) -> int:
+    value = info.get(key)
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise InputError(f"expected a positive integer, got {value!r}", path=path, field=key)
+    return value
+
+
+def _check_tensors(file: Path, shapes: Optional[dict[str, list[int]]], fix: str) -> None:
+    """An InputError naming ``file`` unless it is a regular safetensors file whose header is
+    sound and matches its size (:func:`hista.models.loading.safetensors_problem`) and, with
+    ``shapes``, holds exactly those tensor names and shapes (read from the header only)."""
+    from ..models.loading import safetensors_problem
+
+    if not file.is_file():
+        what = "is not a regular file" if file.exists() or file.is_symlink() else "is missing"
+        raise InputError(f"{what}; {fix}", path=str(file))
+    problem = safetensors_problem(file)
+    if problem is not None:
+        raise InputError(f"{problem}; {fix}", path=str(file))
+    if shapes is None:
+        return
+    from safetensors import safe_open
+
+    try:
+        with safe_open(str(file), framework="pt") as fh:
+            found = {name: list(fh.get_slice(name).get_shape()) for name in fh.keys()}
+    except Exception as exc:  # noqa: BLE001 - SafetensorError and the like: the header is damaged
+        raise InputError(f"is damaged ({type(exc).__name__}: {exc}); {fix}", path=str(file)) from None
+    if found != shapes:
+        raise InputError(f"holds the tensors {found}, not those of a value head of hidden size "
+                         f"{shapes['weight'][1]} ({shapes}); {fix}", path=str(file))
+
+
+def check_folder(folder: str | os.PathLike, *, fix: str = REWRITE) -> dict:
+    """The ``critic.json`` record of a critic folder (SPEC §4.5), after checking every file the
+    loader needs without loading a tensor: :func:`read_info`, the sizes it records
+    (``hidden_size``, ``num_layers``, ``layers_trained`` at most ``num_layers``, ``weights``
+    ``backbone`` exactly when every layer trained), ``value_head.safetensors`` (a sound header,
+    as long as it says, holding ``weight`` [1, H] and ``bias`` [1]), and
+    ``trained_layers.safetensors`` or ``backbone/`` (its ``config.json`` and sound
+    ``*.safetensors``). An InputError names the first damaged file and field, followed by
+    ``fix`` (how to repair it)."""
+    from ..models.loading import check_weights
+
+    folder = Path(folder)
+    info = read_info(folder)
+    path = str(folder / CONFIG)
+    hidden, count = _positive_int(info, "hidden_size", path), _positive_int(info, "num_layers", path)
+    trained = info["layers_trained"]
+    if trained > count:
+        raise InputError(f"{trained} layers trained, but the critic has {count}", path=path, field="layers_trained")
+    weights = BACKBONE if trained == count else TRAINED
+    if info["weights"] != weights:
+        raise InputError(f"expected {weights!r}: the critic trained {trained} of its {count} layers", path=path,
+                         field="weights")
+    _check_tensors(folder / HEAD, {"bias": [1], "weight": [1, hidden]}, fix)
+    if weights == TRAINED:
+        _check_tensors(folder / TRAINED, None, fix)
+        return info
+    config = folder / BACKBONE / "config.json"
+    if not config.is_file():
+        raise InputError(f"is missing; {fix}", path=str(config))
+    try:
+        record = loads(config.read_text(encoding="utf-8"), path=str(config))
+    except (OSError, UnicodeDecodeError) as exc:
+        raise InputError(f"cannot read it ({exc}); {fix}", path=str(config)) from None
+    if not isinstance(record, dict):
+        raise InputError(f"is not a model configuration (a JSON object); {fix}", path=str(config))
+    if not any((folder / BACKBONE).glob("*.safetensors")):
+        raise InputError(f"holds no *.safetensors weights; {fix}", path=str(folder / BACKBONE))
+    check_weights(folder / BACKBONE, fix)
     return info
 
 

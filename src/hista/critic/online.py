@@ -225,12 +225,14 @@ class OnlineCritic:
     def load(self, folder: str | Path) -> None:
         """Restore the critic saved by :meth:`save` into ``folder`` (a checkpoint's ``critic/``):
         its weights, and its optimiser and shuffling state. An InputError names the folder when
-        it holds no critic, a critic with other trained layers, or no optimiser state."""
+        it holds no critic, a critic with other trained layers, or no optimiser state, and the
+        file of a damaged critic (:func:`hista.critic.model.check_folder`)."""
         folder = Path(folder)
         if not (folder / OPTIMIZER).is_file():
             raise InputError(f"holds no critic optimiser state ({OPTIMIZER}): the checkpoint was not written by a "
                              "run with the critic estimator", path=str(folder))
-        saved = ValueModel.from_pretrained(folder, device="cpu")
+        saved = ValueModel.from_pretrained(folder, device="cpu", fix="resume from another checkpoint (or start "
+                                                                    "the run again)")
         if saved.layers_trained != self.model.layers_trained:
             raise InputError(f"the saved critic trained {saved.layers_trained} layers, this run's trains "
                              f"{self.model.layers_trained} (advantage_estimator.critic_layers)", path=str(folder))

@@ -9,11 +9,11 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Any, Optional, Sequence
+from typing import Any, NoReturn, Optional, Sequence
 
 from ..errors import InputError
 from ..jsonio import loads
-from .model import CONFIG, ValueModel, read_info
+from .model import CONFIG, REWRITE, ValueModel, check_folder
 from .train import FOLDS, FOLDS_FORMAT, group_digest
 
 
@@ -33,7 +33,7 @@ class CriticSet:
         if (self.folder / FOLDS).is_file():
             self._read_folds()
         elif (self.folder / CONFIG).is_file():
-            info = read_info(self.folder)
+            info = check_trained(self.folder)
             self._where = str(self.folder / CONFIG)
             self.mode, self.lam, self.policy = self._identity(info, self._where)
             self.members = {".": info}
@@ -73,16 +73,21 @@ class CriticSet:
         if not (isinstance(problems, dict) and all(isinstance(f, int) and 0 <= f < len(dirs)
                                                    for f in problems.values())):
             raise InputError(f"expected problem -> fold index (0 to {len(dirs) - 1})", path=where, field="problems")
-        self.members = {d: read_info(self.folder / d) for d in dirs}
+        self.members = {d: check_trained(self.folder / d) for d in dirs}
         self.fold_of = {p: dirs[f] for p, f in problems.items()}
-        for d, info in self.members.items():
-            mode, lam, policy = self._identity(info, str(self.folder / d / CONFIG))
+        for k, (d, info) in enumerate(self.members.items()):
+            mode, lam, policy = info["mode"], float(info["lam"]), info["policy"]
             if (mode, lam, policy) != (self.mode, self.lam, self.policy):
                 raise InputError(f"fold {d} holds a {mode} critic with lam={_lam_text(lam)} of {policy}, not the "
                                  f"{self.mode} critic with lam={_lam_text(self.lam)} of {self.policy} the index names",
                                  path=where)
-            trained = set((info.get("training") or {}).get("problems") or [])
-            seen = sorted(p for p, member in self.fold_of.items() if member == d and p in trained)
+            scored = sorted(p for p, member in self.fold_of.items() if member == d)
+            if info["fold"]["index"] != k or sorted(info["fold"]["scores"]) != scored:
+                raise InputError(f"the critic in {d} is fold {info['fold']['index']} scoring "
+                                 f"{len(info['fold']['scores'])} problems, but the index makes it fold {k} scoring "
+                                 f"{len(scored)}", path=str(self.folder / d / CONFIG), field="fold")
+            trained = set(info["training"]["problems"])
+            seen = [p for p in scored if p in trained]
             if seen:
                 raise InputError(f"the critic of fold {d} scores problem {seen[0]!r} but was trained on it: PPO-1 "
                                  "critics must never see the problems they score", path=where)
@@ -142,6 +147,80 @@ class CriticSet:
             critic.shared_features = self.features
             self._loaded[member] = critic
         return self._loaded[member]
+
+
+def _fail(where: str, field: str, expected: str, value: Any) -> NoReturn:
+    shown = repr(value)
+    raise InputError(f"expected {expected}, got {shown if len(shown) <= 80 else shown[:77] + '...'}", path=where,
+                     field=field)
+
+
+def _is_int(value: Any, low: int = 0) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= low
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def check_trained(folder: str | os.PathLike) -> dict:
+    """The ``critic.json`` record of a critic folder that ``hista critic train`` wrote (SPEC
+    §4.5), after checking the whole folder before any critic is trained or used: every file
+    (:func:`hista.critic.model.check_folder`) and the trainer's fields, with their types:
+    ``mode``, ``lam``, ``policy``, ``gamma``, ``fold`` (PPO-1: ``index``, ``folds``, ``seed``,
+    ``scores``; PPO-N: null) and ``training`` (``cases``, ``settings``, ``problems``, ``groups``
+    of those problems, ``rollouts``, ``losses``, ``seconds``), and that a PPO-1 critic never
+    trained on a problem it scores. An InputError names the file and the field."""
+    folder = Path(folder)
+    info = check_folder(folder)
+    where = str(folder / CONFIG)
+    mode, _, _ = CriticSet._identity(info, where)
+    if not _is_number(info.get("gamma")):
+        _fail(where, "gamma", "a number", info.get("gamma"))
+    fold = info.get("fold")
+    if mode == "ppo-n" and fold is not None:
+        _fail(where, "fold", "null for a ppo-n critic", fold)
+    if mode == "ppo-1":
+        if not isinstance(fold, dict):
+            _fail(where, "fold", "{'index', 'folds', 'seed', 'scores'} for a ppo-1 critic", fold)
+        if not _is_int(fold.get("folds"), 2):
+            _fail(where, "fold.folds", "an integer >= 2", fold.get("folds"))
+        if not (_is_int(fold.get("index")) and fold["index"] < fold["folds"]):
+            _fail(where, "fold.index", f"an integer from 0 to {fold['folds'] - 1}", fold.get("index"))
+        if not _is_int(fold.get("seed")):
+            _fail(where, "fold.seed", "an integer >= 0", fold.get("seed"))
+        scores = fold.get("scores")
+        if not (isinstance(scores, list) and scores and all(isinstance(p, str) for p in scores)):
+            _fail(where, "fold.scores", "a list of the problems the fold scores", scores)
+    training = info.get("training")
+    if not isinstance(training, dict):
+        _fail(where, "training", "the record of the critic's training data (an object)", training)
+    if not isinstance(training.get("cases"), str):
+        _fail(where, "training.cases", "the path of the cases file", training.get("cases"))
+    if not isinstance(training.get("settings"), dict):
+        _fail(where, "training.settings", "the cases' settings (an object)", training.get("settings"))
+    problems = training.get("problems")
+    if not (isinstance(problems, list) and problems and all(isinstance(p, str) for p in problems)):
+        _fail(where, "training.problems", "a list of the problems trained on", problems)
+    groups = training.get("groups")
+    if not (isinstance(groups, dict) and sorted(groups) == sorted(problems)
+            and all(isinstance(d, str) for d in groups.values())):
+        _fail(where, "training.groups", "problem -> group digest for each of training.problems", groups)
+    if not _is_int(training.get("rollouts"), 1):
+        _fail(where, "training.rollouts", "a positive integer", training.get("rollouts"))
+    losses = training.get("losses")
+    if not (isinstance(losses, list) and losses
+            and all(isinstance(x, dict) and _is_int(x.get("epoch"), 1) and _is_int(x.get("tokens"))
+                    and (x.get("loss") is None or _is_number(x.get("loss"))) for x in losses)):
+        _fail(where, "training.losses", "a list of {'epoch', 'loss', 'tokens'}", losses)
+    if not (_is_number(training.get("seconds")) and training["seconds"] >= 0):
+        _fail(where, "training.seconds", "a number >= 0", training.get("seconds"))
+    if mode == "ppo-1":
+        seen = sorted(set(problems) & set(fold["scores"]))
+        if seen:
+            raise InputError(f"this critic scores problem {seen[0]!r} but was trained on it: PPO-1 critics must "
+                             f"never see the problems they score; {REWRITE}", path=where, field="training.problems")
+    return info
 
 
 def discover(folder: str | os.PathLike, *, device: Optional[str] = None, features: Any = None) -> list[CriticSet]:

@@ -37,6 +37,8 @@ FOLDS = "folds.json"
 FOLDS_FORMAT = "hista-critic-folds/1"
 #: decoder layers trained on the CPU when --layers is not given (the head always trains)
 CPU_LAYERS = 2
+#: PPO-1's folds when none are named (one per problem when the cases hold fewer problems)
+DEFAULT_FOLDS = 5
 
 
 @dataclasses.dataclass
@@ -240,20 +242,39 @@ def default_layers(device: torch.device | str) -> Optional[int]:
 REQUEST, REQUEST_FORMAT = "train.json", "hista-critic-train/1"
 
 
+#: request fields that do not tell requests apart: the cases are the same when their rollouts
+#: are (``groups``), whatever path names them
+_NOT_IDENTITY = ("cases",)
+
+
 def _check_out(out: Path, request: dict) -> bool:
     """Whether ``out`` may take the critics of ``request``: True for a new or empty folder (the
     request is to be written), False for a folder holding the same request (resumed: its
     finished critics are kept); otherwise an InputError naming the folder or the field that
-    differs."""
+    differs. The cases are compared by content (the digest ``groups`` of their rollouts), not
+    by the path they were given as."""
     from ..jsonio import check_output_dir, loads
 
     check_output_dir(out)
     recorded = out / REQUEST
     if recorded.is_file():
-        before = loads(recorded.read_text(encoding="utf-8"), path=str(recorded))
-        if not isinstance(before, dict):
-            raise InputError("is not a critic training request", path=str(recorded))
+        try:
+            text = recorded.read_bytes().decode("utf-8")
+        except UnicodeDecodeError as exc:
+            raise InputError(f"is not UTF-8 JSON ({exc.reason} at byte {exc.start}): not a critic training request",
+                             path=str(recorded)) from None
+        except OSError as exc:
+            raise InputError(f"cannot read it ({exc.strerror or exc})", path=str(recorded)) from None
+        before = loads(text, path=str(recorded))
+        if not isinstance(before, dict) or before.get("format") != REQUEST_FORMAT:
+            raise InputError(f"is not a critic training request (format {REQUEST_FORMAT!r} expected)",
+                             path=str(recorded), field="format")
+        if before.get("groups") != request.get("groups"):
+            raise InputError(f"holds critics of other cases (their rollouts differ from those of "
+                             f"{request.get('cases')}); use a new --out", path=str(recorded), field="groups")
         for key in sorted(set(before) | set(request)):
+            if key in _NOT_IDENTITY:
+                continue
             if before.get(key) != request.get(key):
                 raise InputError(f"holds critics of another request ({key}: {before.get(key)!r} there, "
                                  f"{request.get(key)!r} now); use a new --out", path=str(recorded), field=key)
@@ -269,7 +290,7 @@ def _as_list(value, kind) -> list:
 
 
 def train_critics(cases_path: str | Path, out: str | Path, *, mode: str | Sequence[str],
-                  lam: float | Sequence[float], folds: Optional[int] = 5, layers: Optional[int] = None,
+                  lam: float | Sequence[float], folds: Optional[int] = None, layers: Optional[int] = None,
                   fit_config: Optional[FitConfig] = None, model: Optional[str] = None,
                   device: Optional[str] = None, progress: bool = True) -> dict:
     """Train the critics of ``mode`` and ``lam`` (one each, or lists: every pair) on the
@@ -277,22 +298,25 @@ def train_critics(cases_path: str | Path, out: str | Path, *, mode: str | Sequen
 
     - ``ppo-n``: one critic on every distinct group of the cases;
     - ``ppo-1``: ``folds`` seeded folds of the problems (:func:`hista.sveb.sweep.fold_problems`,
-      seed ``fit_config.seed``; None: 5, or one per problem when fewer); the critic of fold f
-      trains on the problems outside it and scores only fold f's cases; written to ``fold-f``
-      with ``folds.json`` mapping each problem to its fold.
+      seed ``fit_config.seed``; None: :data:`DEFAULT_FOLDS`, or one per problem when fewer);
+      the critic of fold f trains on the problems outside it and scores only fold f's cases;
+      written to ``fold-f`` with ``folds.json`` mapping each problem to its fold.
 
     One pair is written to ``out`` itself, several to ``out/{mode}-{λ}``; they share one
     backbone and its frozen layers' work (:class:`FrozenFeatures`). ``out/train.json`` records
-    the request: rerunning an interrupted request resumes it, keeping the critics already
-    written. The backbone is ``model`` (default: the model that built the cases, at the same
-    revision), the last ``layers`` decoder layers train (None: :func:`default_layers`), the
-    head starts at the mean reward of the critic's training rollouts. Each critic's
+    the request (the cases by their rollouts, not their path): rerunning an interrupted
+    request resumes it, keeping the critics already written after checking each wholly
+    (:func:`hista.critic.store.check_trained`) and against the request (mode, λ, policy,
+    fold, training problems, backbone, layers). The backbone is ``model`` (default: the model
+    that built the cases, at the same revision), the last ``layers`` decoder layers train
+    (None: :func:`default_layers`), the head starts at the mean reward of the critic's
+    training rollouts. Each critic's
     ``critic.json`` records the policy, λ, γ = 1, the mode, its fold, the training data (cases
     file, its settings, problems and group digests trained on) and the losses. Returns {"out",
     "critics": [{"path", "mode", "lam", "problems", "losses", "seconds"}]}. An InputError
-    (before anything is trained) for a bad mode, an ``out`` holding anything else, too few
-    problems for ``folds``, a backbone of another revision or whose vocabulary does not hold
-    the cases' tokens."""
+    (before anything is trained) for a bad mode, an ``out`` holding anything else or a damaged
+    critic, too few problems for ``folds``, a backbone of another revision or whose
+    vocabulary does not hold the cases' tokens."""
     from ..models import load
     from ..sveb.eval import read_cases
     from ..sveb.sweep import fold_problems
@@ -309,7 +333,11 @@ def train_critics(cases_path: str | Path, out: str | Path, *, mode: str | Sequen
     groups = case_groups(records)
     problems = sorted({p for p, _, _ in groups})
     if "ppo-1" in modes:
-        folds = min(5, len(problems)) if folds is None else folds
+        if folds is None and len(problems) < 2:
+            raise InputError(f"the cases hold {len(problems)} problem: PPO-1 needs at least 2 problems, one per fold "
+                             "(its critics each hold one fold of problems out of training)", path=str(cases_path),
+                             field="--folds")
+        folds = min(DEFAULT_FOLDS, len(problems)) if folds is None else folds
         if folds < 2:
             raise InputError(f"PPO-1 needs at least 2 folds, got {folds}", field="--folds")
         if folds > len(problems):
@@ -322,31 +350,44 @@ def train_critics(cases_path: str | Path, out: str | Path, *, mode: str | Sequen
                "model": model,
                "fit": {k: v for k, v in dataclasses.asdict(config).items() if k != "lam"}}
     new = _check_out(out, request)
+    policy = {"model": recorded, "revision": revision}
+    plans = []
+    for m, value in pairs:
+        root = out if len(pairs) == 1 else out / f"{m}-{value:g}"
+        if m == "ppo-1":
+            plan = [(root / f"fold-{f}", {"index": f, "folds": folds, "seed": config.seed, "scores": held})
+                    for f, held in enumerate(fold_problems(problems, folds, config.seed))]
+        else:
+            plan = [(root, None)]
+        plans.append((m, value, root, plan))
+    kept = {} if new else _kept(plans, groups, policy)  # every kept critic checked before anything trains
     lm = load(model or recorded, device=device)
     if lm.name == recorded and lm.revision != revision:
         raise InputError(f"cases were built with {recorded} revision '{revision}', but the model loaded now is "
                          f"revision '{lm.revision}'", path=str(cases_path))
     _check_vocabulary(lm, records, cases_path)
     layers = default_layers(lm.device) if layers is None else layers
+    count = len(decoder_layers(lm.model.base_model)[1])
     if layers is not None:  # before anything is written
-        check_layers(layers, len(decoder_layers(lm.model.base_model)[1]), field="--layers")
+        check_layers(layers, count, field="--layers")
+    ours = {"backbone": {"model": lm.name, "revision": lm.revision},
+            "layers_trained": count if layers is None else layers}
+    for path, info in kept.items():  # kept critics have this run's backbone and trained layers
+        for key, want in ours.items():
+            if (have := info[key]) != want:
+                raise InputError(f"this critic has {key} {have!r}, but this request's critic here has {want!r}; "
+                                 f"remove the folder {path} to train it again", path=str(path / CONFIG), field=key)
     if new:
         write_json_atomic(out / REQUEST, request)
 
     features = FrozenFeatures()
     written = []
-    for m, value in pairs:
-        root = out if len(pairs) == 1 else out / f"{m}-{value:g}"
+    for m, value, root, plan in plans:
         fitted = dataclasses.replace(config, lam=value)
-        base = {"policy": {"model": recorded, "revision": revision}, "mode": m, "lam": value, "gamma": 1.0}
-        if m == "ppo-1":
-            plan = [(root / f"fold-{f}", {"index": f, "folds": folds, "seed": config.seed, "scores": held})
-                    for f, held in enumerate(fold_problems(problems, folds, config.seed))]
-        else:
-            plan = [(root, None)]
+        base = {"policy": policy, "mode": m, "lam": value, "gamma": 1.0}
         for path, fold in plan:
-            if (path / CONFIG).is_file():  # written by an interrupted run of this request
-                info = json.loads((path / CONFIG).read_text(encoding="utf-8"))["training"]
+            if path in kept:  # written by an interrupted run of this request
+                info = kept[path]["training"]
                 written.append({"path": str(path), "mode": m, "lam": value, "problems": info["problems"],
                                 "losses": info["losses"], "seconds": info["seconds"], "resumed": True})
                 continue
@@ -375,6 +416,36 @@ def train_critics(cases_path: str | Path, out: str | Path, *, mode: str | Sequen
     return {"out": str(out), "critics": written}
 
 
+def _kept(plans: Sequence[tuple], groups: Sequence[tuple[str, str, RolloutGroup]], policy: dict) -> dict:
+    """Path -> ``critic.json`` record of each critic an interrupted run of the request left
+    (a folder with its ``critic.json``; SPEC §4.5), each checked wholly
+    (:func:`hista.critic.store.check_trained`: every file, its fields) and against the plan: its
+    mode, λ, policy, fold, and the problems and groups it was to train on (so a PPO-1 critic
+    never scores a problem it trained on). An InputError names the file and field."""
+    from .store import check_trained
+
+    kept = {}
+    for m, value, _, plan in plans:
+        for path, fold in plan:
+            if not ((path / CONFIG).exists() or (path / CONFIG).is_symlink()):
+                continue  # not written yet (or interrupted before its critic.json, written last): trained again
+            info = check_trained(path)
+            where = str(path / CONFIG)
+            held = set(fold["scores"]) if fold else set()
+            train = {p: d for p, d, _ in groups if p not in held}
+            expected = {"mode": m, "lam": value, "policy": policy, "fold": fold}
+            for key, want in expected.items():
+                if info.get(key) != want:
+                    raise InputError(f"this critic has {key} {info.get(key)!r}, but this request's critic here has "
+                                     f"{want!r}; remove the folder {path} to train it again", path=where, field=key)
+            if info["training"]["groups"] != train:
+                raise InputError(f"this critic was trained on other problems or rollouts than this request's "
+                                 f"critic here ({len(info['training']['groups'])} problems, {len(train)} expected); "
+                                 f"remove the folder {path} to train it again", path=where, field="training.groups")
+            kept[path] = info
+    return kept
+
+
 def _check_vocabulary(lm, records: Sequence[dict], path: str | Path) -> None:
     """An InputError when a token id of the cases lies outside the backbone's vocabulary."""
     size = int(lm.model.base_model.get_input_embeddings().num_embeddings)
@@ -384,5 +455,5 @@ def _check_vocabulary(lm, records: Sequence[dict], path: str | Path) -> None:
                          "the critic's backbone must share the policy's tokenizer", path=str(path), field="--model")
 
 
-__all__ = ["CONFIG", "FOLDS", "FitConfig", "FrozenFeatures", "MODES", "case_groups", "default_layers", "fit",
-           "all_values", "group_digest", "train_critics", "value_loss"]
+__all__ = ["CONFIG", "DEFAULT_FOLDS", "FOLDS", "FitConfig", "FrozenFeatures", "MODES", "case_groups",
+           "default_layers", "fit", "all_values", "group_digest", "train_critics", "value_loss"]

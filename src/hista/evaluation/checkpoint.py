@@ -17,9 +17,9 @@ import re
 from pathlib import Path
 from typing import Optional
 
-import yaml
-
+from .. import yamlio
 from ..errors import InputError
+from ..jsonio import read_input
 from ..rollout.engine import SYSTEM_PROMPT
 
 #: The checkpoint folders of a run, as TRL names them.
@@ -40,15 +40,12 @@ class ModelSource:
 def _recipe(path: Path) -> dict:
     """The recipe a run wrote (``recipe.yaml``), as a mapping; an InputError naming the file
     when it cannot be read."""
+    raw = read_input(path, "run's recipe")
     try:
-        data = yaml.safe_load(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError) as exc:
-        raise InputError(f"cannot read the run's recipe ({getattr(exc, 'strerror', None) or exc})",
-                         path=str(path)) from None
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        raise InputError(f"bad YAML in the run's recipe ({getattr(exc, 'problem', None) or exc})", path=str(path),
-                         line=mark.line + 1 if mark else None) from None
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise InputError(f"the run's recipe is not UTF-8 ({exc.reason})", path=str(path)) from None
+    data = yamlio.load(text, path=str(path), what="the run's recipe")
     if not isinstance(data, dict):
         raise InputError("the run's recipe is not a mapping", path=str(path))
     prompt = data.get("system_prompt", SYSTEM_PROMPT)

@@ -16,7 +16,6 @@ from pathlib import Path
 from typing import Optional, Sequence
 
 from ..errors import InputError
-from ..sveb.schema import Where
 from . import store
 from .metrics import N_BOOT, bootstrap, problem_score
 from .run import read_results
@@ -31,11 +30,11 @@ def _comparable(settings: dict) -> dict:
 
 def _scores(path: str, results: dict, metric: str) -> dict[str, dict[str, float]]:
     """benchmark -> problem key -> score under ``metric`` (problems with fewer samples than
-    pass@K needs are left out)."""
+    pass@K needs are left out) of a results file that :func:`hista.evaluation.run.read_results`
+    has checked."""
     out: dict[str, dict[str, float]] = {}
     need = int(metric[5:]) if metric != "avg" else 1
-    for record in results["problems"]:
-        store.check_problem(record, Where(path, None))
+    for record in results["problems"]:  # each checked by read_results (store.check_problem)
         if len(record["samples"]) >= need:
             out.setdefault(record["benchmark"], {})[record["key"]] = problem_score(
                 [s["reward"] for s in record["samples"]], metric)
@@ -63,7 +62,8 @@ def compare(paths: Sequence[str], *, force: bool = False, metric: str = "avg", s
             n_boot: int = N_BOOT) -> dict:
     """Compare the results files ``paths`` (SPEC §10; module docstring) under ``metric``
     (``avg`` or ``pass@K``). Raises an InputError for fewer than two files, a file that is not a
-    results file, a bad metric, or (without ``force``) settings that differ from the first run's
+    results file (any field that :func:`hista.evaluation.run.check_results` refuses, named), a
+    bad metric, or (without ``force``) settings that differ from the first run's
     other than the model, naming the fields. Returns the runs (label, path, model, summary of
     the metric), the differences allowed by ``force``, and the table: per benchmark, category
     and ALL, each run's interval and each later run's paired difference from the first."""

@@ -15,10 +15,10 @@ from typing import Sequence
 
 from ..errors import InputError
 from ..jsonio import check_output_file, dumps_line, write_atomic, write_json_atomic
-from ..sveb.schema import Where
+from ..sveb.schema import Where, short
 from . import store
 from .report import result_markdown
-from .run import FORMAT, read_results, results_markdown_path
+from .run import FORMAT, check_outputs_not_inputs, read_results, results_markdown_path
 from .summary import summarise
 
 
@@ -36,24 +36,44 @@ def _shard(data: dict, path: Path) -> tuple[int, int, list[str]]:
     return part[0], part[1], keys
 
 
+def _versions(data: dict, path: Path) -> dict:
+    """The ``versions`` of a part, which the merged results and per-problem file record: an
+    object whose values are strings, ``hista`` among them."""
+    versions = data.get("versions")
+    where = Where(path)
+    if not isinstance(versions, dict):
+        where.fail("missing, or not an object of the versions of hista, torch and transformers", "versions")
+    if not isinstance(versions.get("hista"), str):
+        where.fail(f"expected the hista version (a string), got {short(versions.get('hista'))}", "versions.hista")
+    return versions
+
+
 def merge(parts: Sequence[str | Path], out: str | Path) -> str:
     """Join the results files of every shard of one evaluation into ``out`` (SPEC §10): the
     problems in the whole evaluation's order, the summary over all of them, ``results.md`` and
-    the per-problem file beside it. Refuses, naming the file, a part that is not a shard's
-    results, parts of different evaluations (settings, model revision or N differ), a shard given
-    twice or missing, and a problem that is missing, repeated or foreign. Returns the table."""
+    the per-problem file beside it. Refuses, naming the file (and field), an output that is one
+    of the parts (or a part's per-problem file), a part that is not a shard's results (every
+    record goes through the checks ``hista eval compare`` uses:
+    :func:`hista.evaluation.run.check_results`), bad ``versions``, parts of different
+    evaluations (settings, model revision or N differ), a shard given twice or missing, and a
+    problem that is missing, repeated or foreign. Nothing is written until every check has
+    passed. Returns the table."""
     out = Path(out)
     samples_file, markdown_file = store.samples_path(out), results_markdown_path(out)
-    for path in (out, samples_file, markdown_file):
-        check_output_file(path)
     if not parts:
         raise InputError("no parts given", field="parts")
+    check_outputs_not_inputs(out, (samples_file, markdown_file),
+                             [q for p in map(Path, parts) for q in (p, store.samples_path(p))])
+    for path in (out, samples_file, markdown_file):
+        check_output_file(path)
     loaded: dict[int, tuple[Path, dict]] = {}
     first_path, first = Path(parts[0]), read_results(parts[0])
     _, n, every = _shard(first, first_path)
+    versions = _versions(first, first_path)
     for path in map(Path, parts):
         data = read_results(path)
         k, size, keys = _shard(data, path)
+        _versions(data, path)
         changed = store.differences(first["settings"], data["settings"], sides=(str(first_path), str(path)))
         if changed or size != n or keys != every:
             why = "; ".join(changed) if changed else (f"it is one of {size} parts, not {n}" if size != n
@@ -69,7 +89,7 @@ def merge(parts: Sequence[str | Path], out: str | Path) -> str:
     found: dict[str, tuple[dict, Path]] = {}
     for _, (path, data) in sorted(loaded.items()):
         for record in data["problems"]:
-            key = record.get("key") if isinstance(record, dict) else None
+            key = record["key"]
             if key not in every:
                 raise InputError(f"holds problem {key!r}, which is not in the evaluation", path=str(path))
             if key in found:
@@ -82,11 +102,13 @@ def merge(parts: Sequence[str | Path], out: str | Path) -> str:
     ordered = [found[key][0] for key in every]
     settings = first["settings"]
     summary = summarise(ordered, settings["benchmarks"], seed=settings["seed"])
-    results = {"format": FORMAT, "settings": settings, "model": first["model"], "versions": first["versions"],
+    results = {"format": FORMAT, "settings": settings, "model": first["model"], "versions": versions,
                "notes": first.get("notes", []), "summary": summary, "problems": ordered}
-    write_json_atomic(out, results)
     table = result_markdown(results)
+    header = {"kind": "settings", "settings": settings, "hista_version": versions["hista"]}
+    lines = [dumps_line(record) for record in [header, *ordered]]
+    # every check has passed and every byte is ready: only now are the files written
+    write_json_atomic(out, results)
     write_atomic(markdown_file, lambda fh: fh.write(table))
-    header = {"kind": "settings", "settings": settings, "hista_version": first["versions"].get("hista")}
-    write_atomic(samples_file, lambda fh: fh.writelines(dumps_line(record) for record in [header, *ordered]))
+    write_atomic(samples_file, lambda fh: fh.writelines(lines))
     return table

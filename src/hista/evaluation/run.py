@@ -15,6 +15,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import numbers
+import os
 import time
 from pathlib import Path
 from typing import Callable, Optional, Sequence
@@ -23,18 +24,18 @@ from tqdm.auto import tqdm
 
 from .. import __version__
 from ..errors import InputError
-from ..jsonio import check_output_file, loads, write_atomic, write_json_atomic
+from ..jsonio import check_not_inputs, check_output_file, loads, write_atomic, write_json_atomic
 from ..models import EMBEDDED, LoadedModel
 from ..rewards import verify_with_reason
 from ..rollout import SamplingConfig
 from ..rollout.engine import eos_ids
 from ..rollout.engines import Engine, check_engine, load_model, make_engine
 from ..sveb.build import derive_seed
-from ..sveb.schema import Where
+from ..sveb.schema import Where, is_int, require, short, text
 from ..sveb.shards import chunks_of
 from . import checkpoint, store, suites
 from .report import result_markdown
-from .summary import summarise
+from .summary import empty_summary, summarise
 
 #: The ``format`` of a results file.
 FORMAT = "hista-eval-results/1"
@@ -89,22 +90,126 @@ def problem_key(benchmark: str, problem: dict) -> str:
 
 
 def read_results(path: str | Path) -> dict:
-    """A results file written by :func:`evaluate` (SPEC §10): an InputError naming the file and
-    field when it is not one (not JSON, another format, no settings, summary or problems)."""
+    """A results file written by :func:`evaluate` or :func:`hista.evaluation.merge.merge`
+    (SPEC §10), checked by :func:`check_results`: an InputError naming the file and field
+    when it is not one (not JSON, another format, no settings, summary or problems, a bad
+    field in them)."""
     path = Path(path)
     try:
         raw = path.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as exc:
         raise InputError(f"cannot read the results file ({getattr(exc, 'strerror', None) or exc})",
                          path=str(path)) from None
-    data = loads(raw, path=str(path))
+    return check_results(loads(raw, path=str(path)), path)
+
+
+def _benchmark(entry: object, k: int, where: Where) -> dict:
+    """One entry of a results file's ``settings.benchmarks``: name, category, temperature and
+    samples, which the summary and the comparison use."""
+    field = f"settings.benchmarks[{k}]"
+    if not isinstance(entry, dict):
+        where.fail(f"expected an object, got {short(entry)}", field)
+    for name in ("name", "category"):
+        text(require(entry, name, str, where, field + "."), f"{field}.{name}", where)
+    t = require(entry, "temperature", (int, float), where, field + ".")
+    if not (math.isfinite(t) and t >= 0):
+        where.fail(f"expected a number >= 0, got {short(t)}", field + ".temperature")
+    if not is_int(require(entry, "samples", int, where, field + ".")) or entry["samples"] < 1:
+        where.fail(f"expected an integer >= 1, got {short(entry['samples'])}", field + ".samples")
+    return entry
+
+
+def check_results(data: object, path: str | Path) -> dict:
+    """``data`` when it is a hista eval results file (SPEC §10), else an InputError naming
+    ``path`` and the field: its ``format``; ``settings`` with ``suites`` (strings), ``seed``
+    (an integer >= 0), ``max_new_tokens`` (>= 1) and ``benchmarks`` (a non-empty list, each
+    with a unique name, a category, a temperature and a sample count); ``model`` with ``name``
+    and ``revision`` (a string or null) and ``run`` (null or the run it came from);
+    ``versions`` and ``notes`` when present (strings); the ``summary`` an object; and every
+    problem record through the one check of :func:`hista.evaluation.store.check_problem`,
+    each of a benchmark of the settings, with that benchmark's category, and no key twice.
+    ``hista eval compare``, ``hista eval merge`` and a resumed ``hista eval`` read results
+    files through here."""
     where = Where(path)
     if not isinstance(data, dict) or data.get("format") != FORMAT:
         where.fail(f"not a hista eval results file (expected \"format\": \"{FORMAT}\")", "format")
     for name, kind in (("settings", dict), ("summary", dict), ("problems", list), ("model", dict)):
         if not isinstance(data.get(name), kind):
             where.fail(f"missing, or not {'an object' if kind is dict else 'a list'}", name)
+    settings, model = data["settings"], data["model"]
+    suites_ = require(settings, "suites", list, where, "settings.")
+    for k, suite in enumerate(suites_):
+        if not isinstance(suite, str):
+            where.fail(f"expected a string, got {short(suite)}", f"settings.suites[{k}]")
+    for name, low in (("seed", 0), ("max_new_tokens", 1)):
+        if not is_int(require(settings, name, int, where, "settings.")) or settings[name] < low:
+            where.fail(f"expected an integer >= {low}, got {short(settings[name])}", f"settings.{name}")
+    benchmarks = require(settings, "benchmarks", list, where, "settings.")
+    if not benchmarks:
+        where.fail("must name at least one benchmark", "settings.benchmarks")
+    categories: dict[str, str] = {}
+    for k, entry in enumerate(benchmarks):
+        b = _benchmark(entry, k, where)
+        if b["name"] in categories:
+            where.fail(f"benchmark {short(b['name'])} is named twice", f"settings.benchmarks[{k}].name")
+        categories[b["name"]] = b["category"]
+    text(require(model, "name", str, where, "model."), "model.name", where)
+    require(model, "revision", (str, type(None)), where, "model.", what="a string or null")
+    run = model.get("run")
+    if run is not None:
+        if not isinstance(run, dict):
+            where.fail(f"expected null or an object, got {short(run)}", "model.run")
+        if run:
+            for name in ("output_dir", "checkpoint"):
+                require(run, name, str, where, "model.run.")
+    for name in ("versions", "notes"):
+        value = data.get(name)
+        if value is None and name not in data:
+            continue
+        kind_ = dict if name == "versions" else list
+        if not isinstance(value, kind_):
+            where.fail(f"expected {'an object' if kind_ is dict else 'a list'}, got {short(value)}", name)
+        items = value.items() if isinstance(value, dict) else enumerate(value)
+        for key, item in items:
+            if not isinstance(item, str):
+                where.fail(f"expected a string, got {short(item)}",
+                           f"{name}.{key}" if isinstance(value, dict) else f"{name}[{key}]")
+    seen: dict[str, int] = {}
+    for k, record in enumerate(data["problems"]):
+        prefix = f"problems[{k}]."
+        store.check_problem(record, where, prefix)
+        if record["benchmark"] not in categories:
+            where.fail(f"benchmark {short(record['benchmark'])} is not in settings.benchmarks "
+                       f"({', '.join(categories)})", prefix + "benchmark")
+        if record["category"] != categories[record["benchmark"]]:
+            where.fail(f"expected {short(categories[record['benchmark']])}, the category of benchmark "
+                       f"{short(record['benchmark'])} in settings.benchmarks, got {short(record['category'])}",
+                       prefix + "category")
+        if record["key"] in seen:
+            where.fail(f"key {short(record['key'])} is already used by problems[{seen[record['key']]}]",
+                       prefix + "key")
+        seen[record["key"]] = k
     return data
+
+
+def check_outputs_not_inputs(out: Path, siblings: Sequence[Path], inputs: Sequence[str | Path]) -> None:
+    """Refuse, before any work, an output that is one of the command's ``inputs`` (SPEC §10,
+    §11 output files): ``out`` or a file written beside it (``siblings``: the table, the
+    per-problem file), after following symlinks (:func:`hista.jsonio.check_not_inputs`). The
+    InputError names the output, the input and, for a sibling, the ``out`` it is written beside."""
+    check_not_inputs([out], inputs)
+    for sibling in siblings:
+        try:
+            check_not_inputs([sibling], inputs)
+        except InputError as exc:
+            raise InputError(f"{exc.message} (it is written beside {out})", path=exc.path) from None
+
+
+def task_files(specs: Sequence[str]) -> list[Path]:
+    """The local files that the ``jsonl:`` task specs among ``specs`` (an evaluation's suites;
+    presets name none) read (SPEC §10): inputs that no output of the evaluation may overwrite."""
+    return [Path(os.path.expanduser(spec.strip()[len("jsonl:"):])) for spec in specs
+            if isinstance(spec, str) and spec.strip().startswith("jsonl:") and spec.strip()[len("jsonl:"):]]
 
 
 def _settings(config: EvalConfig, source: checkpoint.ModelSource, benchmarks: list, problems: dict,
@@ -167,17 +272,21 @@ def evaluate(config: EvalConfig, out: str | Path, *, lm: Optional[LoadedModel] =
     """Evaluate ``config.model`` on ``config.suites`` into ``out`` (SPEC §10; module docstring),
     resuming an earlier evaluation with the same settings there. Everything is checked before
     the model loads: the suites and their problems (an unreachable hub fails in seconds), the
-    output files, and the settings of an earlier evaluation in ``out``, which must equal these
-    (an InputError names the fields that differ). ``lm`` replaces loading ``config.model`` (it
+    output files (none may be a ``jsonl:`` task file the suites read), and the settings of an
+    earlier evaluation in ``out``, which must equal these (an InputError names the fields that
+    differ); a crash's unterminated last line of the per-problem file is cut off only once
+    every check has passed. ``lm`` replaces loading ``config.model`` (it
     must be that model). ``source`` replaces what ``config.model`` names, for an ``lm`` held in
     memory (the policy during training): the name recorded and the system prompt. Notes (greedy
     with k > 1) go to ``log``. Returns the output paths, the summary, the timing of this call and
     how many problems it evaluated and found done. ``shard`` (K, N) evaluates only the chunks of
     shard K of N (every N-th chunk from K-1, over all benchmarks in order): its results hold
     those problems and, under ``"shard"``, the part and every problem key of the whole
-    evaluation, for :func:`hista.evaluation.merge.merge`."""
+    evaluation, for :func:`hista.evaluation.merge.merge`; a shard with no chunks (fewer chunks
+    than shards) writes an empty part (:func:`hista.evaluation.summary.empty_summary`)."""
     out = Path(out)
     samples_file, markdown_file = store.samples_path(out), results_markdown_path(out)
+    check_outputs_not_inputs(out, (samples_file, markdown_file), task_files(config.suites))
     for path in (out, samples_file, markdown_file):
         check_output_file(path)
     benchmarks, cap, notes = suites.resolve(config.suites, temperature=config.temperature, k=config.k)
@@ -205,10 +314,7 @@ def evaluate(config: EvalConfig, out: str | Path, *, lm: Optional[LoadedModel] =
                                                             system_prompt=source.system_prompt),
                           tensor_parallel_size=config.tensor_parallel_size)
     settings["revision"], settings["engine"] = lm.revision, sampler.identity()
-    if header is None:
-        store.append(samples_file, [{"kind": "settings", "settings": settings, "hista_version": __version__,
-                                     **({"shard": part} if part else {})}])
-    else:
+    if header is not None:
         store.check_settings(header["settings"], settings, Where(samples_file, 1), "was written by an evaluation")
     every = [problem_key(b.name, p) for b in benchmarks for p in problems[b.name]]
     keys = {problem_key(b.name, p) for b, chunk in plan for p in chunk}
@@ -218,6 +324,11 @@ def evaluate(config: EvalConfig, out: str | Path, *, lm: Optional[LoadedModel] =
             raise InputError(f"problem {r['key']!r} is not among this evaluation's problems", path=str(samples_file),
                              field="key")
         done[r["key"]] = r
+    # every check has passed: only now is a crash's unterminated last line cut off the file
+    store.drop_unterminated(samples_file)
+    if header is None:
+        store.append(samples_file, [{"kind": "settings", "settings": settings, "hista_version": __version__,
+                                     **({"shard": part} if part else {})}])
 
     timing = {"generate_s": 0.0, "verify_s": 0.0, "write_s": 0.0, "problems": 0, "samples": 0, "tokens": 0}
     eos = set(eos_ids(lm))
@@ -253,7 +364,8 @@ def evaluate(config: EvalConfig, out: str | Path, *, lm: Optional[LoadedModel] =
 
     t = time.perf_counter()
     ordered = [done[key] for key in every if key in keys]
-    summary = summarise(ordered, settings["benchmarks"], seed=config.seed)
+    # an empty shard (fewer chunks than shards) writes an empty part, which merges
+    summary = summarise(ordered, settings["benchmarks"], seed=config.seed) if ordered else empty_summary()
     timing["summary_s"] = time.perf_counter() - t
     results = {"format": FORMAT, "settings": settings,
                "model": {"name": settings["model"], "revision": lm.revision,

@@ -9,7 +9,8 @@ finished problem::
 
 A rerun reads the file, refuses it when its settings differ from the rerun's (naming the
 fields), and evaluates only the problems it lacks; a line cut short by a crash is dropped
-(the problem is evaluated again). Records are canonical JSON (sorted keys), so that a resumed
+(the problem is evaluated again), but only once the file has been identified as a per-problem
+file and the rerun has passed every check. Records are canonical JSON (sorted keys), so that a resumed
 evaluation writes what an uninterrupted one writes.
 """
 
@@ -56,8 +57,8 @@ def check_settings(stored: dict, current: dict, where: Where, what: str) -> None
                    "or give another --out", diff[0].split(" (")[0])
 
 
-def _sample(sample: Any, k: int, where: Where) -> None:
-    field = f"samples[{k}]"
+def _sample(sample: Any, k: int, where: Where, prefix: str = "") -> None:
+    field = f"{prefix}samples[{k}]"
     if not isinstance(sample, dict):
         where.fail(f"expected an object, got {short(sample)}", field)
     require(sample, "text", str, where, field + ".")
@@ -65,30 +66,42 @@ def _sample(sample: Any, k: int, where: Where) -> None:
     require(sample, "truncated", bool, where, field + ".")
     if not is_int(require(sample, "tokens", int, where, field + ".")) or sample["tokens"] < 0:
         where.fail(f"expected an integer >= 0, got {short(sample['tokens'])}", field + ".tokens")
-    if not is_unit(require(sample, "reward", (int, float), where, field + ".")):
+    if not is_unit(require(sample, "reward", (int, float), where, field + ".", what="a number")):
         where.fail(f"expected a reward in [0, 1], got {short(sample['reward'])}", field + ".reward")
 
 
-def check_problem(record: dict, where: Where) -> dict:
-    """``record`` when it is a well-formed problem record (module docstring), else an InputError
-    at ``where`` naming the field (SPEC §10)."""
+def check_problem(record: Any, where: Where, prefix: str = "") -> dict:
+    """``record`` when it is a well-formed problem record (module docstring: key, benchmark,
+    category, verifier, problem and samples, each sample with text, reason, truncated, tokens
+    >= 0 and a reward in [0, 1]), else an InputError at ``where`` naming the field, after
+    ``prefix`` (``problems[3].`` in a results file; SPEC §10). The one check of a problem
+    record: the per-problem file, ``hista eval merge`` and ``hista eval compare`` all use it."""
+    if not isinstance(record, dict):
+        where.fail(f"expected a problem record (an object), got {short(record)}", prefix[:-1] or None)
     for name in ("key", "benchmark", "category", "verifier"):
-        text(require(record, name, str, where), name, where)
-    require(record, "problem", str, where)
-    samples = require(record, "samples", list, where)
+        text(require(record, name, str, where, prefix), prefix + name, where)
+    require(record, "problem", str, where, prefix)
+    samples = require(record, "samples", list, where, prefix)
     if not samples:
-        where.fail("must hold at least one sample", "samples")
+        where.fail("must hold at least one sample", prefix + "samples")
     for k, sample in enumerate(samples):
-        _sample(sample, k, where)
+        _sample(sample, k, where, prefix)
     return record
+
+
+#: How the settings header of a per-problem file begins (canonical JSON: sorted keys).
+HEADER_START = b'{"hista_version":'
 
 
 def read(path: str | os.PathLike) -> tuple[Optional[dict], list[dict]]:
     """The settings header and the problem records of a per-problem file (SPEC §10); a missing or
-    empty file has neither. An unterminated last line, a crash's trace, is cut off the file. An
-    InputError names the file, line and field of anything else that is wrong: not UTF-8 JSON
-    lines, a first line that is not the settings header, a record that misses a field or
-    repeats a key."""
+    empty file has neither. The file is only read, never changed: an unterminated last line, a
+    crash's trace, is left out (:func:`drop_unterminated` cuts it off once the evaluation has
+    passed every check). The file is identified first: an InputError names the file, line and
+    field of anything that is wrong, an unterminated first line that is not the beginning of a
+    settings header included (a file this is not), and so are lines that are not UTF-8 JSON,
+    a first line that is not the settings header, a record that misses a field or repeats a
+    key."""
     path = Path(path)
     try:
         info = os.stat(path)
@@ -98,9 +111,17 @@ def read(path: str | os.PathLike) -> tuple[Optional[dict], list[dict]]:
         raise InputError(f"cannot read the per-problem file ({exc.strerror or exc})", path=str(path)) from None
     if not stat.S_ISREG(info.st_mode):
         raise InputError("is not a regular file", path=str(path))
-    raw = read_bytes(path, repair=True, what="the per-problem file")
+    raw = read_bytes(path, repair=False, what="the per-problem file")
+    lines = raw.split(b"\n")
+    if len(lines) == 1 and raw and not (raw.startswith(HEADER_START) or HEADER_START.startswith(raw)):
+        Where(path, 1).fail("the first line must be the settings header {\"kind\": \"settings\", \"settings\": "
+                            "{...}} (and it has no newline at its end); is this a hista eval per-problem file?",
+                            "kind")
+    if len(lines) > 1 and lines[-1] and not lines[-1].startswith(b"{"):
+        Where(path, len(lines)).fail("not a JSON record, and it has no newline at its end: is this a hista eval "
+                                     "per-problem file?")
     header, records, seen = None, [], {}
-    for number, data in enumerate(raw.split(b"\n")[:-1], start=1):
+    for number, data in enumerate(lines[:-1], start=1):
         where = Where(path, number)
         try:
             line = data.decode("utf-8")
@@ -124,6 +145,23 @@ def read(path: str | os.PathLike) -> tuple[Optional[dict], list[dict]]:
         seen[record["key"]] = number
         records.append(record)
     return header, records
+
+
+def drop_unterminated(path: str | os.PathLike) -> None:
+    """Cut an unterminated last line, the trace of a crash mid-write, off the per-problem file
+    ``path`` (SPEC §10), so that the next append starts a line; a missing file, or one that
+    ends with a newline, is left as it is. Called only once :func:`read` has identified the
+    file and the evaluation has passed every check."""
+    path = Path(path)
+    try:
+        raw = path.read_bytes()
+        if raw and not raw.endswith(b"\n"):
+            with open(path, "r+b") as fh:
+                fh.truncate(raw.rfind(b"\n") + 1)
+    except FileNotFoundError:
+        return
+    except OSError as exc:
+        raise InputError(f"cannot repair the per-problem file ({exc.strerror or exc})", path=str(path)) from None
 
 
 def append(path: str | os.PathLike, records: Iterable[dict]) -> None:

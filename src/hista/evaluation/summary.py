@@ -78,3 +78,9 @@ def summarise(records: Sequence[dict], benchmarks: Sequence[dict], *, seed: int 
         if len(subset) == len(names):
             out["overall"]["pass"][str(k)] = result["overall"]
     return out
+
+
+def empty_summary() -> dict:
+    """The summary of no problems (SPEC §10): what an empty shard (one with fewer chunks than
+    shards) records; no benchmark, no category and no overall score (the markdown shows n/a)."""
+    return {"benchmarks": {}, "categories": {}, "overall": {"avg": None, "pass": {}}}

@@ -34,9 +34,8 @@ from typing import Any, Callable, Optional
 
 import numpy as np
 import torch
-import yaml
 
-from .. import estimators, losses
+from .. import estimators, losses, yamlio
 from ..errors import InputError
 from ..types import Rollout, RolloutGroup
 
@@ -74,10 +73,7 @@ def settings(variable: str) -> dict:
     raw = os.environ.get(variable, "").strip()
     if not raw:
         return {}
-    try:
-        value = yaml.safe_load(raw)
-    except yaml.YAMLError as exc:
-        raise InputError(f"not a YAML mapping: {getattr(exc, 'problem', None) or exc}", field=variable) from None
+    value = yamlio.load(raw, field=variable, what="the setting")
     if not isinstance(value, dict):
         raise InputError(f"must be a YAML mapping such as '{{lam: 0.95}}', got {raw!r}", field=variable)
     return value

@@ -12,6 +12,7 @@ import importlib.metadata
 import importlib.util
 import json
 import os
+import pickle
 import shutil
 import tempfile
 from dataclasses import dataclass
@@ -73,9 +74,9 @@ def _cache_folder(*parts: str) -> Path:
     return root.joinpath(*parts)
 
 
-def _safetensors_problem(file: Path) -> Optional[str]:
+def safetensors_problem(file: Path) -> Optional[str]:
     """Why ``file`` is not a complete safetensors file (None when its header is sound and the
-    file is exactly as long as the header says). Reads the header only."""
+    file is exactly as long as the header says); SPEC §7, §12. Reads the header only."""
     try:
         size = file.stat().st_size
         with open(file, "rb") as fh:
@@ -111,7 +112,7 @@ def check_weights(folder: Path, fix: str) -> None:
     truncated or has a damaged header, followed by ``fix`` (how to repair it); SPEC §7, §12.
     Reads only the headers, so it costs milliseconds."""
     for file in sorted(Path(folder).glob("*.safetensors")):
-        problem = _safetensors_problem(file)
+        problem = safetensors_problem(file)
         if problem is not None:
             raise InputError(f"{problem}; {fix}", path=str(file))
 
@@ -277,6 +278,32 @@ def _load_error(name_or_path: str, source: Any, local: bool, offline: bool, exc:
                       f"no such model, or no access to it ({detail})", field="model")
 
 
+def decoder_layer_count(name_or_path: str) -> Optional[int]:
+    """The number of decoder layers of a model, read from its configuration only (SPEC §7, §9:
+    recipe validation checks an estimator's hidden layer before anything loads): the aliases',
+    a local folder's ``config.json``, or a hub id's configuration from the hub or the local
+    cache. None when it cannot be known here (a hub id that is neither reachable nor cached)."""
+    if name_or_path == "tiny":
+        return int(build_tiny().model.config.num_hidden_layers)
+    from transformers import AutoConfig
+
+    if name_or_path == EMBEDDED:
+        source, options = prepare_embedded(), {}
+    elif Path(name_or_path).exists():
+        source, options = Path(name_or_path), {}
+    elif "/" in name_or_path:
+        source, options = name_or_path, ({"local_files_only": True} if hub.offline() else {})
+    else:
+        return None
+    try:
+        config = AutoConfig.from_pretrained(source, **options)
+    except (OSError, ValueError):
+        return None
+    config = config.get_text_config() if hasattr(config, "get_text_config") else config
+    layers = getattr(config, "num_hidden_layers", None)
+    return int(layers) if isinstance(layers, int) else None
+
+
 def load(name_or_path: str, *, device: Optional[str] = None, dtype: Optional[torch.dtype] = None,
          weights: bool = True) -> LoadedModel:
     """Load a causal LM and its tokenizer by alias, local path or Hugging Face id (SPEC §7).
@@ -334,6 +361,12 @@ def load(name_or_path: str, *, device: Optional[str] = None, dtype: Optional[tor
                     generation = None
         except (OSError, ValueError, SafetensorError) as exc:
             raise _load_error(name_or_path, source, local, offline, exc) from exc
+        except pickle.UnpicklingError as exc:  # a pickled .bin that is not plain weights: torch refuses to run it
+            weights_file = next((str(p) for p in Path(str(source)).glob("*.bin")), str(source)) if local else None
+            raise InputError("holds pickled weights that torch refuses to load with weights_only=True (loading them "
+                             "would run their code); convert the model to safetensors where you trust it "
+                             f"({str(exc).strip().splitlines()[0][:120] if str(exc).strip() else 'UnpicklingError'})",
+                             path=weights_file, field=None if local else "model") from None
         revision = getattr(config, "_commit_hash", None) or revision
         if model is not None:
             model.eval()

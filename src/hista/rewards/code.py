@@ -1,4 +1,4 @@
-"""Code verifier: run the completion's program on stdin/stdout test cases (SPEC §6).
+r"""Code verifier: run the completion's program on stdin/stdout test cases (SPEC §6).
 
 The gold ``answer`` is a JSON string (or the already-decoded value): a list of
 ``{"input": str, "output": str}`` cases; the ``{"inputs": [...], "outputs": [...]}`` layout
@@ -10,6 +10,16 @@ exits with status 0 and prints the expected output, compared line by line with t
 whitespace stripped and trailing blank lines ignored.  Evaluation stops at the first
 failing case.  A malformed ``answer`` is the dataset's fault but still gives 0.0 with a
 reason, so a training run never crashes on it.
+
+Reason strings go into evaluation results, so they carry the verdict and at most one short,
+sanitised excerpt of what the program printed: the first differing line of stdout (wrong
+output) or the last non-empty line of stderr (runtime error), cut to ``EXCERPT_CHARS`` (80)
+characters *after* escaping -- every character outside printable ASCII, and the backslash,
+is written as a Python escape (``\x1b``, ``\r``, ``\x00``, ``\u202e``), and a cut excerpt
+ends in ``...``.  A reason about a run is therefore printable ASCII and at most ~200
+characters long, e.g. ``wrong output on case 2/3: got '12' (line 4; got 5 lines,
+expected 5)``, ``wrong output on case 1/1: output ends after 0 of 1 lines``, ``runtime error on
+case 1/2 (exit status 1): ZeroDivisionError: division by zero``.
 """
 
 from __future__ import annotations
@@ -28,6 +38,9 @@ logger = logging.getLogger(__name__)
 
 _PYTHON_TAGS = {"python", "py", "python3", "py3"}
 MAX_CASES = 100
+#: longest excerpt of program output in a reason string, counted after escaping.
+EXCERPT_CHARS = 80
+_ESCAPES = {"\\": "\\\\", "\t": "\\t", "\r": "\\r", "\n": "\\n"}
 
 
 def _fenced_blocks(text: str) -> list[tuple[str, str]]:
@@ -121,7 +134,47 @@ def outputs_match(got: str, expected: str) -> bool:
 
 def _last_line(text: str) -> str:
     lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
-    return lines[-1][:120] if lines else ""
+    return lines[-1] if lines else ""
+
+
+def _excerpt(text: str, limit: int = EXCERPT_CHARS) -> tuple[str, bool]:
+    """``text`` as printable ASCII (other characters and the backslash escaped as in a Python
+    literal), cut at ``limit`` characters of the escaped form; and whether it was cut."""
+    out: list[str] = []
+    used = 0
+    for ch in text:
+        o = ord(ch)
+        if ch in _ESCAPES:
+            piece = _ESCAPES[ch]
+        elif 0x20 <= o < 0x7F:
+            piece = ch
+        elif o < 0x100:
+            piece = f"\\x{o:02x}"
+        elif o < 0x10000:
+            piece = f"\\u{o:04x}"
+        else:
+            piece = f"\\U{o:08x}"
+        if used + len(piece) > limit:
+            return "".join(out), True
+        out.append(piece)
+        used += len(piece)
+    return "".join(out), False
+
+
+def _mismatch(got: str, expected: str) -> str:
+    """Where ``got`` first differs from ``expected`` (line number, line counts and a short
+    sanitised excerpt of the program's line), for the reason string."""
+    g, e = _lines(got), _lines(expected)
+    i = next((k for k, (a, b) in enumerate(zip(g, e)) if a != b), min(len(g), len(e)))
+    if i >= len(g):
+        return f"output ends after {len(g)} of {len(e)} lines"
+    text, cut = _excerpt(g[i])
+    notes = []
+    if (len(g), len(e)) != (1, 1):
+        notes.append(f"line {i + 1}; got {len(g)} lines, expected {len(e)}")
+    if cut:
+        notes.append(f"line is {len(g[i])} chars")
+    return f"got '{text}'" + ("..." if cut else "") + (f" ({'; '.join(notes)})" if notes else "")
 
 
 @register("code")
@@ -136,7 +189,8 @@ def verify_code(
 ) -> tuple[float, str]:
     """Score a code completion: 1.0 if its program passes every stdin/stdout test case of
     ``answer`` in the sandbox, else 0.0; with a reason (SPEC §6).  Sandbox limits apply per
-    case.  Never raises on malformed input."""
+    case.  The reason holds the verdict and at most an ``EXCERPT_CHARS``-character escaped
+    excerpt of the program's output (module docstring).  Never raises on malformed input."""
     try:
         if not isinstance(completion, str):
             return 0.0, "completion is not a string"
@@ -162,10 +216,13 @@ def verify_code(
             if res.truncated:
                 return 0.0, f"output limit exceeded on {where}"
             if res.returncode != 0:
-                detail = _last_line(res.stderr)
-                return 0.0, f"runtime error on {where}" + (f": {detail}" if detail else "")
+                detail, cut = _excerpt(_last_line(res.stderr))
+                detail += "..." if cut else ""
+                return 0.0, f"runtime error on {where} (exit status {res.returncode})" + (
+                    f": {detail}" if detail else ""
+                )
             if not outputs_match(res.stdout, expected):
-                return 0.0, f"wrong output on {where}: got {_last_line(res.stdout)!r}"
+                return 0.0, f"wrong output on {where}: {_mismatch(res.stdout, expected)}"
         return 1.0, "correct"
     except SandboxUnavailable as exc:
         return 0.0, f"sandbox error: {exc}"

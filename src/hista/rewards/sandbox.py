@@ -1,13 +1,16 @@
 """Process sandbox for generated code (SPEC §6, §12 "Security").
 
 Generated programs never run inside the trainer's process.  ``run_sandboxed`` writes the
-program to a fresh ``tempfile.mkdtemp()`` working directory and runs it in a child process:
+program to a fresh ``tempfile.mkdtemp()`` folder and runs it in a child process:
 
-* **bubblewrap** (``bwrap``, backend ``"bwrap"``): read-only view of ``/``, a private size-capped
-  tmpfs on ``/tmp``, a fresh ``/dev`` and ``/proc``, new user, PID, network, IPC, UTS and cgroup
+* **bubblewrap** (``bwrap``, backend ``"bwrap"``): an empty root holding only what the
+  interpreter needs, all read-only (see "What the program sees" below), a private size-capped
+  tmpfs on ``/tmp`` that holds the working directory, a fresh minimal ``/dev`` (its
+  ``/dev/shm`` a small capped tmpfs) and ``/proc``, new user, PID, network, IPC, UTS and cgroup
   namespaces (no network: only a down loopback device), ``--die-with-parent``,
   ``--new-session`` (no terminal injection), no capabilities, no nested user namespaces.  Only
-  the working directory is writable.
+  the private ``/tmp`` and ``/dev/shm`` are writable; nothing the program writes reaches the
+  host's disk.
 * **rlimits**, applied *inside* the sandbox by a tiny Python wrapper that then ``exec``s the
   program: ``RLIMIT_CPU`` (CPU seconds), ``RLIMIT_AS`` (memory), ``RLIMIT_NPROC``
   (processes and threads), ``RLIMIT_FSIZE`` (largest file) and ``RLIMIT_CORE = 0``.
@@ -33,28 +36,69 @@ namespace, even when mapped to another uid inside a user namespace), and it norm
    counts only the sandbox's own processes -- concurrent sandboxes and the trainer's threads
    do not eat each other's budget.
 
-Running as ``nobody`` has a second benefit: files readable only by root (``/root``, keys)
-stay unreadable although ``/`` is bound read-only.  A consequence is that the interpreter
-must be accessible to ``nobody``: ``sandbox_python()`` probes ``$HISTA_SANDBOX_PYTHON``,
-``sys.executable``, ``python3`` on ``PATH``, ``/usr/bin/python3`` and
-``/usr/local/bin/python3`` in that order and keeps the first that starts inside the sandbox.
+A consequence is that the interpreter must be accessible to ``nobody``: ``sandbox_python()``
+probes ``$HISTA_SANDBOX_PYTHON``, ``sys.executable``, ``python3`` on ``PATH``,
+``/usr/bin/python3`` and ``/usr/local/bin/python3`` in that order and keeps the first that
+starts inside the sandbox and imports ``json, math, collections, re`` there.  A candidate that
+belongs to a virtual environment is replaced by the base interpreter the environment was made
+from (``sys._base_executable``, real path), so the venv (its ``site-packages``, its
+``pyvenv.cfg``) stays out of the sandbox: programs get the standard library and the base
+installation's packages only.
+
+What the program sees (bwrap)
+-----------------------------
+The host's ``/`` is *not* bound.  The new root is an empty tmpfs, remounted read-only once
+these are in place (each read-only; a host path that is a symlink, as ``/lib -> usr/lib`` on
+merged-``/usr`` systems, is recreated as the same symlink):
+
+* ``/usr/lib``, ``/usr/lib64``, ``/lib``, ``/lib64`` where present: the dynamic loader
+  (``/lib64/ld-linux-*.so``) and the C libraries the interpreter links (libc, libm, libz,
+  libexpat, libffi, libssl, ...), and on Debian-like systems the system Python's standard
+  library (``/usr/lib/python3.X``);
+* ``<prefix>/lib`` and ``<prefix>/lib64`` of the interpreter's ``sys.base_prefix`` and
+  ``sys.base_exec_prefix`` (standard library, ``lib-dynload``, ``libpython``) when they are not
+  under the directories above, e.g. ``/usr/local/lib`` or ``~/.pyenv/versions/3.X/lib``;
+* the interpreter's executable itself (its real path, a single file);
+* ``/etc/ld.so.cache`` only (when present): the loader's index of library directories, needed
+  when ``libpython`` lives outside the default ones (``/usr/local/lib``).  Python needs nothing
+  else from ``/etc``: no ``/etc/passwd`` (``pwd.getpwuid`` raises ``KeyError``), no
+  ``/etc/localtime`` (local time is UTC), no resolver files;
+* ``/tmp`` (private tmpfs, ``TMPFS_BYTES``) holding the working directory
+  ``/tmp/<name of the host folder>`` with ``main.py`` (bound read-only) in it; ``HOME`` and the
+  current directory point there;
+* ``/dev`` (bwrap's minimal ``null``, ``zero``, ``full``, ``random``, ``urandom``, ``tty``,
+  ``pts``), read-only except ``/dev/shm`` (``SHM_BYTES`` tmpfs, for ``multiprocessing``), and
+  ``/proc`` of the sandbox's own PID namespace.
+
+So the rest of ``/etc``, ``/home``, ``/root``, ``/work``, ``/opt``, ``/srv``, ``/var``, the
+repository, the venv and the rest of ``/usr`` (``/usr/bin``, ``/usr/share``, ``/usr/local``
+outside the interpreter's prefix) do not exist inside: opening or listing them fails with
+``FileNotFoundError``.  There is no shell (``/bin/sh``) either, so ``os.system`` and
+``shell=True`` fail; ``sys.executable`` can still start sub-interpreters.  ``/proc`` still
+shows machine-wide kernel facts (``/proc/cpuinfo``, ``/proc/meminfo``), not host files.
 
 Fallback
 --------
 Where ``bwrap`` is missing or cannot start (e.g. user namespaces disabled), the backend is
 ``"subprocess"``: the same wrapper, rlimits, fresh working directory, process-group kill and
-(when root) the drop to ``nobody``, but **no** filesystem, network or PID isolation.  A
+(when root) the drop to ``nobody``, but **no** filesystem, network or PID isolation: the
+program can read every host file its user can read (``/etc/passwd``, world-readable parts of
+the repository and home folders; root-only files such as ``/root`` stay closed when the
+caller is root, as the program then runs as ``nobody``) and list the host's folders.  A
 ``RuntimeWarning`` says so once per process.  ``HISTA_SANDBOX_BACKEND=bwrap|subprocess``
 forces a backend (``bwrap`` then fails loudly if it cannot start).
 
 Known limits: memory is limited per process (``RLIMIT_AS``), so a program may use up to
-``max_processes * memory_mb`` in total; the working directory is on the host filesystem
-(each file is capped by ``RLIMIT_FSIZE`` but not the number of files within the time limit).
+``max_processes * memory_mb`` in total, plus ``TMPFS_BYTES + SHM_BYTES`` of files in its
+tmpfs mounts; in the ``"subprocess"`` fallback the working directory is on the host
+filesystem (each file is capped by ``RLIMIT_FSIZE`` but not the number of files within the
+time limit).
 """
 
 from __future__ import annotations
 
 import errno
+import json
 import math
 import os
 import selectors
@@ -80,8 +124,14 @@ __all__ = [
 
 #: uid/gid the sandbox runs as when the caller is root (``nobody`` on Linux).
 NOBODY_ID = 65534
-#: size of the private ``/tmp`` tmpfs inside bwrap.
+#: size of the private ``/tmp`` tmpfs inside bwrap (it holds the working directory).
 TMPFS_BYTES = 64 * 1024 * 1024
+#: size of the private ``/dev/shm`` tmpfs inside bwrap (POSIX semaphores of ``multiprocessing``).
+SHM_BYTES = 16 * 1024 * 1024
+#: host directories of the dynamic loader and shared libraries, bound read-only when present.
+LIB_DIRS = ("/usr/lib", "/usr/lib64", "/lib", "/lib64")
+#: the only host files of ``/etc`` bound (read-only, when present): the loader's cache.
+ETC_FILES = ("/etc/ld.so.cache",)
 _PROGRAM = "main.py"
 _READ_CHUNK = 65536
 
@@ -145,8 +195,17 @@ class SandboxResult:
 _lock = threading.Lock()
 _backend: Optional[str] = None
 _python: Optional[str] = None
-_bwrap_extra: tuple[str, ...] = ()
+_bwrap_extra: tuple[str, ...] = ()  # version-dependent bwrap flags, then the filesystem binds
 _warned = False
+
+# Asked of each candidate on the host (``python -I -S -c _DESCRIBE``): the interpreter to run
+# (a venv's base interpreter) and the prefixes whose ``lib`` folders it loads from.
+_DESCRIBE = (
+    "import json, os, sys; print(json.dumps([os.path.realpath("
+    "getattr(sys, '_base_executable', '') or sys.executable), "
+    "sys.base_prefix, sys.base_exec_prefix]))"
+)
+_FLAGS = ("--disable-userns",)
 
 
 def _is_root() -> bool:
@@ -167,6 +226,55 @@ def _python_candidates() -> list[str]:
     return seen
 
 
+def _describe(candidate: str) -> Optional[tuple[str, tuple[str, ...]]]:
+    """``(interpreter, read-only bwrap filesystem arguments)`` for a candidate, or None when it
+    does not start on the host.  A venv's interpreter is replaced by its base interpreter."""
+    try:
+        out = subprocess.run(
+            [candidate, "-I", "-S", "-c", _DESCRIBE],
+            capture_output=True, text=True, timeout=15, env={"PATH": "/usr/bin:/bin"},
+        )
+        python, *prefixes = json.loads(out.stdout)
+    except (OSError, subprocess.SubprocessError, ValueError, TypeError):
+        return None
+    if out.returncode != 0 or not isinstance(python, str) or not os.path.isabs(python):
+        return None
+    return python, _fs_args(python, [p for p in prefixes if isinstance(p, str)])
+
+
+def _fs_args(python: str, prefixes: Sequence[str]) -> tuple[str, ...]:
+    """bwrap arguments binding read-only what ``python`` needs: ``LIB_DIRS``, ``<prefix>/lib``
+    and ``<prefix>/lib64`` of ``prefixes``, the executable, ``ETC_FILES`` (module docstring)."""
+    args: list[str] = []
+    bound: list[str] = []
+
+    def covered(path: str) -> bool:
+        return any(path == b or path.startswith(b.rstrip("/") + "/") for b in bound)
+
+    def add(path: str) -> None:
+        if os.path.islink(path):  # recreate the link, bind its target
+            if not covered(os.path.dirname(path)):  # cannot create inside a read-only bind
+                args.extend(("--symlink", os.readlink(path), path))
+        path = os.path.realpath(path)
+        if os.path.exists(path) and path != "/" and not covered(path):
+            args.extend(("--ro-bind", path, path))
+            bound.append(path)
+
+    for d in LIB_DIRS:
+        add(d)
+    for prefix in dict.fromkeys(os.path.realpath(p) for p in prefixes if os.path.isabs(p)):
+        for sub in ("lib", "lib64"):
+            add(os.path.join(prefix, sub))
+    add(python)
+    for f in ETC_FILES:
+        if os.path.isfile(f):
+            add(f)
+    return tuple(args)
+
+
+_PROBE = "import json, math, collections, re\nprint('hista-sandbox-ok')\n"
+
+
 def _probe(backend: str, python: str, extra: Sequence[str]) -> bool:
     workdir = _make_workdir()
     try:
@@ -175,7 +283,7 @@ def _probe(backend: str, python: str, extra: Sequence[str]) -> bool:
             python,
             extra,
             workdir,
-            "print('hista-sandbox-ok')\n",
+            _PROBE,
             "",
             timeout_s=15.0,
             memory_mb=512,
@@ -198,18 +306,19 @@ def _select_backend() -> tuple[str, str, tuple[str, ...]]:
             f"HISTA_SANDBOX_BACKEND={forced!r}; valid values: auto, bwrap, subprocess"
         )
     candidates = _python_candidates()
+    described = list(dict.fromkeys(d for d in map(_describe, candidates) if d is not None))
     if forced in ("auto", "bwrap") and shutil.which("bwrap"):
         # Newer flags first; older bubblewrap releases lack --disable-userns / --size.
-        for extra in (("--disable-userns",), ()):
-            for py in candidates:
-                if _probe("bwrap", py, extra):
-                    return "bwrap", py, extra
+        for flags in (_FLAGS, ()):
+            for py, fs in described:
+                if _probe("bwrap", py, flags + fs):
+                    return "bwrap", py, flags + fs
     if forced == "bwrap":
         raise SandboxUnavailable(
             "HISTA_SANDBOX_BACKEND=bwrap but bubblewrap is missing or cannot start here "
             "(install the 'bubblewrap' package and allow user namespaces)"
         )
-    for py in candidates:
+    for py in dict.fromkeys([py for py, _ in described] + candidates):
         if _probe("subprocess", py, ()):
             return "subprocess", py, ()
     raise SandboxUnavailable(
@@ -228,7 +337,8 @@ def _ensure_backend() -> tuple[str, str, tuple[str, ...]]:
                 "hista sandbox: bubblewrap (bwrap) is unavailable or disabled "
                 "(HISTA_SANDBOX_BACKEND=subprocess); generated code runs as a plain "
                 "subprocess with rlimits and a fresh working directory only -- no filesystem, "
-                "network or PID isolation (install 'bubblewrap' for the full sandbox, SPEC §6)",
+                "network or PID isolation: it can read every host file its user can read "
+                "(install 'bubblewrap' for the full sandbox, SPEC §6)",
                 RuntimeWarning,
                 stacklevel=3,
             )
@@ -252,8 +362,8 @@ def sandbox_backend() -> str:
 
 
 def sandbox_python() -> str:
-    """Interpreter that runs sandboxed programs: the first candidate that starts inside the
-    sandbox (see the module docstring; SPEC §6)."""
+    """Interpreter that runs sandboxed programs: the first candidate (a venv's base
+    interpreter in its place) that starts inside the sandbox (module docstring; SPEC §6)."""
     return _ensure_backend()[1]
 
 
@@ -283,10 +393,10 @@ def _remove_tree(path: str) -> None:
         shutil.rmtree(path, onerror=retry)
 
 
-def _env(workdir: str) -> dict[str, str]:
+def _env(home: str) -> dict[str, str]:
     return {
         "PATH": "/usr/local/bin:/usr/bin:/bin",
-        "HOME": workdir,
+        "HOME": home,
         "TMPDIR": "/tmp",
         "LANG": "C.UTF-8",
         "LC_ALL": "C.UTF-8",
@@ -296,18 +406,27 @@ def _env(workdir: str) -> dict[str, str]:
     }
 
 
+def _inside(workdir: str) -> str:
+    """The working directory's path inside bwrap: a folder of the private ``/tmp``."""
+    return "/tmp/" + os.path.basename(workdir)
+
+
 def _bwrap_prefix(workdir: str, extra: Sequence[str]) -> list[str]:
-    tmpfs = ["--size", str(TMPFS_BYTES), "--tmpfs", "/tmp"] if _bwrap_has_size() else [
-        "--tmpfs", "/tmp"
-    ]
+    def tmpfs(path: str, size: int) -> list[str]:
+        return (["--size", str(size)] if _bwrap_has_size() else []) + ["--tmpfs", path]
+
+    inside = _inside(workdir)
     return [
         "bwrap",
-        "--ro-bind", "/", "/",
+        *extra,  # flags (any position) and the read-only binds, which come first
         "--dev", "/dev",
+        *tmpfs("/dev/shm", SHM_BYTES),
         "--proc", "/proc",
-        *tmpfs,
-        "--bind", workdir, workdir,
-        "--chdir", workdir,
+        *tmpfs("/tmp", TMPFS_BYTES),
+        "--ro-bind", os.path.join(workdir, _PROGRAM), os.path.join(inside, _PROGRAM),
+        "--remount-ro", "/dev",
+        "--remount-ro", "/",
+        "--chdir", inside,
         "--unshare-user",
         "--unshare-pid",
         "--unshare-net",
@@ -318,7 +437,6 @@ def _bwrap_prefix(workdir: str, extra: Sequence[str]) -> list[str]:
         "--die-with-parent",
         "--new-session",
         "--cap-drop", "ALL",
-        *extra,
         "--",
     ]
 
@@ -397,7 +515,7 @@ def _run_in(
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             cwd=workdir,
-            env=_env(workdir),
+            env=_env(_inside(workdir) if backend == "bwrap" else workdir),
             start_new_session=True,
             close_fds=True,
             **drop,

@@ -17,7 +17,7 @@ from tqdm.auto import tqdm
 
 from .. import __version__, tasks
 from ..errors import InputError
-from ..jsonio import check_output_file
+from ..jsonio import check_not_inputs, check_output_file
 from ..models import LoadedModel
 from ..rewards import verify
 from ..rollout import SamplingConfig
@@ -110,13 +110,14 @@ def build(config: BuildConfig, out: str | Path, *, lm: Optional[LoadedModel] = N
     (:mod:`hista.sveb.shards`) and writes its manifest beside ``out``.
     """
     out = Path(out)
-    check_output_file(out)
+    check_not_inputs([out, *([shards.manifest_path(out)] if shard else [])], tasks.input_files(config.tasks))
+    check_output_file(out, "jsonl")
     if out.name.endswith(".gz"):
         raise InputError("build appends plain JSON lines: give a .jsonl name and compress the finished file",
                          path=str(out))
     problems = [p for spec in config.tasks
                 for p in tasks.load(spec, n=config.problems, seed=config.seed, split=config.split)]
-    existing = cases.read(out, repair=True)
+    existing = cases.read(out, partial=True)  # checked whole before anything is cut or appended
     lm = lm or load_model(config.engine, config.model)
     engine = make_engine(config.engine, lm, config.sampling(), tensor_parallel_size=config.tensor_parallel_size)
     settings = config.settings(lm.revision, engine.identity())
@@ -128,6 +129,7 @@ def build(config: BuildConfig, out: str | Path, *, lm: Optional[LoadedModel] = N
                              "use another --out or the same settings", path=str(out), line=number)
     done = {r["key"] for r in existing}
     out.parent.mkdir(parents=True, exist_ok=True)
+    cases.repair(out)  # every check has passed: the line a crash cut short goes
     counts = {"cases": 0, "skipped": 0, "present": len(existing)}
     per_chunk = max(1, config.batch_size // config.rollouts)
     chunks = [problems[k : k + per_chunk] for k in range(0, len(problems), per_chunk)]

@@ -34,9 +34,10 @@ def dumps(record: dict[str, Any]) -> str:
 
 def append(path: Path, record: dict[str, Any]) -> None:
     """Append one record with a single write and fsync it, so a crash loses at most the line
-    being written (which ``read(..., repair=True)`` then drops); only ever to a regular file
+    being written (which ``read(..., partial=True)`` then leaves out and :func:`repair` cuts
+    off before the next append); only ever to a regular file
     (:func:`hista.jsonio.append_text`, SPEC §11 output files)."""
-    append_text(path, dumps(record))
+    append_text(path, dumps(record), "jsonl")
 
 
 _MAX_TOKEN_ID = 2**31 - 1  # no vocabulary is larger; bigger ints cannot index a model's embeddings
@@ -142,7 +143,7 @@ def _check(record: Any, path: Path, line: int) -> dict[str, Any]:
     return record
 
 
-def read(path: str | os.PathLike, *, repair: bool = False) -> list[dict[str, Any]]:
+def read(path: str | os.PathLike, *, partial: bool = False) -> list[dict[str, Any]]:
     """Read and validate every record of a case file (SPEC §8); a missing file has none.
 
     The file must be UTF-8 JSON lines, each ending in a newline, with strict JSON (no NaN or
@@ -157,10 +158,12 @@ def read(path: str | os.PathLike, *, repair: bool = False) -> list[dict[str, Any
     (within 1e-9). Numbers are never booleans. The first violation raises an InputError
     naming ``file:line`` and the field (``rollouts[3].offsets[2]``).
 
-    With ``repair=True`` (used by ``build`` when resuming its own file) an unterminated last
-    line, the trace of a crash mid-write, is cut off instead. A path that is not a regular
-    file (a directory, a FIFO) is refused without opening it. A name ending in ``.gz`` is read
-    as a gzip-compressed case file (how the committed studies store theirs; never repaired).
+    With ``partial=True`` (used by ``build`` when resuming its own file) an unterminated last
+    line, the trace of a crash mid-write, is left out, provided it can be the start of one of
+    these lines (:func:`complete_part`); the file is not changed (:func:`repair` cuts the line
+    off once the caller has checked everything). A path that is not a regular file (a
+    directory, a FIFO) is refused without opening it. A name ending in ``.gz`` is read as a
+    gzip-compressed case file (how the committed studies store theirs; never partial).
     """
     path = Path(path)
     try:
@@ -171,13 +174,47 @@ def read(path: str | os.PathLike, *, repair: bool = False) -> list[dict[str, Any
         raise InputError(f"cannot read the case file ({exc.strerror or exc})", path=str(path)) from None
     if not stat.S_ISREG(info.st_mode):
         raise InputError("is not a regular file", path=str(path))
-    raw = read_bytes(path, repair=repair, what="the case file")
+    raw = read_bytes(path, repair=False, what="the case file")
     if path.name.endswith(".gz"):
         try:
             raw = gzip.decompress(raw)
         except (OSError, EOFError, zlib.error) as exc:
             raise InputError(f"is not a readable gzip file ({exc})", path=str(path)) from None
+    elif partial:
+        raw = complete_part(raw, path, "case file")
     return list(_records(raw, path))
+
+
+def complete_part(raw: bytes, path: Path, what: str) -> bytes:
+    """The complete lines of the bytes ``raw`` of an append-only JSON-lines file (SPEC §8, §11):
+    an unterminated last line is left out when it can be what a crash mid-write leaves of one
+    of this file's lines (it starts with ``{``); anything else at the end (a file that is not
+    this command's own: notes, a one-line text) is an InputError naming ``path`` as not
+    ``what``, so that it is neither resumed nor cut."""
+    keep = raw.rfind(b"\n") + 1
+    tail = raw[keep:]
+    if tail and not tail.startswith(b"{"):
+        raise InputError(f"is not a {what} (its last line is not a JSON record and has no newline): use another "
+                         "path", path=str(path), line=raw[:keep].count(b"\n") + 1)
+    return raw[:keep]
+
+
+def repair(path: str | os.PathLike) -> None:
+    """Cut an unterminated last line, the trace of a crash mid-write, off an append-only
+    JSON-lines file before the next append (SPEC §8 resume), after :func:`complete_part` has
+    accepted it; nothing else of the file changes. A file ending in a newline, or none, is left
+    as it is."""
+    path = Path(path)
+    try:
+        raw = path.read_bytes()
+    except FileNotFoundError:
+        return
+    except OSError as exc:
+        raise InputError(f"cannot read the file to resume it ({exc.strerror or exc})", path=str(path)) from None
+    keep = len(complete_part(raw, path, "file this command wrote"))
+    if keep < len(raw):
+        with open(path, "r+b") as fh:
+            fh.truncate(keep)
 
 
 def read_bytes(path: Path, *, repair: bool, what: str) -> bytes:

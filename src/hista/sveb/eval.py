@@ -8,7 +8,6 @@ from __future__ import annotations
 import dataclasses
 import math
 import os
-import re
 import stat
 import types
 import typing
@@ -18,7 +17,7 @@ from typing import Any, Optional, Sequence
 import yaml
 from tqdm.auto import tqdm
 
-from .. import __version__, estimators
+from .. import __version__, estimators, yamlio
 from ..errors import InputError
 from ..estimators import Estimator
 from ..models import LoadedModel, hidden_states, load
@@ -32,16 +31,11 @@ from .results import MAX_VALUE
 RESERVED_KEYS = ("label",)
 
 
-_EXPONENT = re.compile(r"[-+]?(\d+\.?\d*|\.\d+)[eE][-+]?\d+")
-
-
 def read_scalar(raw: str) -> Any:
-    """A parameter value of a method spec or a sweep grid, read as a YAML scalar (SPEC §8):
-    ``-6``, ``0.5``, ``true``, ``digits``; a number in exponent notation without a dot
-    (``1e-4``, a string to YAML 1.1) is read as a number too. A yaml.YAMLError for bad YAML."""
-    if _EXPONENT.fullmatch(raw.strip()):
-        return float(raw)
-    return yaml.safe_load(raw)
+    """A parameter value of a method spec or a sweep grid, read as a YAML scalar (SPEC §8;
+    :func:`hista.yamlio.scalar`): an InputError for bad YAML, an integer too long to read or
+    nesting too deep."""
+    return yamlio.scalar(raw)
 
 
 def _parse(spec: str) -> tuple[str, Optional[str], dict, Optional[str]]:
@@ -64,8 +58,9 @@ def _parse(spec: str) -> tuple[str, Optional[str], dict, Optional[str]]:
             continue
         try:
             params[key] = read_scalar(raw)
-        except yaml.YAMLError:
-            raise InputError(f"method {spec!r}: cannot read the value of {key!r}", field="methods") from None
+        except InputError as exc:
+            raise InputError(f"method {spec!r}: cannot read the value of {key!r} ({exc.message})",
+                             field="methods") from None
     known = estimators.names()
     name, sep, profile = head.rpartition("-")
     if head not in known and sep and name in known:
@@ -133,11 +128,7 @@ def read_methods_file(path: str | Path) -> list[str]:
     except (OSError, UnicodeDecodeError) as exc:
         raise InputError(f"cannot read the methods file ({getattr(exc, 'strerror', None) or exc})",
                          path=str(path)) from None
-    try:
-        data = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        line = getattr(getattr(exc, "problem_mark", None), "line", None)
-        raise InputError("bad YAML", path=str(path), line=None if line is None else line + 1) from None
+    data = yamlio.load(text, path=str(path), what="the methods file")
     if not isinstance(data, list) or not data:
         raise InputError("expected a non-empty YAML list of methods (spec strings or {name, profile, label, "
                          "params} mappings)", path=str(path))

@@ -7,7 +7,8 @@ import dataclasses
 from pathlib import Path
 from typing import Any, Optional, Sequence, Union
 
-from ..jsonio import check_output_dir, write_json_atomic
+from .. import tasks
+from ..jsonio import check_not_inputs, check_output_dir, write_json_atomic
 from . import report
 from .build import BuildConfig, build
 from .eval import evaluate
@@ -33,8 +34,9 @@ def run(settings: Union[str, BuildConfig] = "quick", out: Union[str, Path] = "ru
     config = preset(settings) if isinstance(settings, str) else settings
     config = dataclasses.replace(config, **(overrides or {}))
     out = Path(out)
-    check_output_dir(out, ("cases.jsonl", "results.json", "report.md", "report.json", "mae.png", "differences.png",
-                           "delta.png"))
+    names = ("cases.jsonl", "results.json", *report.REPORT_FILES.values())
+    check_not_inputs([out / name for name in names], tasks.input_files(config.tasks))
+    check_output_dir(out, names)
     cases_path, results_path = out / "cases.jsonl", out / "results.json"
     counts = build(config, cases_path, progress=progress)
     critics = None

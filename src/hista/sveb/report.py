@@ -79,7 +79,7 @@ def _cell_text(cell: Mapping[str, Any] | None) -> str:
 
 
 def _save_figure(fig: Any, path: Path) -> Path:
-    return write_atomic(path, lambda fh: fig.savefig(fh, format="png", dpi=120), mode="wb")
+    return write_atomic(path, lambda fh: fig.savefig(fh, format="png", dpi=120), mode="wb", kind="png")
 
 
 def _new_figure(width: float, height: float) -> Any:
@@ -614,6 +614,11 @@ def _differences_table(stats: Mapping[str, Mapping[str, Any]], labels: Mapping[s
     return "\n".join(lines) + "\n"
 
 
+#: the files ``write_report`` writes into its folder, by key (SPEC §8)
+REPORT_FILES = {"markdown": "report.md", "json": "report.json", "mae_plot": "mae.png",
+                "differences_plot": "differences.png", "delta_plot": "delta.png"}
+
+
 def write_report(
     summary: dict,
     records: Sequence[dict],
@@ -635,13 +640,7 @@ def write_report(
     ``n_boot`` and ``seed``. Each file is written atomically. Returns
     ``{"markdown", "json", "mae_plot", "differences_plot", "delta_plot"}`` -> path."""
     out = Path(out_dir)
-    paths = {
-        "markdown": out / "report.md",
-        "json": out / "report.json",
-        "mae_plot": out / "mae.png",
-        "differences_plot": out / "differences.png",
-        "delta_plot": out / "delta.png",
-    }
+    paths = {key: out / name for key, name in REPORT_FILES.items()}
     # SPEC §11: a bad folder or a non-regular file in the way fails here, before any plotting
     check_output_dir(out, [p.name for p in paths.values()])
     out.mkdir(parents=True, exist_ok=True)
@@ -686,5 +685,5 @@ def write_report(
         f"![ΔMAE of each estimator vs GRPO with {level:.0%} paired intervals]({paths['delta_plot'].name})",
         "",
     ])
-    write_atomic(paths["markdown"], lambda fh: fh.write(md))
+    write_atomic(paths["markdown"], lambda fh: fh.write(md), kind="markdown")
     return paths

@@ -212,8 +212,10 @@ def report(path: str | os.PathLike, out: str | os.PathLike) -> tuple[dict[str, P
     ``report.json`` and the plots into the folder ``out``
     (:func:`hista.sveb.report.write_report`). Returns the paths written and the markdown MAE
     table (Table 4 layout) to print. Nothing is written when the file is invalid."""
+    from ..jsonio import check_not_inputs
     from . import report as sveb_report
 
+    check_not_inputs([Path(out) / name for name in sveb_report.REPORT_FILES.values()], [path])
     results = read(path)
     summary = summarise(results, path=path)
     labels = results["labels"]

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Optional, Sequence
 
 from ..errors import InputError
-from ..jsonio import check_output_file, loads, write_atomic, write_json_atomic
+from ..jsonio import check_not_inputs, check_output_file, loads, write_atomic, write_json_atomic
 from . import cases
 
 FORMAT = "hista-sveb-shard/1"
@@ -95,7 +95,8 @@ def merge(parts: Sequence[str | Path], out: str | Path) -> dict:
     (settings, seed, model, number of problems or N differ), a shard given twice or missing,
     a part with a problem of another shard, and a part that lacks records of its problems (an
     unfinished shard: resume it). Returns counts of cases and skips written."""
-    out = check_output_file(out)
+    check_not_inputs([out], [p for part in parts for p in (part, manifest_path(Path(part)))])
+    out = check_output_file(out, "jsonl")
     loaded: dict[int, tuple[Path, dict, list[dict]]] = {}
     first: Optional[tuple[Path, dict]] = None
     for part in map(Path, parts):
@@ -149,6 +150,6 @@ def merge(parts: Sequence[str | Path], out: str | Path) -> dict:
         raise InputError(f"the parts' manifests place {len(position)} problems, not each of the build's {total} "
                          "once", field="parts")
     records.sort(key=lambda r: (position[r["key"].split("#")[0]], r["key"]))
-    write_atomic(out, lambda f: f.writelines(cases.dumps(r) for r in records))
+    write_atomic(out, lambda f: f.writelines(cases.dumps(r) for r in records), kind="jsonl")
     counted = [r["kind"] for r in records]
     return {"cases": counted.count("case"), "skipped": counted.count("skip"), "parts": n}

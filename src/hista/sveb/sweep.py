@@ -27,12 +27,11 @@ from pathlib import Path
 from typing import Any, Optional, Sequence, Union
 
 import numpy as np
-import yaml
 from tqdm.auto import tqdm
 
 from .. import __version__
 from ..errors import InputError
-from ..jsonio import check_output_dir, jsonable, loads, write_atomic, write_json_atomic
+from ..jsonio import check_not_inputs, check_output_dir, jsonable, loads, write_atomic, write_json_atomic
 from ..models import LoadedModel
 from . import cases
 from .eval import (
@@ -87,8 +86,9 @@ def parse_grid(text: str) -> dict[str, list]:
         for item in raw.split(","):
             try:
                 grid[key].append(read_scalar(item) if item.strip() else [])  # [] : refused below
-            except yaml.YAMLError:
-                raise InputError(f"key {key!r}: cannot read the value {item.strip()!r}", field="--grid") from None
+            except InputError as exc:
+                raise InputError(f"key {key!r}: cannot read the value {item.strip()[:40]!r} ({exc.message})",
+                                 field="--grid") from None
     return check_grid(grid)
 
 
@@ -185,6 +185,7 @@ def sweep(cases_path: Union[str, Path], out: Union[str, Path], *, base: Optional
     spec_list = [s for s, _ in points]
     out = Path(out)
     heatmaps = [heatmap_name(a, b) for a, b in heatmap_pairs(grid)]
+    check_not_inputs([out / name for name in (VALUES, SWEEP_JSON, SWEEP_MD, *heatmaps)], [cases_path])
     check_output_dir(out, [VALUES, SWEEP_JSON, SWEEP_MD, *heatmaps])
     records, recorded, revision = read_cases(cases_path)
     chosen = build_methods(spec_list, critics=bool(critics))
@@ -204,7 +205,10 @@ def sweep(cases_path: Union[str, Path], out: Union[str, Path], *, base: Optional
                         memo=memo, progress=progress)
         if done is None:
             out.mkdir(parents=True, exist_ok=True)
+            cases.repair(values_path)  # a header cut short by a crash
             cases.append(values_path, header)
+        else:
+            cases.repair(values_path)  # the header matched: the line a crash cut short goes
     bar = tqdm(total=len(records), initial=len(records) - len(todo), desc="sveb sweep", unit="case",
                disable=not progress)
     for record in todo:
@@ -234,12 +238,15 @@ def sweep(cases_path: Union[str, Path], out: Union[str, Path], *, base: Optional
 def read_values(path: Path, header: dict, keys: set[str]) -> Optional[dict[str, dict]]:
     """The case rows stored in a sweep's values file (case id -> row), or None when the file
     does not exist or holds no header yet. An unterminated last line, left by a crash
-    mid-write, is cut off. An InputError names the file and line when the header differs from
+    mid-write, is left out (``sweep`` cuts it off once the header matched); an unterminated
+    line that is not a JSON record means another file is in the way. An InputError names the
+    file and line when the header differs from
     ``header`` (another sweep: use another folder), a case is not one of ``keys``, is there
     twice, or a row is malformed."""
     if not path.exists():
         return None
-    raw = cases.read_bytes(path, repair=True, what="the sweep's values")
+    raw = cases.complete_part(cases.read_bytes(path, repair=False, what="the sweep's values"), path,
+                              "sweep's values file")
     try:
         lines = raw.decode("utf-8").splitlines()
     except UnicodeDecodeError as exc:
@@ -330,12 +337,13 @@ def split_cases(cases_path: Union[str, Path], out: Union[str, Path], *, select_o
         raise InputError(plan["reason"], path=str(cases_path))
     out = Path(out)
     paths = {part: out / f"{part}.jsonl" for part in ("selection", "report")}
+    check_not_inputs(paths.values(), [cases_path])
     check_output_dir(out, [p.name for p in paths.values()])
     out.mkdir(parents=True, exist_ok=True)
     for part, path in paths.items():
         keep = set(plan[part])
         text = "".join(cases.dumps(r) for r in records if problem_of(r["key"]) in keep)
-        write_atomic(path, lambda fh, text=text: fh.write(text))
+        write_atomic(path, lambda fh, text=text: fh.write(text), kind="jsonl")
     return paths
 
 
@@ -571,5 +579,5 @@ def write_outputs(result: dict, out: Union[str, Path]) -> dict[str, Path]:
                                                    out / heatmap_name(p1, p2))
     paths[SWEEP_JSON] = write_json_atomic(out / SWEEP_JSON, {k: v for k, v in result.items() if k != "paths"})
     text = markdown(result, [name for name in paths if name.startswith("heatmap_")])
-    paths[SWEEP_MD] = write_atomic(out / SWEEP_MD, lambda fh: fh.write(text))
+    paths[SWEEP_MD] = write_atomic(out / SWEEP_MD, lambda fh: fh.write(text), kind="markdown")
     return paths

@@ -16,7 +16,8 @@ definition; other packages add theirs through the entry-point group ``hista.task
 from __future__ import annotations
 
 import re
-from typing import Callable, Optional
+from pathlib import Path
+from typing import Callable, Optional, Sequence
 
 from hista.errors import InputError
 from hista.registry import Registry
@@ -107,6 +108,16 @@ def load(spec: str, n: Optional[int] = None, seed: int = 0, split: str = "test")
         raise InputError(f"task source {spec.strip()!r} holds no problems (an empty file, only blank lines, or "
                          f"an empty split); give it at least one problem record", field="spec")
     return records
+
+
+def input_files(specs: Sequence[str]) -> list[Path]:
+    """The local files the task ``specs`` read (SPEC §7, §11; ``jsonl:PATH``), for the check that
+    no output of a command overwrites one of its inputs. A bad spec raises InputError."""
+    out: list[Path] = []
+    for spec in specs:
+        source, rest = _source(spec)
+        out += source.files(rest)
+    return out
 
 
 def check_spec(spec: str) -> None:

@@ -28,6 +28,11 @@ class TaskSource(ABC):
     def check(self, rest: str) -> None:
         """Validate ``REST`` without downloading anything (SPEC §7); raises InputError."""
 
+    def files(self, rest: str) -> list[Path]:
+        """The local files ``REST`` reads (SPEC §7, §11: inputs that no output of a command may
+        overwrite); none by default."""
+        return []
+
     @abstractmethod
     def example(self, tmp_dir: Path) -> str:
         """The ``REST`` of a tiny spec this source loads offline, creating any files it needs

@@ -11,6 +11,7 @@ file is validated before anything is returned; the first problem raises
 
 from __future__ import annotations
 
+import io
 import json
 import math
 import os
@@ -19,7 +20,7 @@ from typing import Any, Optional
 
 from hista import rewards
 from hista.errors import InputError
-from hista.jsonio import loads
+from hista.jsonio import loads, read_input
 from hista.tasks import register
 from hista.tasks.base import TaskSource
 
@@ -64,6 +65,8 @@ def parse_record(obj: Any, *, path: str, line: int, stem: str) -> dict:
         if isinstance(rid, bool) or not isinstance(rid, (str, int)) or rid == "":
             raise bad("id", f"must be a non-empty string or an integer, got {_type_name(rid)}")
         rid = str(rid)
+        if "#" in rid:  # SVEB keys its cases PROBLEM_ID#sK: an id holding '#' cannot be a problem id
+            raise bad("id", f"must not contain '#' (SVEB case keys are ID#sK), got {rid!r}")
     else:
         rid = f"{stem}-{line}"
     verifier = obj.get("verifier", "math")
@@ -91,39 +94,32 @@ def parse_record(obj: Any, *, path: str, line: int, stem: str) -> dict:
 def read(path: str, n: Optional[int] = None) -> list[dict]:
     """Read and validate every record of a JSONL file; return the first ``n`` (SPEC §7).
 
-    Raises InputError(path=..., line=..., field=...) on a missing file, undecodable text, bad
-    JSON, a non-object line, a missing or wrongly typed field, an unknown verifier or a
-    duplicate id.
+    Raises InputError(path=..., line=..., field=...) on a missing file or one that is not a
+    regular file (a FIFO or device is refused at once, never read), undecodable text, bad JSON,
+    a non-object line, a missing or wrongly typed field, an id holding ``#``, an unknown
+    verifier or a duplicate id.
     """
     if not path:
         raise InputError("jsonl: needs a file path, e.g. jsonl:data/problems.jsonl", field="spec")
     p = Path(os.path.expanduser(path))
-    if not p.is_file():
-        what = "is a directory" if p.is_dir() else "does not exist"
-        raise InputError(f"file {what}", path=path)
     records: list[dict] = []
     seen: dict[str, int] = {}
-    try:
-        fh = p.open("rb")
-    except OSError as exc:
-        raise InputError(f"cannot read file: {exc.strerror or exc}", path=path) from None
-    with fh:
-        for lineno, raw in enumerate(fh, start=1):
-            try:
-                text = raw.decode("utf-8-sig" if lineno == 1 else "utf-8")
-            except UnicodeDecodeError as exc:
-                raise InputError(f"not valid UTF-8 ({exc.reason})", path=path,
-                                 line=lineno) from None
-            if not text.strip():
-                continue
-            rec = parse_record(loads(text, path=path, line=lineno), path=path, line=lineno, stem=p.stem)
-            if rec["id"] in seen:
-                raise InputError(
-                    f"duplicate id {rec['id']!r} (first used on line {seen[rec['id']]})",
-                    path=path, line=lineno, field="id",
-                )
-            seen[rec["id"]] = lineno
-            records.append(rec)
+    for lineno, raw in enumerate(io.BytesIO(read_input(path, "task file")), start=1):
+        try:
+            text = raw.decode("utf-8-sig" if lineno == 1 else "utf-8")
+        except UnicodeDecodeError as exc:
+            raise InputError(f"not valid UTF-8 ({exc.reason})", path=path,
+                             line=lineno) from None
+        if not text.strip():
+            continue
+        rec = parse_record(loads(text, path=path, line=lineno), path=path, line=lineno, stem=p.stem)
+        if rec["id"] in seen:
+            raise InputError(
+                f"duplicate id {rec['id']!r} (first used on line {seen[rec['id']]})",
+                path=path, line=lineno, field="id",
+            )
+        seen[rec["id"]] = lineno
+        records.append(rec)
     return records if n is None else records[:n]
 
 
@@ -141,6 +137,10 @@ class JsonlSource(TaskSource):
     def check(self, rest: str) -> None:
         """Read and validate the whole file (SPEC §7)."""
         read(rest)
+
+    def files(self, rest: str) -> list[Path]:
+        """The file ``rest`` (SPEC §7, §11: an input no output may overwrite)."""
+        return [Path(os.path.expanduser(rest))] if rest else []
 
     def example(self, tmp_dir: Path) -> str:
         """Write a three-problem file under ``tmp_dir`` and name it (SPEC §7)."""

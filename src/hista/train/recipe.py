@@ -32,7 +32,9 @@ from typing import Any, Callable, Optional, Union
 
 import yaml
 
+from .. import yamlio
 from ..errors import InputError
+from ..jsonio import read_input
 from ..rollout.engine import SYSTEM_PROMPT
 from .typecheck import kind, type_error
 
@@ -277,6 +279,28 @@ class Recipe:
         return self.error(field, f"GRPOConfig refuses these settings: {kind}{text}")
 
 
+def check_hidden_layer(recipe: Recipe) -> Optional[str]:
+    """Check the hidden layer the recipe's estimator reads against the model's configuration
+    (SPEC §9), before anything loads: an InputError naming ``advantage_estimator.layer`` for a
+    layer the model does not have. Returns a note when the model's depth cannot be read here (a
+    hub id neither reachable nor cached), else None."""
+    from .. import estimators
+    from ..models.loading import decoder_layer_count
+
+    cfg = {k: v for k, v in recipe.advantage_estimator.items() if k not in ("name", "gae_lambda", "scale")}
+    estimator = estimators.get(recipe.advantage_estimator.get("name", "grpo"), **cfg)
+    if not estimator.needs_hidden:
+        return None
+    layers = decoder_layer_count(recipe.model)
+    if layers is None:
+        return f"note: the depth of {recipe.model} cannot be read here; its hidden layer is checked when it loads"
+    layer = estimator.hidden_layer(layers)
+    if not -(layers + 1) <= layer <= layers:
+        raise recipe.error("advantage_estimator.layer", f"layer {layer} does not exist in {recipe.model}: it has "
+                           f"{layers} decoder layers, hidden states {-(layers + 1)} to {layers}")
+    return None
+
+
 def untrainable(estimator, loss) -> Optional[tuple[str, str]]:
     """Why training cannot run this estimator and loss (SPEC §9), as (recipe field, message),
     from what they declare: an estimator that needs Monte-Carlo continuations or a learned model
@@ -327,11 +351,9 @@ def _merge(base: dict, top: dict) -> dict:
 
 
 def _text(path: Path) -> str:
-    """A recipe or config file as text: UTF-8, errors located."""
-    try:
-        raw = path.read_bytes()
-    except OSError as exc:
-        raise InputError(f"cannot read: {exc.strerror or exc}", path=str(path)) from None
+    """A recipe or config file as text: UTF-8, errors located; a FIFO or device is refused at
+    once, never read (:func:`hista.jsonio.read_input`)."""
+    raw = read_input(path, "recipe")
     try:
         return raw.decode("utf-8").removeprefix("\ufeff")
     except UnicodeDecodeError as exc:
@@ -340,14 +362,7 @@ def _text(path: Path) -> str:
 
 
 def _yaml(text: str, path: str) -> Any:
-    try:
-        return yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        raise InputError(f"not valid YAML: {getattr(exc, 'problem', None) or exc}", path=path,
-                         line=None if mark is None else mark.line + 1) from None
-    except RecursionError:
-        raise InputError("not valid YAML: nested too deeply", path=path) from None
+    return yamlio.load(text, path=path, what="the recipe")
 
 
 def _read(path: Path, seen: tuple = ()) -> tuple[dict, dict[str, tuple[str, int]]]:
@@ -389,14 +404,8 @@ def load_recipe(path: Union[str, Path], overrides: Optional[list[str]] = None) -
         key = key.strip()
         if not sep or not key:
             raise InputError(f"override {item!r} is not key=value", path=str(path), field=item)
-        try:
-            value = yaml.safe_load(raw) if raw else ""
-        except yaml.YAMLError as exc:
-            raise InputError(f"override {item!r}: the value is not valid YAML "
-                             f"({getattr(exc, 'problem', None) or exc})", path=str(path), field=key) from None
-        except RecursionError:
-            raise InputError(f"override {item!r}: the value is nested too deeply", path=str(path),
-                             field=key) from None
+        value = yamlio.load(raw, path=str(path), field=key, what=f"override {item[:60]!r}: the value") if raw else \
+            ""
         _set(data, key, value, str(path))
         for name in [n for n in where if n == key or n.startswith(key + ".")]:
             del where[name]  # the override replaced what the file says there

@@ -8,22 +8,26 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import shutil
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Optional
 
 import yaml
 from transformers import TrainerCallback
 
-from .. import rewards, tasks
-from ..jsonio import jsonable, write_atomic
+from .. import rewards, tasks, yamlio
+from ..errors import InputError
+from ..jsonio import check_not_inputs, jsonable, read_input, write_atomic
 from ..rollout.engine import chat_messages
+from . import checkpoints
+from .checkpoints import CHECKPOINT
 from .recipe import Recipe
 
-#: TRL's checkpoint folders, as transformers' ``get_last_checkpoint`` recognises them.
-CHECKPOINT = re.compile(r"^checkpoint-(\d+)$")
+#: recipe fields a resumed run may change (how long it trains, how often it saves and logs):
+#: any other change would make the resumed run another run (SPEC §9)
+RESUMABLE_CHANGES = ("resume", "trl.max_steps", "trl.num_train_epochs", "trl.save_steps", "trl.save_total_limit",
+                     "trl.logging_steps", "trl.report_to", "trl.disable_tqdm")
 
 
 def build_dataset(recipe: Recipe):
@@ -94,16 +98,64 @@ def earlier_run(out: Path) -> list[Path]:
             *(p for p in (final, evaluations) if p.exists())]
 
 
+def _flat(data: Any, prefix: str = "") -> dict[str, Any]:
+    if not isinstance(data, dict) or (prefix and not data):
+        return {prefix: data}
+    out: dict[str, Any] = {}
+    for key, value in data.items():
+        out.update(_flat(value, f"{prefix}.{key}" if prefix else str(key)))
+    return out
+
+
+def check_same_run(recipe: Recipe) -> None:
+    """A resumed run must be the run it resumes (SPEC §9): its recipe may differ from the
+    ``recipe.yaml`` the earlier run wrote only in :data:`RESUMABLE_CHANGES`; any other
+    difference (another ``seed``, loss, estimator, model) is an InputError naming the field and
+    both values. A ``recipe.yaml`` that cannot be read is an InputError too; a run folder
+    without one (it was removed) cannot be checked, which is said."""
+    saved_path = Path(recipe.output_dir) / "recipe.yaml"
+    if not saved_path.exists():
+        print(f"note: {saved_path} is missing: cannot check that the recipe is the one the run was trained with",
+              flush=True)
+        return
+    text = read_input(saved_path, "the earlier run's recipe").decode("utf-8", errors="replace")
+    saved = yamlio.load(text, path=str(saved_path), what="the earlier run's recipe")
+    if not isinstance(saved, dict):
+        raise InputError("the earlier run's recipe is not a mapping", path=str(saved_path))
+    saved.pop("versions", None)
+    old, new = _flat(saved), _flat(recipe.to_dict())
+    for key in sorted(old.keys() | new.keys()):
+        if key in RESUMABLE_CHANGES or key == "output_dir" or old.get(key) == new.get(key):
+            continue
+        allowed = ", ".join(RESUMABLE_CHANGES[1:])
+        raise recipe.error(key, f"resume=true continues the run in {recipe.output_dir}, which was trained with "
+                                f"{key}={old.get(key)!r}, not {new.get(key)!r}: only {allowed} may change on resume; "
+                                "start a new run (another output_dir) for other settings")
+
+
 def check_output_dir(recipe: Recipe, overwrite: bool = False) -> list[Path]:
     """Check that a run of ``recipe`` may write to its ``output_dir`` and return what of an
     earlier run it will replace (SPEC §9): an output_dir (or a folder above it) that is a file,
-    or that cannot be written, is an error; an earlier run there (``metrics.jsonl``,
-    ``checkpoint-N``, ``final``, ``eval``) is continued with ``resume: true`` (which needs a checkpoint
-    to continue from), replaced with ``overwrite`` (the returned paths, removed only once the
-    new run has started), and otherwise refused. Reads only; ``--dry-run`` runs it too."""
+    that lies under /proc, /sys or /dev, or that cannot be written, is an error; so is a recipe
+    or task file that is one of the files a run writes there. An earlier run there
+    (``metrics.jsonl``, ``checkpoint-N``, ``final``, ``eval``) is continued with ``resume: true``
+    from its newest complete checkpoint (:mod:`hista.train.checkpoints`; the recipe must be the
+    same run's, :func:`check_same_run`) or, with no complete checkpoint, started afresh and
+    replaced; replaced with ``overwrite`` (the returned paths, removed only once the new run has
+    started); and otherwise refused. Reads only; ``--dry-run`` runs it too."""
+    from ..jsonio import _system_root
+
     out = Path(recipe.output_dir)
     if recipe.resume and overwrite:
         raise recipe.error("resume", "resume=true continues the earlier run and --overwrite replaces it: choose one")
+    root = _system_root(Path(os.path.abspath(out)), Path(os.path.realpath(out)))
+    if root is not None:
+        raise recipe.error("output_dir", f"{out} lies under {root}: a run folder cannot be written there")
+    if Path(os.path.realpath(recipe.source)) == Path(os.path.realpath(out / "recipe.yaml")):
+        raise recipe.error("output_dir", f"the recipe {recipe.source} is the run's own recipe.yaml, which the run "
+                                         "rewrites: copy it out of the run folder and train with the copy")
+    inputs = [recipe.source, *tasks.input_files(recipe.task_specs)]
+    check_not_inputs([out / "recipe.yaml", out / "metrics.jsonl"], inputs)
     for folder in (out, *out.parents):
         if folder.exists() or folder.is_symlink():
             if not folder.is_dir():
@@ -117,11 +169,11 @@ def check_output_dir(recipe: Recipe, overwrite: bool = False) -> list[Path]:
         return []
     names = ", ".join(p.name for p in found)
     if recipe.resume:
-        if any(CHECKPOINT.match(p.name) for p in found):
+        complete, _ = checkpoints.scan(out)
+        if complete:
+            check_same_run(recipe)
             return []
-        raise recipe.error("resume", f"resume=true, but {out} holds no checkpoint to continue from, only an earlier "
-                           f"run's {names}: pass --overwrite (without resume=true) to replace it, or choose another "
-                           "output_dir")
+        return found  # nothing to continue from: the run starts at step 0 and replaces these
     if not overwrite:
         raise recipe.error("output_dir", f"{out} holds an earlier run ({names}): set resume=true to continue it, "
                            "pass --overwrite to replace it, or choose another output_dir")
@@ -159,24 +211,29 @@ def train(recipe: Recipe, overwrite: bool = False) -> dict:
     from .recipe import require_trl
 
     trl = require_trl()  # before the modules that import it
-    from transformers.trainer_utils import get_last_checkpoint
-
     from .evaluate import EvaluateDuringTraining
     from .evaluate import parse as parse_eval
     from .trainer import HistaGRPOTrainer
 
     replaced = check_output_dir(recipe, overwrite)
     config = recipe.grpo_config()
-    dataset = build_dataset(recipe)
-    model, tokenizer, policy = _model(recipe)
     out = Path(recipe.output_dir)
-    metrics = out / "metrics.jsonl"
-    checkpoint = get_last_checkpoint(str(out)) if recipe.resume and out.is_dir() else None
-    if recipe.resume and checkpoint is None:
-        print(f"resume: no checkpoint in {out}, starting from step 0", flush=True)
+    metrics, final = out / "metrics.jsonl", out / "final"
+    checkpoint = _resume_point(recipe, out)
+    if checkpoint is not None and 0 < config.max_steps <= checkpoint[0]:
+        return _finished(recipe, out, checkpoint)
+    dataset = build_dataset(recipe)
+    plan = parse_eval(recipe.eval) if recipe.eval is not None else None
+    if plan is not None:  # every problem it evaluates loads now, before anything is written
+        from ..evaluation import suites as eval_suites
+
+        for benchmark in eval_suites.resolve(plan.config.suites, temperature=plan.config.temperature,
+                                             k=plan.config.k)[0]:
+            eval_suites.load_problems(benchmark, plan.config.limit)
+    model, tokenizer, policy = _model(recipe)
     callbacks = [ReplaceEarlierRun(replaced), MetricsLog(metrics)]
-    if recipe.eval is not None:
-        evaluation = EvaluateDuringTraining(parse_eval(recipe.eval), out, recipe.system_prompt, policy)
+    if plan is not None:
+        evaluation = EvaluateDuringTraining(plan, out, recipe.system_prompt, policy)
         callbacks.append(evaluation)  # after ReplaceEarlierRun: its step-0 row goes into the new metrics.jsonl
     trainer = HistaGRPOTrainer(
         model=model, reward_funcs=[correct], args=config, train_dataset=dataset, processing_class=tokenizer,
@@ -185,9 +242,45 @@ def train(recipe: Recipe, overwrite: bool = False) -> dict:
     if recipe.eval is not None:
         evaluation.trainer = trainer
     text = yaml.safe_dump({**recipe.to_dict(), "versions": {"trl": trl.__version__}}, sort_keys=False)
-    write_atomic(out / "recipe.yaml", lambda fh: fh.write(text))
-    result = trainer.train(resume_from_checkpoint=checkpoint)
-    trainer.save_model(str(out / "final"))
-    return {"output_dir": str(out), "final_model": str(out / "final"), "metrics": str(metrics),
-            "resumed_from": checkpoint, "global_step": trainer.state.global_step,
-            "train_runtime": result.metrics.get("train_runtime")}
+    write_atomic(out / "recipe.yaml", lambda fh: fh.write(text), kind="yaml")
+    if checkpoint is not None:
+        checkpoints.trim_metrics(metrics, checkpoint[0])  # the steps after the checkpoint are trained again
+    result = trainer.train(resume_from_checkpoint=None if checkpoint is None else str(checkpoint[1]))
+    checkpoints.save_final(final, trainer.save_model, main_process=trainer.args.should_save,
+                           barrier=trainer.accelerator.wait_for_everyone)
+    return {"output_dir": str(out), "final_model": str(final), "metrics": str(metrics),
+            "resumed_from": None if checkpoint is None else str(checkpoint[1]),
+            "global_step": trainer.state.global_step,
+            "train_runtime": result.metrics.get("train_runtime"), "finished_before": False}
+
+
+def _resume_point(recipe: Recipe, out: Path) -> Optional[tuple[int, Path]]:
+    """The (step, folder) of the newest complete checkpoint a ``resume: true`` run continues
+    from (SPEC §9), naming every incomplete checkpoint it skips; None to start from step 0."""
+    if not recipe.resume:
+        return None
+    complete, incomplete = checkpoints.scan(out)
+    for folder, why in incomplete:
+        if not complete or int(CHECKPOINT.match(folder.name).group(1)) > complete[-1][0]:
+            print(f"resume: skipping {folder} ({why})", flush=True)
+    if not complete:
+        print(f"resume: no complete checkpoint in {out}; starting from step 0 (an earlier run's files there are "
+              "replaced once training starts)", flush=True)
+        return None
+    return complete[-1]
+
+
+def _finished(recipe: Recipe, out: Path, checkpoint: tuple[int, Path]) -> dict:
+    """A resumed run whose newest checkpoint is at ``trl.max_steps`` already (SPEC §9): nothing
+    is trained and nothing written, unless ``final/`` is missing or cut short, which is then
+    made from that checkpoint."""
+    step, folder = checkpoint
+    final = out / "final"
+    if checkpoints.final_is_whole(final):
+        print(f"resume: {folder} is at step {step}, trl.max_steps is {recipe.trl.get('max_steps')}: nothing to "
+              "train, nothing written", flush=True)
+    else:
+        checkpoints.copy_final(folder, final)
+        print(f"resume: {folder} is at step {step} = trl.max_steps; wrote {final} from it", flush=True)
+    return {"output_dir": str(out), "final_model": str(final), "metrics": str(out / "metrics.jsonl"),
+            "resumed_from": str(folder), "global_step": step, "train_runtime": 0.0, "finished_before": True}

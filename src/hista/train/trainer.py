@@ -30,7 +30,7 @@ from .. import estimators, losses
 from ..models.capture import capture_logprob_pass
 from ..models.forward import decoder_layers
 from ..types import Rollout
-from . import split
+from . import checkpoints, split
 from .batch import batch_to_groups, build_group, groups_to_batch, unpad
 from .recipe import untrainable
 
@@ -255,14 +255,18 @@ class HistaGRPOTrainer(GRPOTrainer):
 
     # ---- the critic's checkpoints -----------------------------------------------------------
     def _save_checkpoint(self, model, trial):
-        super()._save_checkpoint(model, trial)
         folder = Path(self._get_output_dir(trial=trial)) / f"{PREFIX_CHECKPOINT_DIR}-{self.state.global_step}"
+        if self.args.should_save:  # a folder saved over again is incomplete until its new marker
+            (folder / checkpoints.MARKER).unlink(missing_ok=True)
+        super()._save_checkpoint(model, trial)
         if self.critic is not None and self.args.should_save:
             self.critic.save(folder / "critic", optimizer=not self.args.save_only_model)
         state = self.estimator.state_dict()
         if state is not None:  # every process its own (a probe's history holds the groups it estimated)
             folder.mkdir(parents=True, exist_ok=True)
             torch.save(state, folder / f"estimator-{self.accelerator.process_index}.pt")
+        if self.args.should_save:  # last: a checkpoint without it was cut short (hista.train.checkpoints)
+            checkpoints.mark_complete(folder, self.state.global_step)
 
     def save_model(self, output_dir: Optional[str] = None, _internal_call: bool = False):
         super().save_model(output_dir, _internal_call)
