@@ -24,8 +24,9 @@ import time
 
 import torch
 
+from hista.critic.config import FitConfig
+from hista.critic.fit import FrozenFeatures, fit
 from hista.critic.model import ValueModel
-from hista.critic.train import FitConfig, FrozenFeatures, fit
 from hista.models import load
 from hista.types import Rollout, RolloutGroup
 

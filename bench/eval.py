@@ -25,7 +25,7 @@ import torch
 from hista.evaluation import EvalConfig, evaluate, suites
 from hista.models import load
 from hista.rollout import GenerateEngine, SamplingConfig
-from hista.sveb.build import derive_seed
+from hista.sharding import derive_seed
 
 
 def raw_generation(lm, benchmarks, problems, config: EvalConfig, max_new_tokens: int) -> tuple[float, int, int]:

@@ -23,7 +23,8 @@ import torch
 
 from hista.models import load
 from hista.sveb import sweep as sweep_module
-from hista.sveb.eval import evaluate, read_cases
+from hista.sveb.cases import read_cases
+from hista.sveb.eval import evaluate
 from hista.sveb.sweep import parse_grid, sweep
 
 GRID = "layer=-1,-2;interval=10,25,50;stride=1,5;max_k=8,66"

@@ -1,6 +1,6 @@
 """Plot reward curves of training runs and print their summaries.
 
-    python scripts/plot_rewards.py --out docs/results/train.png GRPO=runs/a/metrics.jsonl Hista=runs/b/metrics.jsonl
+    python scripts/plot_rewards.py --out results/train.png GRPO=runs/a/metrics.jsonl Hista=runs/b/metrics.jsonl
 """
 
 import argparse

@@ -12,13 +12,14 @@ import torch
 
 from hista import estimators
 from hista.cli import main
-from hista.critic import gae_advantages, gae_targets
+from hista.critic.config import FitConfig
+from hista.critic.fit import FrozenFeatures, fit, value_loss
 from hista.critic.model import ValueModel
-from hista.critic.store import CriticSet
-from hista.critic.train import FitConfig, FrozenFeatures, case_groups, fit, value_loss
 from hista.errors import InputError
+from hista.estimators.gae import gae_advantages, gae_targets
 from hista.sveb import cases as case_file
-from hista.sveb.sweep import problem_of
+from hista.sveb.cases import problem_of
+from hista.sveb.critics import CriticSet, case_groups
 from hista.types import Rollout, RolloutGroup, State
 
 BUILD = ["sveb", "build", "--model", "tiny", "--tasks", "builtin:arith", "--tasks", "builtin:choice",
@@ -281,7 +282,9 @@ def test_sveb_eval_with_ppo_methods(built, critics, tmp_path):
     assert main(["sveb", "eval", "--cases", str(built), "--out", str(out), "--methods", methods,
                  "--critic", str(one), "--critic", str(many), "--device", "cpu"]) == 0
     results = json.loads(out.read_text())
-    assert results["methods"]["ppo-n?lam=0.95"] == {"name": "ppo-n", "config": {"lam": 0.95}}
+    assert results["methods"]["ppo-n?lam=0.95"] == {
+        "name": "ppo-n", "config": {"lam": 0.95}, "estimator_label": "PPO-N", "labelled": False,
+        "critic": {"mode": "ppo-n", "lam": 0.95}, "baseline": False}
     assert results["critics"]["ppo-1"]["folds"] == ["fold-0", "fold-1"]
     assert results["critics"]["ppo-n?lam=0.95"]["mode"] == "ppo-n"
     records = case_file.read(built)
@@ -372,7 +375,7 @@ def test_bad_inputs_exit_2(built, critics, tmp_path, capsys):
 
 def test_training_still_refuses_critic_methods():
     from hista import losses
-    from hista.train.recipe import untrainable
+    from hista.train.limits import untrainable
 
     field, message = untrainable(estimators.get("ppo-1"), losses.get("grpo"))
     assert field == "advantage_estimator.name" and "learned model" in message
@@ -408,7 +411,7 @@ def test_default_folds_follow_the_library_and_cases_are_known_by_content(built, 
     """--folds defaults to the library's rule (5, or one per problem when the cases hold fewer),
     and rerunning a request resumes it whatever path names its cases: they are compared by
     their rollouts."""
-    from hista.critic.train import train_critics
+    from hista.sveb.critic_training import train_critics
 
     subset = _subset(built, tmp_path)  # 2 problems: 2 folds
     train = ["critic", "train", "--mode", "ppo-1", "--lam", "1", "--out", "c", *FAST]

@@ -15,6 +15,7 @@ from hista.evaluation import EvalConfig, compare, evaluate, pass_at_k, store
 from hista.evaluation.metrics import bootstrap, problem_score
 from hista.evaluation.run import FORMAT
 from hista.evaluation.summary import summarise
+from hista.jsonio import cut_unterminated
 
 
 @pytest.mark.parametrize("argv", [["eval"], ["eval", "compare"]])
@@ -274,7 +275,7 @@ def _train_run(tiny, folder, system_prompt):
 def test_a_hista_train_checkpoint_loads_with_the_runs_system_prompt(tiny, tmp_path):
     from hista.evaluation.suites import PRESETS, load_problems
     from hista.rollout import SYSTEM_PROMPT, GenerateEngine, SamplingConfig
-    from hista.sveb.build import derive_seed
+    from hista.sharding import derive_seed
 
     prompt = "Reply in one short line and put the answer in \\boxed{}."
     checkpoint = _train_run(tiny, tmp_path / "run", prompt)
@@ -363,12 +364,12 @@ def test_presets_mirror_the_paper_and_options_override_them():
 
 
 def test_olympiadbench_rows_map_to_math_records():
-    from hista.tasks.hf import _BY_NAME, _olympiad
+    from hista.tasks.hf import BY_NAME, olympiad_record
 
     row = {"question": "Find x and y.", "final_answer": ["3", " 4 "], "subfield": "Algebra", "id": 7}
-    assert _olympiad(row) == ("Find x and y.", "3, 4", "Algebra", {"id": 7, "subfield": "Algebra"})
-    assert _olympiad({"question": "Q", "final_answer": []}) is None
-    assert _BY_NAME["math-ai/olympiadbench"].mapper is _olympiad
+    assert olympiad_record(row) == ("Find x and y.", "3, 4", "Algebra", {"id": 7, "subfield": "Algebra"})
+    assert olympiad_record({"question": "Q", "final_answer": []}) is None
+    assert BY_NAME["math-ai/olympiadbench"].mapper is olympiad_record
 
 
 def test_sharded_evaluation_merges_into_the_whole_one(tiny, tmp_path, capsys):
@@ -487,7 +488,7 @@ def test_merge_refuses_a_part_with_reward_7_and_writes_nothing(tmp_path, capsys)
 def test_the_per_problem_file_is_identified_before_a_cut_line_is_dropped(tmp_path):
     """store.read never changes the file: an unterminated line that cannot be the start of a
     settings header is refused, a crash's cut line after a header is left out, and only
-    drop_unterminated, once every check has passed, cuts it off (SPEC §10)."""
+    cut_unterminated, once every check has passed, cuts it off (SPEC §10)."""
     path = tmp_path / "v.samples.jsonl"
     for foreign in (b'{"mine": 1}', b"my notes", b'{"mine": 1}\n{"mine": 2', b'{"kind": "settings"}\nnotes'):
         path.write_bytes(foreign)
@@ -496,12 +497,12 @@ def test_the_per_problem_file_is_identified_before_a_cut_line_is_dropped(tmp_pat
         assert err.value.path == str(path) and path.read_bytes() == foreign
     path.write_bytes(b'{"hista_version":"0.1')  # a header cut by a crash
     assert store.read(path) == (None, []) and path.read_bytes() == b'{"hista_version":"0.1'
-    store.drop_unterminated(path)
+    cut_unterminated(path)
     assert path.read_bytes() == b""
     header = b'{"hista_version":"0.1.0","kind":"settings","settings":{"seed":0}}\n'
     path.write_bytes(header + b'{"answer":"8","bench')
     got, records = store.read(path)
     assert got["settings"] == {"seed": 0} and records == [] and path.read_bytes().endswith(b'"bench')
-    store.drop_unterminated(path)
+    cut_unterminated(path)
     assert path.read_bytes() == header
-    store.drop_unterminated(tmp_path / "missing.samples.jsonl")  # nothing to cut
+    cut_unterminated(tmp_path / "missing.samples.jsonl")  # nothing to cut

@@ -196,11 +196,11 @@ def test_write_report_fails_on_a_bad_folder_before_plotting(tmp_path):
 
     (tmp_path / "out").write_text("not a folder")
     with pytest.raises(InputError, match="not a directory"):
-        report.write_report({}, [], [], tmp_path / "out")  # an empty summary would fail if it got further
+        report.write_report({}, [], {}, tmp_path / "out")  # an empty summary would fail if it got further
     (tmp_path / "dir").mkdir()
     os.mkfifo(tmp_path / "dir" / "mae.png")
     with pytest.raises(InputError, match="FIFO"):
-        report.write_report({}, [], [], tmp_path / "dir")
+        report.write_report({}, [], {}, tmp_path / "dir")
     assert sorted(p.name for p in (tmp_path / "dir").iterdir()) == ["mae.png"]
 
 
@@ -341,10 +341,10 @@ def test_a_full_disk_is_exit_2_naming_the_file_and_loses_nothing(tmp_path, monke
         jsonio.append_jsonl(tmp_path / "log.jsonl", [{"a": 1}])
     monkeypatch.setattr(jsonio.os, "fsync", real_fsync)
     # an OSError without a file name (the disk filled elsewhere) is exit 2 as well, not a traceback
-    from hista import cli
+    from hista.cli import data
 
     def boom(args):
         raise OSError(errno.ENOSPC, "No space left on device")
 
-    monkeypatch.setattr(cli, "cmd_models", boom)
+    monkeypatch.setattr(data, "cmd_models", boom)
     assert main(["models"]) == 2 and "No space left on device" in capsys.readouterr().err

@@ -384,7 +384,7 @@ def test_a_model_that_fails_to_load_leaves_the_earlier_run_untouched(tmp_path, m
     def broken(recipe):
         raise InputError("no such model", field="model")
 
-    monkeypatch.setattr(run, "_model", broken)
+    monkeypatch.setattr(run, "load_policy", broken)
     out = tmp_path / "run"
     before = _earlier_run(out)
     path, _ = write_recipe(tmp_path)

@@ -199,7 +199,7 @@ def test_llama_decoder_steps_equal_the_module_stack(tiny, family, monkeypatch):
 def test_shared_prefix_attention_equals_attention_over_the_concatenated_keys():
     """Random queries, left-padded prefixes of three lengths and per-row keys: the merged
     attention equals SDPA over [prefix, own keys] row by row (float rounding)."""
-    from hista.rollout.prefix_attention import SharedPrefix, _attention
+    from hista.rollout.prefix_attention import SharedPrefix, attention
 
     g = torch.Generator().manual_seed(0)
     heads, kv_heads, dim, width, own = 6, 2, 16, 9, 4
@@ -214,7 +214,7 @@ def test_shared_prefix_attention_equals_attention_over_the_concatenated_keys():
         layer_idx = 0
 
     prefix = SharedPrefix(keys, values, lengths, prefix_of_row)
-    out, _ = _attention(Layer, query, key, value, None, scaling=0.3, shared_prefix=prefix)
+    out, _ = attention(Layer, query, key, value, None, scaling=0.3, shared_prefix=prefix)
     for row, p in enumerate(prefix_of_row):
         k = torch.cat([keys[0][p, :, width - lengths[p]:], key[row]], dim=1).repeat_interleave(heads // kv_heads, 0)
         v = torch.cat([values[0][p, :, width - lengths[p]:], value[row]], dim=1).repeat_interleave(heads // kv_heads, 0)
@@ -227,17 +227,17 @@ def test_shared_prefix_attention_equals_attention_over_the_concatenated_keys():
 
 
 def test_two_level_draws_follow_the_probabilities_and_skip_zeros():
-    """``_draw`` on a vocabulary that is not a multiple of its block (300 tokens) with zero
+    """``draw`` on a vocabulary that is not a multiple of its block (300 tokens) with zero
     probabilities inside and at the ends of blocks: 40,000 draws never pick a zero, and their
     counts pass a chi-square test against the probabilities (fixed seed)."""
-    from hista.rollout.engine import _draw
+    from hista.rollout.engine import draw
 
     g = torch.Generator().manual_seed(0)
     probs = torch.rand(300, generator=g) ** 4
     probs[[0, 100, 250, 255, 256, 299]] = 0.0
     probs[200:256] = 0.0  # a block whose tail is empty
     probs /= probs.sum()
-    draws = torch.cat([_draw(probs.expand(4000, -1).contiguous(), g)[:, 0] for _ in range(10)])
+    draws = torch.cat([draw(probs.expand(4000, -1).contiguous(), g)[:, 0] for _ in range(10)])
     assert bool((probs[draws] > 0).all())
     observed = torch.bincount(draws, minlength=300).double()
     expected = probs.double() * draws.numel()

@@ -446,7 +446,7 @@ def test_root_and_dev_are_read_only_shm_and_workdir_writable():
 
 @needs_bwrap
 def test_workdir_is_on_the_capped_private_tmpfs():
-    if not sandbox._bwrap_has_size():
+    if not sandbox.bwrap_caps_tmpfs():
         pytest.skip("this bubblewrap cannot cap a tmpfs (--size)")
     cap_mb = sandbox.TMPFS_BYTES // 2**20
     code = (
@@ -515,7 +515,7 @@ def test_reason_points_at_the_first_differing_line():
 
 def test_subprocess_fallback_warns(monkeypatch):
     monkeypatch.setenv("HISTA_SANDBOX_BACKEND", "subprocess")
-    sandbox._reset_backend()
+    sandbox.reset_backend()
     try:
         with pytest.warns(RuntimeWarning, match="no filesystem, network or PID isolation"):
             assert sandbox_backend() == "subprocess"
@@ -525,16 +525,16 @@ def test_subprocess_fallback_warns(monkeypatch):
         assert r.timed_out
     finally:
         monkeypatch.delenv("HISTA_SANDBOX_BACKEND")
-        sandbox._reset_backend()
+        sandbox.reset_backend()
     assert sandbox_backend() in ("bwrap", "subprocess")
 
 
 def test_forced_backend_invalid(monkeypatch):
     monkeypatch.setenv("HISTA_SANDBOX_BACKEND", "docker")
-    sandbox._reset_backend()
+    sandbox.reset_backend()
     try:
         with pytest.raises(ValueError, match="auto, bwrap, subprocess"):
             sandbox_backend()
     finally:
         monkeypatch.delenv("HISTA_SANDBOX_BACKEND")
-        sandbox._reset_backend()
+        sandbox.reset_backend()

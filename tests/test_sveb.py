@@ -184,8 +184,7 @@ def test_each_sveb_action_has_its_own_options(capsys):
 
 
 def test_presets_are_build_configs_and_build_defaults_are_the_default_preset():
-    from hista.sveb.build import BuildConfig
-    from hista.sveb.presets import PRESETS
+    from hista.sveb.presets import PRESETS, BuildConfig
 
     assert PRESETS["default"] == BuildConfig() and BuildConfig().rollouts == 32 and BuildConfig().continuations == 20
     assert PRESETS["quick"].tasks == ("builtin:arith?steps=1", "builtin:choice") and PRESETS["quick"].problems == 12

@@ -17,8 +17,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from hista.errors import InputError
-from hista.jsonio import jsonable
+from hista.jsonio import cut_unterminated, jsonable
 from hista.sveb import cases, metrics, results
+from hista.sveb.report import report_file
 
 DELETE = object()
 INF = "__INF__"  # a JSON number that parses to infinity (1e400), spliced in after dumping
@@ -194,7 +195,7 @@ def test_repair_cuts_an_unterminated_last_line(tmp_path):
     before = path.read_bytes()
     assert [r["key"] for r in cases.read(path, partial=True)] == ["p9", "p1#s0"]
     assert path.read_bytes() == before  # reading never cuts: only repair does, once the caller checked all
-    cases.repair(path)
+    cut_unterminated(path)
     assert path.read_bytes().endswith(b"\n") and cases.read(path) == cases.read(path, partial=True)
 
 
@@ -207,7 +208,7 @@ def test_a_file_that_is_not_a_case_file_is_neither_read_nor_cut(tmp_path):
         with pytest.raises(InputError, match="not a case file"):
             cases.read(path, partial=True)
         with pytest.raises(InputError):
-            cases.repair(path)
+            cut_unterminated(path)
         assert path.read_bytes() == text
 
 
@@ -349,7 +350,7 @@ def test_null_value_is_counted_as_skipped_not_dropped(tmp_path):
 
 def test_results_report_writes_the_report(tmp_path):
     path = write_results(tmp_path, results_object())
-    paths, table = results.report(path, tmp_path / "report")
+    paths, table = report_file(path, tmp_path / "report")
     assert set(paths) == {"markdown", "json", "mae_plot", "differences_plot", "delta_plot"}
     assert all(p.exists() for p in paths.values())
     assert "Hista" in table and "MCS@3" in table
@@ -360,7 +361,7 @@ def test_results_report_writes_the_report(tmp_path):
 def test_invalid_results_file_writes_no_report(tmp_path):
     path = write_results(tmp_path, mutate(results_object(), "cases[0].field", "all"))
     with pytest.raises(InputError):
-        results.report(path, tmp_path / "report")
+        report_file(path, tmp_path / "report")
     assert not (tmp_path / "report").exists()
 
 
@@ -403,7 +404,7 @@ def test_recomputed_summary_equals_the_stored_one(real_files):
 
 def test_report_of_a_real_results_file(real_files, tmp_path):
     _, out = real_files
-    paths, table = results.report(out, tmp_path / "report")
+    paths, table = report_file(out, tmp_path / "report")
     assert json.loads(paths["json"].read_text())["summary"] == json.loads(out.read_text())["summary"]
     assert "MCS@1" in table
 
@@ -438,7 +439,6 @@ RESULT_PATHS = _paths(results_object())
 
 
 def _read_cases_or_input_error(text: bytes) -> None:
-    from hista.sveb.eval import _group
 
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "cases.jsonl"
@@ -450,7 +450,7 @@ def _read_cases_or_input_error(text: bytes) -> None:
     rows = []
     for record in records:  # what passes is usable by sveb eval
         if record["kind"] == "case":
-            _group(record, None)
+            cases.group_of(record)
             rows.append({"case_id": record["key"], "field": record["field"], "target": record["target"],
                          "continuations": record["continuations"], "values": {}})
     metrics.summarise(rows, [], n_boot=5)
@@ -511,7 +511,8 @@ def test_gzip_case_file_reads_as_the_plain_one_and_a_corrupt_one_is_named(tmp_pa
 
 
 def test_build_refuses_to_append_to_a_gzip_file(tmp_path):
-    from hista.sveb.build import BuildConfig, build
+    from hista.sveb.build import build
+    from hista.sveb.presets import BuildConfig
 
     with pytest.raises(InputError, match="plain JSON lines"):
         build(BuildConfig(model="tiny", problems=1, rollouts=2, continuations=1), tmp_path / "cases.jsonl.gz",

@@ -14,6 +14,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from hista.sveb.methods import build_methods
 from hista.sveb.metrics import MAX_MCS_TERMS, bootstrap_ci, mcs_error, pearson, summarise
 from hista.sveb.report import markdown_table, plot_differences, plot_mae, write_report
 
@@ -368,13 +369,13 @@ def test_plots_and_write_report(tmp_path):
     recs = _records()
     s = summarise(recs, METHODS, n_boot=200)
     p1 = plot_mae(s, tmp_path / "a" / "mae.png")
-    p2 = plot_differences(recs, METHODS, tmp_path / "diff.png")
+    p2 = plot_differences(recs, build_methods(METHODS), tmp_path / "diff.png")
     for p in (p1, p2):
         data = p.read_bytes()
         assert data[:8] == PNG_SIGNATURE and len(data) > 5000
 
     out = tmp_path / "report"
-    paths = write_report(s, recs, METHODS, out, labels=LABELS)
+    paths = write_report(s, recs, build_methods(METHODS), out)  # labelled as LABELS
     assert set(paths) == {"markdown", "json", "mae_plot", "differences_plot", "delta_plot"}
     assert {p.name for p in paths.values()} == {"report.md", "report.json", "mae.png", "differences.png", "delta.png"}
     assert sorted(p.name for p in out.iterdir()) == ["delta.png", "differences.png", "mae.png", "report.json",
@@ -393,7 +394,7 @@ def test_plots_and_write_report(tmp_path):
 
 def test_write_report_on_empty_benchmark(tmp_path):
     s = summarise([], ["grpo", "hista"], n_boot=10)
-    paths = write_report(s, [], ["grpo", "hista"], tmp_path)
+    paths = write_report(s, [], build_methods(["grpo", "hista"]), tmp_path)
     assert all(p.read_bytes() for p in paths.values())
     assert paths["differences_plot"].read_bytes()[:8] == PNG_SIGNATURE
 

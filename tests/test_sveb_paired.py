@@ -11,14 +11,19 @@ import pytest
 
 from hista.cli import main
 from hista.sveb import eval as sveb_eval
-from hista.sveb import results as sveb_results
+from hista.sveb.methods import unknown_method
 from hista.sveb.metrics import bootstrap_ci, summarise
 from hista.sveb.paired import length_slices, paired_summary, position_slice
-from hista.sveb.report import paired_markdown, paired_table, slices_table, write_report
+from hista.sveb.report import paired_markdown, paired_table, report_file, slices_table, write_report
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 METHODS = ["m", "same", "better", "gappy"]
 LABELS = {"m": "M", "same": "Same", "better": "Better", "gappy": "Gappy"}
+
+
+def methods_of(specs):
+    """Spec -> Method of the test's method names, which no estimator reads, labelled as LABELS."""
+    return {m: unknown_method(m, LABELS.get(m)) for m in specs}
 
 
 def row(i, field, conts, group_mean, values, length=None, t=1):
@@ -253,7 +258,7 @@ def test_write_report_writes_delta_png_and_paired_json(tmp_path):
     for r, n in zip(rows, (8, 16, 24, 32)):
         r["length"] = n
     s = summarise(rows, METHODS, n_boot=200)
-    paths = write_report(s, rows, METHODS, tmp_path, labels=LABELS)
+    paths = write_report(s, rows, methods_of(METHODS), tmp_path)
     assert paths["delta_plot"] == tmp_path / "delta.png"
     assert sorted(p.name for p in tmp_path.iterdir()) == [
         "delta.png", "differences.png", "mae.png", "report.json", "report.md"]
@@ -264,7 +269,8 @@ def test_write_report_writes_delta_png_and_paired_json(tmp_path):
     assert paired["rows"]["better"]["all"]["all"]["delta"] == -0.125
     assert paired["rows"]["gappy"]["field"]["math"]["lo"] is None  # one case: no interval, NaN -> null
     md = paths["markdown"].read_text(encoding="utf-8")
-    assert paired_markdown(rows, METHODS, LABELS, n_boot=200, seed=0) in md  # both tables, as eval prints them
+    # both tables, as eval prints them
+    assert paired_markdown(paired_summary(rows, METHODS, n_boot=200, seed=0), LABELS) in md
     assert "## Paired comparison with GRPO" in md and md.index("## Paired") > md.index("| Better |")
     assert "| -0.125 [-0.125, -0.125]* · win 100% |" in md and "t/T [0, 1/3)" in md and "length 8-16" in md
     assert "(delta.png)" in md
@@ -273,12 +279,12 @@ def test_write_report_writes_delta_png_and_paired_json(tmp_path):
 def test_write_report_accepts_a_given_paired_dict(tmp_path):
     rows = four_rows()
     given = paired_summary(rows, ["m"], n_boot=20, seed=9)
-    paths = write_report(summarise(rows, ["m"], n_boot=20), rows, ["m"], tmp_path, paired=given)
+    paths = write_report(summarise(rows, ["m"], n_boot=20), rows, methods_of(["m"]), tmp_path, paired=given)
     assert json.loads(paths["json"].read_text())["paired"]["seed"] == 9
 
 
 def test_empty_benchmark_report_has_a_delta_plot(tmp_path):
-    paths = write_report(summarise([], ["grpo"], n_boot=10), [], ["grpo"], tmp_path)
+    paths = write_report(summarise([], ["grpo"], n_boot=10), [], methods_of(["grpo"]), tmp_path)
     assert paths["delta_plot"].read_bytes()[:8] == PNG_SIGNATURE
 
 
@@ -293,7 +299,7 @@ def test_sveb_report_from_a_results_file_with_lengths(tmp_path):
             "summary": {"n_boot": 100, "seed": 4}}
     path = tmp_path / "results.json"
     path.write_text(json.dumps(data))
-    paths, _ = sveb_results.report(path, tmp_path / "report")
+    paths, _ = report_file(path, tmp_path / "report")
     paired = json.loads(paths["json"].read_text())["paired"]
     assert (paired["n_boot"], paired["seed"]) == (100, 4)
     assert paired == json.loads(json.dumps(paired_summary(rows, methods, n_boot=100, seed=4)).replace("NaN", "null"))
@@ -303,7 +309,8 @@ def test_sveb_report_from_a_results_file_with_lengths(tmp_path):
 def _printed_by_sveb_eval(rows, tmp_path, monkeypatch, capsys) -> str:
     """What `hista sveb eval` prints for results holding ``rows`` (its evaluation replaced)."""
     results = {"methods": {k: {} for k in METHODS}, "labels": LABELS, "cases": rows,
-               "summary": summarise(rows, METHODS, n_boot=50, seed=2)}
+               "summary": summarise(rows, METHODS, n_boot=50, seed=2),
+               "paired": paired_summary(rows, METHODS, n_boot=50, seed=2)}
     monkeypatch.setattr(sveb_eval, "evaluate", lambda *args, **kwargs: results)
     assert main(["sveb", "eval", "--cases", str(tmp_path / "cases.jsonl"), "--methods", "m",
                  "--out", str(tmp_path / "r.json")]) == 0
@@ -313,7 +320,7 @@ def _printed_by_sveb_eval(rows, tmp_path, monkeypatch, capsys) -> str:
 def test_sveb_eval_prints_the_paired_tables(tmp_path, monkeypatch, capsys):
     rows = four_rows()
     out = _printed_by_sveb_eval(rows, tmp_path, monkeypatch, capsys)
-    assert paired_markdown(rows, METHODS, LABELS, n_boot=50, seed=2) in out
+    assert paired_markdown(paired_summary(rows, METHODS, n_boot=50, seed=2), LABELS) in out
     assert out.index("paired comparison with GRPO") > out.index("| Estimator |")
 
 

@@ -10,9 +10,9 @@ import math
 import pytest
 
 from hista.sveb import report
-from hista.sveb.eval import build_methods, method_label
+from hista.sveb.methods import build_methods
 from hista.sveb.metrics import summarise
-from hista.sveb.report import difference_stats, markdown_table, table1, table1_markdown, write_report
+from hista.sveb.report import difference_stats, markdown_table, report_labels, table1, table1_markdown, write_report
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 PPO_METHODS = ["grpo", "hista", "ppo-1?lam=0.95", "ppo-n?lam=0.95", "ppo-1", "numca", "ppo-n?lam=1.0"]
@@ -37,9 +37,14 @@ def _records(methods=PPO_METHODS):
             for i, c in enumerate(conts)]
 
 
+def _methods(methods=PPO_METHODS):
+    """Spec -> Method, as sveb eval builds them (labels ``PPO-N?lam=0.95``)."""
+    return build_methods(methods, critics=True)
+
+
 def _labels(methods=PPO_METHODS):
-    """The labels sveb eval writes into results (``PPO-N?lam=0.95``)."""
-    return {m: method_label(m, est) for m, est in build_methods(methods, critics=True).items()}
+    """The labels the report prints (``PPO-N (λ=0.95)``)."""
+    return report_labels(_methods(methods))
 
 
 def _table_rows(text, first_cell):
@@ -64,7 +69,7 @@ def _cell(summary, m):
 def test_table1_puts_grpo_under_no_lambda_and_ppo_rows_in_their_lambda_columns(tmp_path):
     recs = _records()
     s = summarise(recs, PPO_METHODS, n_boot=200)
-    paths = write_report(s, recs, PPO_METHODS, tmp_path, labels=_labels())
+    paths = write_report(s, recs, _methods(), tmp_path)
     md = paths["markdown"].read_text(encoding="utf-8")
     assert "## PPO critics (paper Table 1 layout)" in md
     section = md.split("## PPO critics (paper Table 1 layout)")[1].split("## Paired comparison")[0]
@@ -92,8 +97,8 @@ def test_no_table1_without_ppo_rows(tmp_path):
     methods = ["grpo", "numca", "hista"]
     recs = _records(methods)
     s = summarise(recs, methods, n_boot=50)
-    assert table1(s) is None and table1_markdown(None) == ""
-    paths = write_report(s, recs, methods, tmp_path, labels=_labels(methods))
+    assert table1(s, _methods(methods)) is None and table1_markdown(None) == ""
+    paths = write_report(s, recs, _methods(methods), tmp_path)
     assert "PPO critics" not in paths["markdown"].read_text(encoding="utf-8")
     assert json.loads(paths["json"].read_text(encoding="utf-8"))["table1"] is None
 
@@ -101,7 +106,7 @@ def test_no_table1_without_ppo_rows(tmp_path):
 def test_table1_without_a_grpo_row_uses_the_recorded_group_mean_and_one_lambda():
     methods = ["ppo-n?lam=0.95", "hista"]
     s = summarise(_records(methods), methods, n_boot=50)
-    t = table1(s, _labels(methods))
+    t = table1(s, _methods(methods), _labels(methods))
     assert t["columns"] == ["λ = 0.95", "no λ"]
     assert [r["label"] for r in t["rows"]] == ["GRPO", "PPO-N"]
     assert t["rows"][0]["cells"]["no λ"]["method"] is None
@@ -122,11 +127,10 @@ def test_table4_names_ppo_rows_as_the_paper():
     s = summarise(recs, methods, n_boot=50)
     _, rows = _table_rows(markdown_table(s, _labels(methods)), "Estimator")
     assert list(rows)[:5] == ["GRPO", "PPO-N", "Numca", "Hista", "Critic 1"]
-    assert "| PPO-N |" in markdown_table(s)  # without labels too
 
 
 def test_difference_stats_match_a_hand_computation():
-    stats = difference_stats(_records(), PPO_METHODS)
+    stats = difference_stats(_records(), _methods())
     # Figure 2's order first (PPO-1, PPO-N, Numca, Hista), the given order within and after
     assert list(stats) == ["ppo-1?lam=0.95", "ppo-1", "ppo-n?lam=0.95", "ppo-n?lam=1.0", "numca", "hista", "grpo"]
     # hista: +.25 +.25 -.25 0: mean 1/16; mean |d| 3/16; deviations 3/16 3/16 -5/16 -1/16
@@ -138,9 +142,9 @@ def test_difference_stats_match_a_hand_computation():
     assert stats["ppo-1"] == {"n": 4, "mean": 0.0, "mean_abs": 0.125, "std": 0.125}
     assert stats["grpo"] == {"n": 4, "mean": 0.0, "mean_abs": 0.0, "std": 0.0}
     # without a critic method the given order stays
-    assert list(difference_stats(_records(["hista", "grpo", "numca"]), ["hista", "grpo", "numca"])) == [
+    assert list(difference_stats(_records(["hista", "grpo", "numca"]), _methods(["hista", "grpo", "numca"]))) == [
         "hista", "grpo", "numca"]
-    empty = difference_stats([], ["hista"])["hista"]
+    empty = difference_stats([], _methods(["hista"]))["hista"]
     assert empty["n"] == 0 and math.isnan(empty["std"]) and math.isnan(empty["mean_abs"])
 
 
@@ -148,14 +152,14 @@ def test_report_records_the_differences_and_draws_them_in_the_papers_order(tmp_p
     recs = _records()
     s = summarise(recs, PPO_METHODS, n_boot=50)
     figures = {}
-    save = report._save_figure
+    save = report.save_figure
 
     def keep(fig, path):
         figures[path.name] = fig
         return save(fig, path)
 
-    monkeypatch.setattr(report, "_save_figure", keep)
-    paths = write_report(s, recs, PPO_METHODS, tmp_path, labels=_labels())
+    monkeypatch.setattr(report, "save_figure", keep)
+    paths = write_report(s, recs, _methods(), tmp_path)
     data = paths["differences_plot"].read_bytes()
     assert data[:8] == PNG_SIGNATURE and len(data) > 5000
     panels = [ax for ax in figures["differences.png"].axes]
@@ -165,7 +169,7 @@ def test_report_records_the_differences_and_draws_them_in_the_papers_order(tmp_p
     assert "std=0.207" in hista_text and "mean |Δ|=0.188" in hista_text and "n=4" in hista_text
 
     payload = json.loads(paths["json"].read_text(encoding="utf-8"))
-    assert payload["differences"] == json.loads(json.dumps(difference_stats(recs, PPO_METHODS)))
+    assert payload["differences"] == json.loads(json.dumps(difference_stats(recs, _methods())))
     assert payload["differences"]["numca"]["n"] == 3
     assert payload["labels"]["ppo-n?lam=0.95"] == "PPO-N (λ=0.95)"
     md = paths["markdown"].read_text(encoding="utf-8")
@@ -180,16 +184,17 @@ def test_captions_say_the_intervals_resample_problems_when_cases_share_them(tmp_
     recs = [dict(r, case_id=f"p{i // 2}#s{i % 2}") for i, r in enumerate(_records())]
     s = summarise(recs, PPO_METHODS, n_boot=50)
     assert s["resampled"] == "problems"
-    md = write_report(s, recs, PPO_METHODS, tmp_path / "shared", labels=_labels())["markdown"].read_text("utf-8")
+    md = write_report(s, recs, _methods(), tmp_path / "shared")["markdown"].read_text("utf-8")
     phrase = "interval over problems (cases share problems) in brackets"
     # the MAE table, how to read it, the PPO table (Table 1 layout) and the paired table
     assert md.count(phrase) == 4 and "over cases" not in md
     assert md.splitlines()[2].startswith("Table: SVEB mean absolute error") and phrase in md.splitlines()[2]
 
     one_each = summarise(_records(), PPO_METHODS, n_boot=50)
-    md = write_report(one_each, _records(), PPO_METHODS, tmp_path / "one", labels=_labels())["markdown"].read_text(
+    md = write_report(one_each, _records(), _methods(), tmp_path / "one")["markdown"].read_text(
         "utf-8")
     assert md.count("interval over cases in brackets") == 4 and "over problems" not in md
     old = {k: v for k, v in s.items() if k not in ("resampled", "n_problems")}
     assert "bootstrap interval over cases in brackets" in markdown_table(old)
-    assert "interval over problems (cases share problems)" in table1_markdown(table1(s), resampled="problems")
+    table = table1_markdown(table1(s, _methods()), resampled="problems")
+    assert "interval over problems (cases share problems)" in table

@@ -4,8 +4,8 @@ import json
 
 import pytest
 
+from hista import sharding
 from hista.cli import main
-from hista.sveb import shards
 
 # 3 + 3 problems in chunks of 8 // 4 = 2 problems: three chunks
 BUILD = ["sveb", "build", "--model", "tiny", "--tasks", "builtin:arith", "--tasks", "builtin:choice",
@@ -16,7 +16,7 @@ BUILD = ["sveb", "build", "--model", "tiny", "--tasks", "builtin:arith", "--task
 @pytest.mark.parametrize("n", [1, 2, 3, 4])
 def test_every_layout_covers_each_chunk_exactly_once(n):
     for count in range(10):
-        picked = [c for k in range(1, n + 1) for c in shards.chunks_of(count, (k, n))]
+        picked = [c for k in range(1, n + 1) for c in sharding.chunks_of(count, (k, n))]
         assert sorted(picked) == list(range(count))
 
 

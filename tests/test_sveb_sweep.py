@@ -14,8 +14,10 @@ from hista.errors import InputError
 from hista.sveb import cases as case_file
 from hista.sveb import eval as sveb_eval
 from hista.sveb import sweep as sveb_sweep
-from hista.sveb.eval import build_estimator, evaluate, format_method, method_label, parse_method, read_methods_file
-from hista.sveb.sweep import grid_points, parse_grid, selection_plan, split_problems
+from hista.sveb.cases import split_problems
+from hista.sveb.eval import evaluate
+from hista.sveb.methods import build_method, format_method, parse_method, read_methods_file
+from hista.sveb.sweep import grid_points, parse_grid, selection_plan
 
 DATA = Path(__file__).parent / "data"
 TINY = str(DATA / "sveb_cases_tiny.jsonl")
@@ -76,12 +78,12 @@ def test_grid_parsing_and_cartesian_product():
     assert points[0] == ("hista?layer=-1&interval=10&stride=1&normalise=true&min_distance=0.0001",
                          {"layer": -1, "interval": 10, "stride": 1, "normalise": True, "min_distance": 1e-4})
     for spec, params in points:  # every point reads back as its parameters
-        assert parse_method(spec) == ("hista", None, params)
+        assert parse_method(spec) == ("hista", None, params, None)
     assert [s for s, _ in grid_points("numca?parser=digits", parse_grid("merge_tokens=0,50"))] == [
         "numca?parser=digits&merge_tokens=0", "numca?parser=digits&merge_tokens=50"]
     assert [s for s, _ in grid_points("hista-reference", parse_grid("stride=1,5"))] == [
         "hista-reference?stride=1", "hista-reference?stride=5"]
-    assert build_estimator("hista-reference?stride=1").config.profile == "reference"
+    assert build_method("hista-reference?stride=1").estimator.config.profile == "reference"
 
 
 @pytest.mark.parametrize("base, grid, needle", [
@@ -139,7 +141,7 @@ def test_sweep_values_equal_evaluate_with_one_forward_pass_per_problem(cases_pat
         assert point["delta_mae"] == pytest.approx((sum(errors) - sum(grpo)) / n)
         assert point["delta_lo"] <= point["delta_mae"] <= point["delta_hi"]
         assert point["win_rate"] == sum(e < g - 1e-12 for e, g in zip(errors, grpo)) / n and point["n"] == n
-        assert point["label"] == method_label(spec, build_estimator(spec))
+        assert point["label"] == build_method(spec).label
     saved = json.loads((tmp_path / "s" / "sweep.json").read_text())
     assert saved["grid"] == {"layer": [-1, -2], "interval": [2, 4], "min_distance": [1e-4]}
     assert saved["methods"][chosen[1]]["config"]["layer"] == -2
@@ -328,10 +330,10 @@ def test_cli_sweep_bad_input_exits_2(tmp_path, capsys, monkeypatch, extra, needl
 def test_label_names_the_method_and_is_not_a_parameter(tmp_path, tiny):
     methods = ["grpo", "hista?layer=-2&label=Hista L-2", "mc?num=1&label=MC 1"]
     results = evaluate(TINY, methods, lm=tiny, progress=False, n_boot=10)
-    assert results["labels"] == {"grpo": method_label("grpo", build_estimator("grpo")), methods[1]: "Hista L-2",
+    assert results["labels"] == {"grpo": build_method("grpo").label, methods[1]: "Hista L-2",
                                  methods[2]: "MC 1"}
     assert results["methods"][methods[1]]["config"]["layer"] == -2 and "label" not in results["methods"][methods[1]]
-    assert parse_method(methods[1]) == ("hista", None, {"layer": -2})
+    assert parse_method(methods[1]) == ("hista", None, {"layer": -2}, "Hista L-2")
     assert all(r["length"] == 6 for r in results["cases"])
     out = tmp_path / "results.json"
     from hista.jsonio import write_json_atomic
@@ -363,7 +365,7 @@ def test_bad_method_keys_and_values_exit_2_naming_method_and_key(tmp_path, capsy
 
 def test_exponent_values_are_numbers():
     assert parse_method("hista?min_distance=1e-4")[2] == {"min_distance": 1e-4}
-    assert build_estimator("hista?min_distance=2E3").config.min_distance == 2000.0
+    assert build_method("hista?min_distance=2E3").estimator.config.min_distance == 2000.0
     assert format_method("hista", None, {"min_distance": 1e-5}) == "hista?min_distance=1.0e-05"
 
 

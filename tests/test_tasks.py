@@ -244,8 +244,8 @@ def test_choice_kinds_and_mix():
 
 def test_choice_answers_are_right():
     # comparisons: rebuild the order from the stated facts
-    rel = {m: (1, t, b) for m, _, t, b in choice._RELATIONS}
-    rel.update({less: (-1, t, b) for _, less, t, b in choice._RELATIONS})
+    rel = {m: (1, t, b) for m, _, t, b in choice.RELATIONS}
+    rel.update({less: (-1, t, b) for _, less, t, b in choice.RELATIONS})
     for r in tasks.load("builtin:choice?kind=compare", 200):
         text, opts = r["problem"].split("\n")[0], r["meta"]["options"]
         facts = re.findall(r"(\w+) is (\w+) than (\w+)\.", text)
@@ -258,16 +258,16 @@ def test_choice_answers_are_right():
         top = (people - set(greater.values())).pop()
         bottom = (people - set(greater)).pop()
         q = re.search(r"Who is the (\w+)\?", text).group(1)
-        want = top if any(q == t for _, _, t, _ in choice._RELATIONS) else bottom
+        want = top if any(q == t for _, _, t, _ in choice.RELATIONS) else bottom
         assert opts[r["meta"]["correct"]] == want
     for r in tasks.load("builtin:choice?kind=opposite", 200):
         word = re.search(r"opposite of (\w+)\?", r["problem"]).group(1)
-        pairs = {a: b for a, b in choice._OPPOSITES} | {b: a for a, b in choice._OPPOSITES}
+        pairs = {a: b for a, b in choice.OPPOSITES} | {b: a for a, b in choice.OPPOSITES}
         assert r["meta"]["options"][r["meta"]["correct"]] == pairs[word]
-    members = {m: c for c, (_, ms) in choice._CATEGORIES.items() for m in ms}
+    members = {m: c for c, (_, ms) in choice.CATEGORIES.items() for m in ms}
     for r in tasks.load("builtin:choice?kind=category", 200):
         phrase = re.search(r"is (not )?(.+)\?", r["problem"].split("\n")[0])
-        cat = next(c for c, (p, _) in choice._CATEGORIES.items() if p == phrase.group(2))
+        cat = next(c for c, (p, _) in choice.CATEGORIES.items() if p == phrase.group(2))
         inside = [members[o] == cat for o in r["meta"]["options"]]
         if phrase.group(1):
             assert inside.count(False) == 1 and not inside[r["meta"]["correct"]]
@@ -401,7 +401,7 @@ def test_hf_gsm8k_mapping(monkeypatch):
     calls = []
     rows = [{"question": "How many?", "answer": "3 + 4 = 7\n#### 1,234"},
             {"question": "Q2", "answer": "so #### 5"}]
-    monkeypatch.setattr(hf_mod, "_load_rows", _fake(rows, calls))
+    monkeypatch.setattr(hf_mod, "load_rows", _fake(rows, calls))
     recs = tasks.load("hf:gsm8k", split="train")
     assert calls == [("openai/gsm8k", "main", "train")]
     assert recs[0]["answer"] == "1234" and recs[0]["problem"] == "How many?"
@@ -413,35 +413,35 @@ def test_hf_gsm8k_mapping(monkeypatch):
 
 def test_hf_math500_dapo_openr1_generic(monkeypatch):
     calls = []
-    monkeypatch.setattr(hf_mod, "_load_rows", _fake(
+    monkeypatch.setattr(hf_mod, "load_rows", _fake(
         [{"problem": "Find x.", "answer": "\\frac{1}{2}", "subject": "Algebra", "level": 2}],
         calls))
     r = tasks.load("hf:math500", split="train")[0]  # single-split dataset: uses 'test'
     assert calls[-1] == ("HuggingFaceH4/MATH-500", None, "test")
     assert r["field"] == "Algebra" and r["answer"] == "\\frac{1}{2}"
 
-    prompt = (hf_mod._DAPO_PREFIX + "\n\nWhat is 6*7?\n\n" + hf_mod._DAPO_SUFFIX)
+    prompt = (hf_mod.DAPO_PREFIX + "\n\nWhat is 6*7?\n\n" + hf_mod.DAPO_SUFFIX)
     dapo_row = {"prompt": [{"role": "user", "content": prompt}],
                 "reward_model": {"ground_truth": "42", "style": "rule"},
                 "extra_info": {"index": "abc"}}
-    monkeypatch.setattr(hf_mod, "_load_rows", _fake([dapo_row, dapo_row, dapo_row], calls))
+    monkeypatch.setattr(hf_mod, "load_rows", _fake([dapo_row, dapo_row, dapo_row], calls))
     recs = tasks.load("hf:dapo-math")
     assert calls[-1] == ("BytedTsinghua-SIA/DAPO-Math-17k", None, "train")
     assert len(recs) == 1  # repeated rows are dropped
     assert recs[0]["problem"] == "What is 6*7?" and recs[0]["answer"] == "42"
 
-    monkeypatch.setattr(hf_mod, "_load_rows", _fake(
+    monkeypatch.setattr(hf_mod, "load_rows", _fake(
         [{"problem": "P", "answer": "3", "problem_type": "Geometry", "uuid": "u"}], calls))
     r = tasks.load("hf:open-r1/OpenR1-Math-220k")[0]
     assert r["field"] == "Geometry" and r["answer"] == "3"
 
-    monkeypatch.setattr(hf_mod, "_load_rows", _fake(
+    monkeypatch.setattr(hf_mod, "load_rows", _fake(
         [{"question": "Q", "answer": "A", "category": "Physics"}], calls))
     r = tasks.load("hf:someone/webinstruct@train")[0]
     assert (r["problem"], r["answer"], r["field"]) == ("Q", "A", "Physics")
     assert calls[-1] == ("someone/webinstruct", None, "train")
 
-    monkeypatch.setattr(hf_mod, "_load_rows", _fake([{"text": "hello", "label": 1}], calls))
+    monkeypatch.setattr(hf_mod, "load_rows", _fake([{"text": "hello", "label": 1}], calls))
     with pytest.raises(InputError) as ei:
         tasks.load("hf:someone/other")
     assert "openai/gsm8k" in str(ei.value) and "MATH-500" in str(ei.value)
@@ -450,7 +450,7 @@ def test_hf_math500_dapo_openr1_generic(monkeypatch):
 def test_hf_unreachable_from_loader(monkeypatch):
     def boom(name, config, split):
         raise hf_mod.HubUnreachable("Couldn't reach the Hub")
-    monkeypatch.setattr(hf_mod, "_load_rows", boom)
+    monkeypatch.setattr(hf_mod, "load_rows", boom)
     with pytest.raises(InputError) as ei:
         tasks.load("hf:gsm8k", 3)
     msg = str(ei.value)
@@ -507,11 +507,11 @@ def test_filter_by_accuracy():
 
 
 def test_math_mapping_takes_the_last_boxed_answer():
-    from hista.tasks.hf import _math
+    from hista.tasks.hf import math_record
 
     row = {"problem": "Half of 1?", "solution": "First \\boxed{2}, no: \\boxed{\\frac{1}{2}}.", "type": "Algebra"}
-    assert _math(row)[:3] == ("Half of 1?", "\\frac{1}{2}", "Algebra")
-    assert _math({"problem": "x", "solution": "no box"}) is None
+    assert math_record(row)[:3] == ("Half of 1?", "\\frac{1}{2}", "Algebra")
+    assert math_record({"problem": "x", "solution": "no box"}) is None
 
 
 @pytest.mark.parametrize("spec, ok", [("builtin:arith?steps=1", True), ("hf:math@train", True),

@@ -233,7 +233,7 @@ def test_hista_uses_trls_old_logprob_pass_when_it_runs(tmp_path, monkeypatch):
     def no_extra_pass(self, out):
         raise AssertionError("an extra log-prob pass was run although TRL ran one")
 
-    monkeypatch.setattr(HistaGRPOTrainer, "_old_logprob_pass", no_extra_pass)
+    monkeypatch.setattr(HistaGRPOTrainer, "old_logprob_pass", no_extra_pass)
     lm = build_tiny()
     trainer = HistaGRPOTrainer(
         model=lm.model, reward_funcs=[_parity_reward], train_dataset=_dataset(), processing_class=lm.tokenizer,
@@ -571,7 +571,7 @@ def test_trainer_hidden_states_come_from_the_estimators_layer(tmp_path, monkeypa
     from hista.train.trainer import HistaGRPOTrainer
 
     seen = []
-    original = HistaGRPOTrainer._token_advantages
+    original = HistaGRPOTrainer.token_advantages
 
     def spy(self, out, hidden, problem_ids=None):
         ids = torch.cat([out["prompt_ids"], out["completion_ids"]], dim=1)
@@ -581,7 +581,7 @@ def test_trainer_hidden_states_come_from_the_estimators_layer(tmp_path, monkeypa
         seen.append((hidden, ref[-2], ref[-1], mask.bool()))
         return original(self, out, hidden, problem_ids)
 
-    monkeypatch.setattr(HistaGRPOTrainer, "_token_advantages", spy)
+    monkeypatch.setattr(HistaGRPOTrainer, "token_advantages", spy)
     lm = build_tiny()
     trainer = HistaGRPOTrainer(model=lm.model, reward_funcs=[_parity_reward], train_dataset=_dataset(),
                                processing_class=lm.tokenizer, args=_config(tmp_path, "layer"),
@@ -612,7 +612,7 @@ def test_trainer_keys_value_tables_by_problem_not_batch_slot(tmp_path):
         out = {"prompt_ids": prompt_ids, "prompt_mask": prompt_mask, "completion_ids": completion_ids,
                "completion_mask": completion_mask}
         trainer._hista_rewards = torch.tensor([rewards[p][k] for p, k in rows])
-        trainer._token_advantages(out, None, [f"problem-{p}" for p, _ in rows])
+        trainer.token_advantages(out, None, [f"problem-{p}" for p, _ in rows])
     tables = trainer.estimator.tables
     assert set(tables) == {"problem-A", "problem-B"}
     for p in ("A", "B"):  # the empty state: 4 rollouts per step, 2 steps, this problem's rewards only

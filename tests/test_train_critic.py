@@ -12,13 +12,13 @@ import torch
 
 from hista import estimators, losses
 from hista.cli import main
-from hista.critic import gae_advantages, gae_targets
 from hista.critic.model import ValueModel
 from hista.critic.online import OPTIMIZER, OnlineCritic, clipped_value_errors
 from hista.errors import InputError
+from hista.estimators.gae import gae_advantages, gae_targets
 from hista.estimators.ppo import CriticConfig
 from hista.train import load_recipe
-from hista.train.recipe import untrainable
+from hista.train.limits import untrainable
 from hista.types import Rollout, RolloutGroup
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -100,7 +100,7 @@ def test_critic_defaults_and_what_training_accepts():
 
 
 def test_sveb_refuses_the_training_critic():
-    from hista.sveb.eval import build_methods
+    from hista.sveb.methods import build_methods
 
     with pytest.raises(InputError, match="needs a learned model, which sveb eval does not provide"):
         build_methods(["critic"])

@@ -34,8 +34,9 @@ def _kind(mode: int) -> str:
     return next((word for test, word in _KINDS if test(mode)), "an unknown kind of file")
 
 
-def _system_root(*paths: Path) -> Optional[Path]:
-    """The first of /proc, /sys, /dev that any of ``paths`` lies under (or is), else None."""
+def system_root(*paths: Path) -> Optional[Path]:
+    """The first of /proc, /sys, /dev that any of ``paths`` lies under (or is), else None
+    (SPEC §11: no output is written there)."""
     for p in paths:
         for root in _FORBIDDEN_ROOTS:
             if p == root or root in p.parents:
@@ -52,7 +53,7 @@ def _resolve(path: Path) -> Path:
 def _check_location(path: Path, target: Path, shown: str) -> None:
     """Raise InputError if ``target`` is under /proc, /sys or /dev, if its nearest existing
     ancestor is not a directory, or if that directory is not writable."""
-    root = _system_root(Path(os.path.abspath(path)), target)
+    root = system_root(Path(os.path.abspath(path)), target)
     if root is not None:
         raise InputError(f"refusing to write under {root} (resolves to {target})", path=shown)
     for parent in target.parents:
@@ -176,7 +177,7 @@ def check_output_dir(path: str | os.PathLike, names: Iterable[str] = ()) -> Path
     path = Path(path)
     shown = str(path)
     target = _resolve(path)
-    root = _system_root(Path(os.path.abspath(path)), target)
+    root = system_root(Path(os.path.abspath(path)), target)
     if root is not None:
         raise InputError(f"refusing to write under {root} (resolves to {target})", path=shown)
     try:
@@ -226,6 +227,38 @@ def read_input(path: str | os.PathLike, what: str) -> bytes:
     finally:
         if fd >= 0:
             os.close(fd)
+
+
+def complete_lines(raw: bytes, path: str | os.PathLike, what: str) -> bytes:
+    """The complete lines of the bytes ``raw`` of an append-only JSON-lines file (SPEC §8, §10,
+    §11: case files, sweep values, per-problem files): an unterminated last line is left out
+    when it can be what a crash mid-write leaves of one of its lines (it starts with ``{``);
+    anything else at the end (a file that is not the command's own: notes, a one-line text) is
+    an InputError naming ``path`` as not ``what``, so that it is neither resumed nor cut."""
+    keep = raw.rfind(b"\n") + 1
+    tail = raw[keep:]
+    if tail and not tail.startswith(b"{"):
+        raise InputError(f"is not a {what} (its last line is not a JSON record and has no newline): use another "
+                         "path", path=str(path), line=raw[:keep].count(b"\n") + 1)
+    return raw[:keep]
+
+
+def cut_unterminated(path: str | os.PathLike) -> None:
+    """Cut an unterminated last line, the trace of a crash mid-write, off an append-only
+    JSON-lines file before the next append (SPEC §11 resume), once :func:`complete_lines` has
+    accepted it and the caller has checked everything else; nothing else of the file changes.
+    A file ending in a newline, or none, is left as it is."""
+    path = Path(path)
+    try:
+        raw = path.read_bytes()
+    except FileNotFoundError:
+        return
+    except OSError as exc:
+        raise InputError(f"cannot read the file to resume it ({exc.strerror or exc})", path=str(path)) from None
+    keep = len(complete_lines(raw, path, "file this command wrote"))
+    if keep < len(raw):
+        with open(path, "r+b") as fh:
+            fh.truncate(keep)
 
 
 def _identity(path: Path) -> tuple:

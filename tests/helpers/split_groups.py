@@ -22,7 +22,7 @@ from hista.train.trainer import HistaGRPOTrainer
 out_dir, estimator, per_device, group = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
 saved = {}
 calls = []
-original = HistaGRPOTrainer._token_advantages
+original = HistaGRPOTrainer.token_advantages
 COLLECTIVES = ("all_gather", "all_gather_into_tensor", "all_gather_object", "all_reduce", "broadcast",
                "broadcast_object_list", "gather", "gather_object", "scatter", "scatter_object_list",
                "reduce_scatter", "reduce_scatter_tensor", "all_to_all", "all_to_all_single", "send", "recv",
@@ -72,7 +72,7 @@ def spy(self, out, hidden, problem_ids=None):
     return adv
 
 
-HistaGRPOTrainer._token_advantages = spy
+HistaGRPOTrainer.token_advantages = spy
 
 
 def reward(completions, **_):

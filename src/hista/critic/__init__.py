@@ -1,12 +1,7 @@
-"""The PPO critic (SPEC §4.5): a value model (a causal-LM backbone plus a linear head H → 1),
-its GAE(λ) regression targets, its training on SVEB rollouts (PPO-1 cross-fitted by problem,
-PPO-N on the cases' own problems) and the critics ``sveb eval`` reads.
-
-Reading order: ``targets`` (pure tensor math), ``model`` (:class:`ValueModel`), ``train``
-(fitting, and ``hista critic train``), ``store`` (finding the critic that scores a case).
-Only ``targets`` is imported here: the model code loads transformers when it is used.
-"""
-
-from .targets import gae_advantages, gae_targets
-
-__all__ = ["gae_advantages", "gae_targets"]
+"""The PPO critic as a value model (SPEC §4.5): a causal-LM backbone plus a linear head H → 1
+(``model``: :class:`~hista.critic.model.ValueModel`, its folders), its regression on GAE(λ)
+targets of rollouts (``fit``) and the critic trained alongside a policy (``online``). It knows
+nothing of SVEB: training critics on SVEB cases and finding the critic of a case live in
+:mod:`hista.sveb.critic_training` and :mod:`hista.sveb.critics`; the GAE math in
+:mod:`hista.estimators.gae`. Nothing is imported here: the model code loads transformers
+when it is used."""

@@ -77,7 +77,7 @@ class ValueModel(torch.nn.Module):
         self.vocab_size = int(backbone.get_input_embeddings().num_embeddings)
         self._blocks_name, self._blocks = decoder_layers(backbone)
         self._tail_exact: Optional[bool] = None
-        #: a :class:`hista.critic.train.FrozenFeatures` that :meth:`values` reads and fills
+        #: a :class:`hista.critic.fit.FrozenFeatures` that :meth:`values` reads and fills
         #: (critics with the same frozen layers share their work; None: computed per call)
         self.shared_features: Any = None
         self.layers_trained = self.set_trainable(layers)
@@ -348,24 +348,6 @@ class ValueModel(torch.nn.Module):
         model.head.load_state_dict(head)
         device = device or ("cuda" if torch.cuda.is_available() else "cpu")
         return model.to(device).eval()
-
-
-def values_by_prompt(critic: Any, prompt_ids: Sequence[Sequence[int]], completion_ids: Sequence[Sequence[int]], *,
-                     terminal: bool = False, batch_size: int = 8) -> list[torch.Tensor]:
-    """Per-state values of prompt + completion rows in any order (SPEC §4.5): the rows are
-    grouped by prompt, each group goes through ``critic.values`` (a :class:`ValueModel`, or any
-    object with its ``values(prompt_ids, completions, terminal=..., batch_size=...)``) once, and
-    the values come back in the rows' order."""
-    out: list[Optional[torch.Tensor]] = [None] * len(completion_ids)
-    by_prompt: dict[tuple, list[int]] = {}
-    for k, prompt in enumerate(prompt_ids):
-        by_prompt.setdefault(tuple(prompt), []).append(k)
-    for prompt, rows in by_prompt.items():
-        values = critic.values(list(prompt), [completion_ids[k] for k in rows], terminal=terminal,
-                               batch_size=batch_size)
-        for k, v in zip(rows, values):
-            out[k] = v
-    return out
 
 
 def _block_index(name: str, prefix: str) -> Optional[int]:

@@ -6,7 +6,7 @@ Per generation batch, in PPO's order:
 
 1. :meth:`OnlineCritic.observe`: the critic's values V_0 .. V_{T−1} of every rollout, without
    gradients (a partly frozen critic runs its frozen layers once per rollout here and its
-   update reuses them: :class:`hista.critic.train.FrozenFeatures`; before the very first
+   update reuses them: :class:`hista.critic.fit.FrozenFeatures`; before the very first
    batch, the head's bias is set to that batch's mean reward, its weight being 0, so the first
    baseline is the batch mean rather than an arbitrary 0);
 2. the ``critic`` estimator (:class:`hista.estimators.ppo.PPOBaseline`) reads those values
@@ -33,10 +33,10 @@ from typing import Any, NamedTuple, Optional, Sequence
 import torch
 
 from ..errors import InputError
+from ..estimators.gae import gae_targets
 from ..types import RolloutGroup
+from .fit import FrozenFeatures, all_values
 from .model import ValueModel
-from .targets import gae_targets
-from .train import FrozenFeatures, all_values
 
 #: the critic's optimiser state, beside its weights in a checkpoint's ``critic/`` folder
 OPTIMIZER = "optimizer.pt"

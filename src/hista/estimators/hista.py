@@ -52,7 +52,7 @@ TIE_RTOL = 1e-4
 
 # The default profile's structure rule (docs/estimators.md "Structure rule"): what a None
 # ``layer``, ``interval`` or ``stride`` resolves to. The depth and the interval were chosen on
-# the selection halves of the SVEB study (docs/results/sveb-study, sweep-hista-rule); the caps
+# the selection halves of the SVEB study (results/sveb-study, sweep-hista-rule); the caps
 # bound the work at long responses to about that of the paper's setting (interval 50, stride 5
 # at 4,096 tokens: about 82 nodes and 840 compressed vectors per rollout), each within √2 of
 # it so that the whole stays within 2×.

@@ -50,7 +50,7 @@ class NumcaConfig(EstimatorConfig):
       ``"reward"``, the rollout's own reward (its continuation from there is a sample of that
       state; the reference SVEB rule gives the reward at the end of the text), or ``"table"``,
       the value of the macro state before the answer. Chosen by the SVEB study
-      (docs/results/sveb-study) on its selection half. It holds for the state values and the
+      (results/sveb-study) on its selection half. It holds for the state values and the
       advantages alike: with ``"reward"`` the answer's start is one more segment boundary,
       worth R.
     """

@@ -17,12 +17,29 @@ from typing import Any, ClassVar, Optional, Sequence
 
 import torch
 
-from ..critic.model import values_by_prompt
-from ..critic.targets import gae_advantages
 from ..errors import InputError
 from ..types import Rollout, RolloutGroup, State
 from . import register
 from .base import Estimator, EstimatorConfig, state_length
+from .gae import gae_advantages
+
+
+def critic_values(critic: Any, prompt_ids: Sequence[Sequence[int]], completion_ids: Sequence[Sequence[int]], *,
+                  terminal: bool = False, batch_size: int = 8) -> list[torch.Tensor]:
+    """Per-state values of prompt + completion rows in any order (SPEC §4.5): the rows are
+    grouped by prompt, each group goes through ``critic.values`` (a :class:`ValueModel`, or any
+    object with its ``values(prompt_ids, completions, terminal=..., batch_size=...)``) once, and
+    the values come back in the rows' order."""
+    out: list[Optional[torch.Tensor]] = [None] * len(completion_ids)
+    by_prompt: dict[tuple, list[int]] = {}
+    for k, prompt in enumerate(prompt_ids):
+        by_prompt.setdefault(tuple(prompt), []).append(k)
+    for prompt, rows in by_prompt.items():
+        values = critic.values(list(prompt), [completion_ids[k] for k in rows], terminal=terminal,
+                               batch_size=batch_size)
+        for k, v in zip(rows, values):
+            out[k] = v
+    return out
 
 
 @dataclasses.dataclass
@@ -66,7 +83,7 @@ class _PPOCritic(Estimator):
         if self.critic is None:
             raise ValueError(f"{self.name} reads a trained critic: train one with `hista critic train --mode "
                              f"{self.critic_mode}` and hand it over with use_critic() (sveb eval: --critic DIR)")
-        return values_by_prompt(self.critic, [r.prompt_ids for r in rollouts], [r.completion_ids for r in rollouts],
+        return critic_values(self.critic, [r.prompt_ids for r in rollouts], [r.completion_ids for r in rollouts],
                                 terminal=terminal)
 
     def state_values(self, group: RolloutGroup, states: Sequence[State]) -> torch.Tensor:

@@ -7,9 +7,11 @@
 (markdown tables).
 """
 
+from .checkpoint import ModelSource
 from .compare import compare
 from .metrics import pass_at_k
-from .run import EvalConfig, evaluate, read_results
+from .run import EvalConfig, check_suites, evaluate, output_paths, read_results
 from .suites import PRESETS
 
-__all__ = ["PRESETS", "EvalConfig", "compare", "evaluate", "pass_at_k", "read_results"]
+__all__ = ["PRESETS", "EvalConfig", "ModelSource", "check_suites", "compare", "evaluate", "output_paths", "pass_at_k",
+           "read_results"]

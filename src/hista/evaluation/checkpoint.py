@@ -20,7 +20,7 @@ from typing import Optional
 from .. import yamlio
 from ..errors import InputError
 from ..jsonio import read_input
-from ..rollout.engine import SYSTEM_PROMPT
+from ..rollout.config import SYSTEM_PROMPT
 
 #: The checkpoint folders of a run, as TRL names them.
 CHECKPOINT = re.compile(r"^checkpoint-(\d+)$")

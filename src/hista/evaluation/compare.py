@@ -16,9 +16,11 @@ from pathlib import Path
 from typing import Optional, Sequence
 
 from ..errors import InputError
+from ..jsonio import check_output_file, write_atomic, write_json_atomic
 from . import store
 from .metrics import N_BOOT, bootstrap, problem_score
-from .run import read_results
+from .report import compare_markdown
+from .run import check_outputs_not_inputs, read_results
 
 #: Settings that may differ between compared runs: they say which model ran.
 MODEL_FIELDS = ("model", "revision", "weights")
@@ -109,3 +111,28 @@ def compare(paths: Sequence[str], *, force: bool = False, metric: str = "avg", s
         out_runs.append({"label": label, "path": str(Path(path)), "model": run["model"]["name"],
                          "revision": run["model"]["revision"], "run": run["model"].get("run"), "summary": summary})
     return {"metric": metric, "seed": seed, "runs": out_runs, "differences": differences, "table": table}
+
+
+def compare_to_files(paths: Sequence[str], out: Optional[str | Path] = None, *, force: bool = False,
+                     metric: str = "avg", seed: int = 0) -> tuple[dict, str, list[Path]]:
+    """``hista eval compare`` (SPEC §10): :func:`compare` the results files ``paths`` and render
+    the markdown table; with ``out`` (a ``.md`` name) write the table there and the numbers to
+    the ``.json`` beside it. Both outputs are checked before anything is read (neither may be
+    one of ``paths``, SPEC §11) and written atomically. Returns the comparison, the table and
+    the paths written."""
+    written: list[Path] = []
+    if out is not None:
+        out = Path(out)
+        if out.suffix == ".json":
+            raise InputError("give the markdown file a .md name: the numbers go to the .json file beside it",
+                             path=str(out))
+        written = [out, out.with_suffix(".json")]
+        check_outputs_not_inputs(out, written[1:], paths)
+        check_output_file(written[0], "markdown")
+        check_output_file(written[1], "json")
+    result = compare(paths, force=force, metric=metric, seed=seed)
+    text = compare_markdown(result)
+    if written:
+        write_atomic(written[0], lambda fh: fh.write(text), kind="markdown")
+        write_json_atomic(written[1], result)
+    return result, text, written

@@ -15,7 +15,7 @@ from typing import Sequence
 
 from ..errors import InputError
 from ..jsonio import check_output_file, dumps_line, write_atomic, write_json_atomic
-from ..sveb.schema import Where, short
+from ..schema import Where, short
 from . import store
 from .report import result_markdown
 from .run import FORMAT, check_outputs_not_inputs, read_results, results_markdown_path

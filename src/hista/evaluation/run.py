@@ -24,15 +24,14 @@ from tqdm.auto import tqdm
 
 from .. import __version__
 from ..errors import InputError
-from ..jsonio import check_not_inputs, check_output_file, loads, write_atomic, write_json_atomic
+from ..jsonio import check_not_inputs, check_output_file, cut_unterminated, loads, write_atomic, write_json_atomic
 from ..models import EMBEDDED, LoadedModel
 from ..rewards import verify_with_reason
 from ..rollout import SamplingConfig
 from ..rollout.engine import eos_ids
 from ..rollout.engines import Engine, check_engine, load_model, make_engine
-from ..sveb.build import derive_seed
-from ..sveb.schema import Where, is_int, require, short, text
-from ..sveb.shards import chunks_of
+from ..schema import Where, is_int, require, short, text
+from ..sharding import chunks_of, derive_seed
 from . import checkpoint, store, suites
 from .report import result_markdown
 from .summary import empty_summary, summarise
@@ -82,6 +81,23 @@ class EvalConfig:
 def results_markdown_path(out: Path) -> Path:
     """The markdown table written beside the results file ``out`` (SPEC §10)."""
     return out.with_suffix(".md") if out.suffix == ".json" else out.with_name(out.name + ".md")
+
+
+def output_paths(out: str | Path) -> tuple[Path, Path, Path]:
+    """The files an evaluation into ``out`` writes (SPEC §10): the results file, its per-problem
+    samples file (:func:`hista.evaluation.store.samples_path`) and its markdown table."""
+    out = Path(out)
+    return out, store.samples_path(out), results_markdown_path(out)
+
+
+def check_suites(config: EvalConfig, *, load: bool = False) -> None:
+    """Resolve the suites of ``config`` (SPEC §10; an InputError names one that is not a preset
+    or task spec) and, with ``load``, load every benchmark's problems now, so that a run that
+    will evaluate them fails before it writes anything (SPEC §9 ``eval:``, §11)."""
+    benchmarks = suites.resolve(config.suites, temperature=config.temperature, k=config.k)[0]
+    if load:
+        for benchmark in benchmarks:
+            suites.load_problems(benchmark, config.limit)
 
 
 def problem_key(benchmark: str, problem: dict) -> str:
@@ -284,8 +300,7 @@ def evaluate(config: EvalConfig, out: str | Path, *, lm: Optional[LoadedModel] =
     those problems and, under ``"shard"``, the part and every problem key of the whole
     evaluation, for :func:`hista.evaluation.merge.merge`; a shard with no chunks (fewer chunks
     than shards) writes an empty part (:func:`hista.evaluation.summary.empty_summary`)."""
-    out = Path(out)
-    samples_file, markdown_file = store.samples_path(out), results_markdown_path(out)
+    out, samples_file, markdown_file = output_paths(out)
     check_outputs_not_inputs(out, (samples_file, markdown_file), task_files(config.suites))
     for path in (out, samples_file, markdown_file):
         check_output_file(path)
@@ -325,7 +340,7 @@ def evaluate(config: EvalConfig, out: str | Path, *, lm: Optional[LoadedModel] =
                              field="key")
         done[r["key"]] = r
     # every check has passed: only now is a crash's unterminated last line cut off the file
-    store.drop_unterminated(samples_file)
+    cut_unterminated(samples_file)
     if header is None:
         store.append(samples_file, [{"kind": "settings", "settings": settings, "hista_version": __version__,
                                      **({"shard": part} if part else {})}])

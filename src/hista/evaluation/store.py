@@ -22,9 +22,8 @@ from pathlib import Path
 from typing import Any, Iterable, Optional
 
 from ..errors import InputError
-from ..jsonio import append_jsonl, loads
-from ..sveb.cases import read_bytes
-from ..sveb.schema import Where, is_int, is_unit, require, short, text
+from ..jsonio import append_jsonl, loads, read_input
+from ..schema import Where, is_int, is_unit, require, short, text
 
 
 def samples_path(out: str | os.PathLike) -> Path:
@@ -96,7 +95,7 @@ HEADER_START = b'{"hista_version":'
 def read(path: str | os.PathLike) -> tuple[Optional[dict], list[dict]]:
     """The settings header and the problem records of a per-problem file (SPEC §10); a missing or
     empty file has neither. The file is only read, never changed: an unterminated last line, a
-    crash's trace, is left out (:func:`drop_unterminated` cuts it off once the evaluation has
+    crash's trace, is left out (:func:`hista.jsonio.cut_unterminated` cuts it off once the evaluation has
     passed every check). The file is identified first: an InputError names the file, line and
     field of anything that is wrong, an unterminated first line that is not the beginning of a
     settings header included (a file this is not), and so are lines that are not UTF-8 JSON,
@@ -111,7 +110,7 @@ def read(path: str | os.PathLike) -> tuple[Optional[dict], list[dict]]:
         raise InputError(f"cannot read the per-problem file ({exc.strerror or exc})", path=str(path)) from None
     if not stat.S_ISREG(info.st_mode):
         raise InputError("is not a regular file", path=str(path))
-    raw = read_bytes(path, repair=False, what="the per-problem file")
+    raw = read_input(path, "per-problem file")
     lines = raw.split(b"\n")
     if len(lines) == 1 and raw and not (raw.startswith(HEADER_START) or HEADER_START.startswith(raw)):
         Where(path, 1).fail("the first line must be the settings header {\"kind\": \"settings\", \"settings\": "
@@ -145,23 +144,6 @@ def read(path: str | os.PathLike) -> tuple[Optional[dict], list[dict]]:
         seen[record["key"]] = number
         records.append(record)
     return header, records
-
-
-def drop_unterminated(path: str | os.PathLike) -> None:
-    """Cut an unterminated last line, the trace of a crash mid-write, off the per-problem file
-    ``path`` (SPEC §10), so that the next append starts a line; a missing file, or one that
-    ends with a newline, is left as it is. Called only once :func:`read` has identified the
-    file and the evaluation has passed every check."""
-    path = Path(path)
-    try:
-        raw = path.read_bytes()
-        if raw and not raw.endswith(b"\n"):
-            with open(path, "r+b") as fh:
-                fh.truncate(raw.rfind(b"\n") + 1)
-    except FileNotFoundError:
-        return
-    except OSError as exc:
-        raise InputError(f"cannot repair the per-problem file ({exc.strerror or exc})", path=str(path)) from None
 
 
 def append(path: str | os.PathLike, records: Iterable[dict]) -> None:

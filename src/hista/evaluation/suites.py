@@ -76,7 +76,7 @@ def _unmapped(name: str, category: str, dataset: str, why: str) -> Benchmark:
 
 
 #: The paper's math benchmarks (Tables 3, 5, 7, 8) in its column order; greedy, except AMC and
-#: AIME at temperature 0.1 as avg@16 (§6.1). The paper does not name its dataset copies; these
+#: AIME at temperature 0.1 as avg@16 (paper §6.1). The paper does not name its dataset copies; these
 #: are the common Hugging Face copies (docs/evaluation.md).
 _PAPER_MATH = (
     _hub("MATH-500", "hf:math500"),
@@ -88,8 +88,8 @@ _PAPER_MATH = (
     _hub("GaoKao2023en", "hf:MARIO-Math-Reasoning/Gaokao2023-Math-En@train"),
     _hub("CollegeMath", "hf:di-zhang-fdu/College_Math_Test@test"),
 )
-#: The paper's hybrid suite (Table 6, §6.1): the math benchmarks with MinervaMath counted under
-#: science as §6.1 lists it, plus the science, general and code benchmarks. Those six need a row
+#: The paper's hybrid suite (Table 6, paper §6.1): the math benchmarks with MinervaMath counted under
+#: science as paper §6.1 lists it, plus the science, general and code benchmarks. Those six need a row
 #: mapping (option lists, code tests) that hista's ``hf:`` source does not have yet.
 _PAPER_HYBRID = (
     *(b for b in _PAPER_MATH if b.name != "Minerva"),

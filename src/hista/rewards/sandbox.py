@@ -345,8 +345,9 @@ def _ensure_backend() -> tuple[str, str, tuple[str, ...]]:
         return _backend, _python, _bwrap_extra  # type: ignore[return-value]
 
 
-def _reset_backend() -> None:
-    """Forget the probed backend (tests, or after installing bubblewrap)."""
+def reset_backend() -> None:
+    """Forget the probed backend (SPEC §6), so that the next run probes again: after installing
+    bubblewrap or changing ``HISTA_SANDBOX_BACKEND``."""
     global _backend, _python, _bwrap_extra, _warned
     with _lock:
         _backend, _python, _bwrap_extra, _warned = None, None, (), False
@@ -413,7 +414,7 @@ def _inside(workdir: str) -> str:
 
 def _bwrap_prefix(workdir: str, extra: Sequence[str]) -> list[str]:
     def tmpfs(path: str, size: int) -> list[str]:
-        return (["--size", str(size)] if _bwrap_has_size() else []) + ["--tmpfs", path]
+        return (["--size", str(size)] if bwrap_caps_tmpfs() else []) + ["--tmpfs", path]
 
     inside = _inside(workdir)
     return [
@@ -444,8 +445,9 @@ def _bwrap_prefix(workdir: str, extra: Sequence[str]) -> list[str]:
 _has_size: Optional[bool] = None
 
 
-def _bwrap_has_size() -> bool:
-    """Whether this bwrap understands ``--size`` (needed to cap the private /tmp)."""
+def bwrap_caps_tmpfs() -> bool:
+    """Whether this machine's bubblewrap understands ``--size``, which caps the program's
+    private ``/tmp`` (SPEC §6); probed once."""
     global _has_size
     if _has_size is None:
         try:

@@ -2,65 +2,17 @@
 
 from __future__ import annotations
 
-import math
-import numbers
-from dataclasses import asdict, dataclass
 from typing import Callable, Optional, Sequence
 
 import torch
 
-from ..errors import InputError
 from ..models import LoadedModel
 from ..models.forward import cache_argument
 from ..models.packed import packed_linears
 from ..types import Rollout
 from . import llama_decode, prefix_attention
+from .config import SYSTEM_PROMPT, SamplingConfig
 from .offsets import decode_with_offsets
-
-SYSTEM_PROMPT = (
-    "You are a helpful assistant. Solve the problem step by step, briefly. "
-    "Then write the final answer inside \\boxed{}."
-)
-
-
-@dataclass
-class SamplingConfig:
-    """Sampling settings of a rollout engine (SPEC §7); recorded in every result file.
-
-    ``temperature``: finite, ≥ 0 (0 = greedy); ``top_p``: in (0, 1]; ``max_new_tokens`` and
-    ``batch_size``: integers ≥ 1. A value out of range raises an InputError whose field is the
-    setting's name (the CLI option ``--temperature``, ``--top-p``, ``--max-new-tokens``,
-    ``--batch-size``)."""
-
-    temperature: float = 0.7
-    top_p: float = 1.0
-    max_new_tokens: int = 128
-    batch_size: int = 64
-    system_prompt: str = SYSTEM_PROMPT
-
-    def __post_init__(self) -> None:
-        def number(name: str) -> float:
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, numbers.Real):
-                raise InputError(f"must be a number, got {value!r}", field=name)
-            if not math.isfinite(value):
-                raise InputError(f"must be a finite number, got {value!r}", field=name)
-            return float(value)
-
-        if number("temperature") < 0:
-            raise InputError(f"must be >= 0 (0 = greedy), got {self.temperature!r}", field="temperature")
-        if not 0.0 < number("top_p") <= 1.0:
-            raise InputError(f"must lie in (0, 1], got {self.top_p!r}", field="top_p")
-        for name in ("max_new_tokens", "batch_size"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 1:
-                raise InputError(f"must be an integer >= 1, got {value!r}", field=name)
-        if not isinstance(self.system_prompt, str):
-            raise InputError(f"must be a string, got {type(self.system_prompt).__name__}", field="system_prompt")
-
-    def to_dict(self) -> dict:
-        """The settings as a JSON-ready dict (recorded in result files; SPEC §7)."""
-        return asdict(self)
 
 
 def chat_messages(problem: str, system_prompt: str = SYSTEM_PROMPT) -> list[dict]:
@@ -127,13 +79,14 @@ def _reserved_cache(config, capacity: int):
 _BLOCK = 256
 
 
-def _draw(probs: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
+def draw(probs: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
     """One token per row of ``probs`` [B, V] by inverse-CDF sampling in two levels: a uniform
     number per row picks a block of 256 tokens from the rows' cumulative block sums, then the
     token inside the block from that block's cumulative probabilities (both float64, so that
     no probability is lost to rounding). Draws exactly from ``probs`` (a zero-probability token
     is never chosen), like ``torch.multinomial``, at a fraction of its cost on CPU, which draws V
-    exponentials per row; the two levels spare a float64 cumulative sum over the vocabulary."""
+    exponentials per row; the two levels spare a float64 cumulative sum over the vocabulary
+    (SPEC §7 sampling)."""
     rows, size = probs.shape
     blocks = -(-size // _BLOCK)
     tiles = probs if size % _BLOCK == 0 else torch.nn.functional.pad(probs, (0, blocks * _BLOCK - size))
@@ -208,7 +161,7 @@ def sample_continuations(model, prefixes: Sequence[Sequence[int]], sources: Sequ
             logits = logits.div_(scale)
             logp = torch.log_softmax(logits, dim=-1)
             if temperature > 0:
-                chosen = _draw(logp.exp() if top_p >= 1.0 else _top_p_filter(logits, top_p).softmax(dim=-1), generator)
+                chosen = draw(logp.exp() if top_p >= 1.0 else _top_p_filter(logits, top_p).softmax(dim=-1), generator)
             else:
                 chosen = logits.argmax(dim=-1, keepdim=True)
             chosen_logp = logp.gather(-1, chosen)

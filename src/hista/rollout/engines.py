@@ -3,14 +3,12 @@ or ``vllm`` (vLLM, CUDA), and what a result file records of it."""
 
 from __future__ import annotations
 
-from typing import Any, Callable, Optional, Protocol, Sequence
+from typing import Callable, Optional, Protocol, Sequence
 
-from ..errors import InputError
 from ..models import LoadedModel, load
 from ..types import Rollout
-from .engine import GenerateEngine, SamplingConfig
-
-ENGINES = ("hf", "vllm")
+from .config import SamplingConfig, check_engine
+from .engine import GenerateEngine
 
 
 class Engine(Protocol):
@@ -35,19 +33,6 @@ class Engine(Protocol):
                           progress: Optional[Callable[[int], None]] = None,
                           prompt_texts: Optional[Sequence[str]] = None,
                           max_new_tokens: Optional[int] = None) -> list[list[Rollout]]: ...
-
-
-def check_engine(name: Any, tensor_parallel_size: Any = 1) -> None:
-    """An InputError (field ``engine`` or ``tensor_parallel_size``) unless ``name`` is one of
-    :data:`ENGINES` and ``tensor_parallel_size`` an integer >= 1, above 1 only for vllm."""
-    if name not in ENGINES:
-        raise InputError(f"unknown engine {name!r}; valid: {', '.join(ENGINES)}", field="engine")
-    tp = tensor_parallel_size
-    if isinstance(tp, bool) or not isinstance(tp, int) or tp < 1:
-        raise InputError(f"must be an integer >= 1, got {tp!r}", field="tensor_parallel_size")
-    if tp > 1 and name != "vllm":
-        raise InputError(f"is {tp}, but tensor parallelism is a vllm engine option (--engine vllm)",
-                         field="tensor_parallel_size")
 
 
 def available_engines() -> list[str]:

@@ -57,12 +57,13 @@ def _flash(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, scale: f
     return torch.ops.aten._scaled_dot_product_flash_attention_for_cpu(query, key, value, scale=scale)
 
 
-def _attention(module, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, attention_mask,
+def attention(module, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, attention_mask,
                scaling: Optional[float] = None, dropout: float = 0.0, shared_prefix: Optional[SharedPrefix] = None,
                **kwargs) -> tuple[torch.Tensor, None]:
     """Attention of ``query`` [B, H, 1, D] over the row's shared prefix and its own ``key`` /
     ``value`` [B, KV, S, D] (the tokens it generated, the current one included): each part is
-    attended separately and the two are weighted by their shares of the softmax mass."""
+    attended separately and the two are weighted by their shares of the softmax mass (SPEC §7:
+    each distinct prefix is encoded once; registered as transformers' attention interface)."""
     if shared_prefix is None:
         from transformers.integrations.sdpa_attention import sdpa_attention_forward
 
@@ -118,7 +119,7 @@ def decode_step(model: torch.nn.Module, tokens: torch.Tensor, position: torch.Te
     prefixes (SPEC §7). Raises if a layer of the model did not attend through this module."""
     from transformers import AttentionInterface
 
-    AttentionInterface.register(NAME, _attention)
+    AttentionInterface.register(NAME, attention)
     previous, before = model.config._attn_implementation, prefix.calls
     model.config._attn_implementation = NAME
     try:

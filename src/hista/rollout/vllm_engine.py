@@ -31,7 +31,8 @@ from typing import Any, Callable, Optional, Sequence
 from ..errors import InputError
 from ..models import EMBEDDED, LoadedModel, prepare_embedded
 from ..types import Rollout
-from .engine import SamplingConfig, eos_ids, prompt_ids
+from .config import SamplingConfig
+from .engine import eos_ids, prompt_ids
 from .offsets import decode_with_offsets
 
 #: Fraction of the GPU's memory vLLM may take (weights, activations and KV cache).

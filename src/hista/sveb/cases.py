@@ -17,11 +17,14 @@ import os
 import stat
 import zlib
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, Iterator, Optional, Sequence
+
+import numpy as np
 
 from ..errors import InputError
-from ..jsonio import append_text, loads
-from .schema import Where, is_int, is_unit, kind, require, short, text
+from ..jsonio import append_text, complete_lines, loads, read_input
+from ..schema import Where, is_int, is_unit, kind, require, short, text
+from ..types import Rollout, RolloutGroup
 
 #: How far a case's ``target`` may be from the mean of its continuation rewards.
 TARGET_TOLERANCE = 1e-9
@@ -34,8 +37,8 @@ def dumps(record: dict[str, Any]) -> str:
 
 def append(path: Path, record: dict[str, Any]) -> None:
     """Append one record with a single write and fsync it, so a crash loses at most the line
-    being written (which ``read(..., partial=True)`` then leaves out and :func:`repair` cuts
-    off before the next append); only ever to a regular file
+    being written (which ``read(..., partial=True)`` then leaves out and
+    :func:`hista.jsonio.cut_unterminated` cuts off before the next append); only ever to a regular file
     (:func:`hista.jsonio.append_text`, SPEC §11 output files)."""
     append_text(path, dumps(record), "jsonl")
 
@@ -160,8 +163,9 @@ def read(path: str | os.PathLike, *, partial: bool = False) -> list[dict[str, An
 
     With ``partial=True`` (used by ``build`` when resuming its own file) an unterminated last
     line, the trace of a crash mid-write, is left out, provided it can be the start of one of
-    these lines (:func:`complete_part`); the file is not changed (:func:`repair` cuts the line
-    off once the caller has checked everything). A path that is not a regular file (a
+    these lines (:func:`hista.jsonio.complete_lines`); the file is not changed
+    (:func:`hista.jsonio.cut_unterminated` cuts the line off once the caller has checked
+    everything). A path that is not a regular file (a
     directory, a FIFO) is refused without opening it. A name ending in ``.gz`` is read as a
     gzip-compressed case file (how the committed studies store theirs; never partial).
     """
@@ -174,63 +178,15 @@ def read(path: str | os.PathLike, *, partial: bool = False) -> list[dict[str, An
         raise InputError(f"cannot read the case file ({exc.strerror or exc})", path=str(path)) from None
     if not stat.S_ISREG(info.st_mode):
         raise InputError("is not a regular file", path=str(path))
-    raw = read_bytes(path, repair=False, what="the case file")
+    raw = read_input(path, "case file")
     if path.name.endswith(".gz"):
         try:
             raw = gzip.decompress(raw)
         except (OSError, EOFError, zlib.error) as exc:
             raise InputError(f"is not a readable gzip file ({exc})", path=str(path)) from None
     elif partial:
-        raw = complete_part(raw, path, "case file")
+        raw = complete_lines(raw, path, "case file")
     return list(_records(raw, path))
-
-
-def complete_part(raw: bytes, path: Path, what: str) -> bytes:
-    """The complete lines of the bytes ``raw`` of an append-only JSON-lines file (SPEC §8, §11):
-    an unterminated last line is left out when it can be what a crash mid-write leaves of one
-    of this file's lines (it starts with ``{``); anything else at the end (a file that is not
-    this command's own: notes, a one-line text) is an InputError naming ``path`` as not
-    ``what``, so that it is neither resumed nor cut."""
-    keep = raw.rfind(b"\n") + 1
-    tail = raw[keep:]
-    if tail and not tail.startswith(b"{"):
-        raise InputError(f"is not a {what} (its last line is not a JSON record and has no newline): use another "
-                         "path", path=str(path), line=raw[:keep].count(b"\n") + 1)
-    return raw[:keep]
-
-
-def repair(path: str | os.PathLike) -> None:
-    """Cut an unterminated last line, the trace of a crash mid-write, off an append-only
-    JSON-lines file before the next append (SPEC §8 resume), after :func:`complete_part` has
-    accepted it; nothing else of the file changes. A file ending in a newline, or none, is left
-    as it is."""
-    path = Path(path)
-    try:
-        raw = path.read_bytes()
-    except FileNotFoundError:
-        return
-    except OSError as exc:
-        raise InputError(f"cannot read the file to resume it ({exc.strerror or exc})", path=str(path)) from None
-    keep = len(complete_part(raw, path, "file this command wrote"))
-    if keep < len(raw):
-        with open(path, "r+b") as fh:
-            fh.truncate(keep)
-
-
-def read_bytes(path: Path, *, repair: bool, what: str) -> bytes:
-    """The bytes of an append-only JSON-lines file (SPEC §8: case files, sweep values); with
-    ``repair``, an unterminated last line, the trace of a crash mid-write, is cut off the file
-    first. An InputError names ``what`` and the file when it cannot be read."""
-    try:
-        raw = path.read_bytes()
-        if repair and raw and not raw.endswith(b"\n"):
-            keep = raw.rfind(b"\n") + 1
-            with open(path, "r+b") as fh:
-                fh.truncate(keep)
-            raw = raw[:keep]
-    except OSError as exc:
-        raise InputError(f"cannot read {what} ({exc.strerror or exc})", path=str(path)) from None
-    return raw
 
 
 def _records(raw: bytes, path: Path) -> Iterator[dict[str, Any]]:
@@ -255,3 +211,62 @@ def _records(raw: bytes, path: Path) -> Iterator[dict[str, Any]]:
                              field="key")
         seen[key] = number
         yield record
+
+
+# --- problems: keys, splits and folds; reading a case file for evaluation ---------------
+
+
+def problem_of(case_id: str) -> str:
+    """The problem of a case: its key before ``#`` (``PROBLEM_ID#sK``; SPEC §8)."""
+    return case_id.partition("#")[0]
+
+
+def fold_problems(problems: Sequence[str], k: int, seed: int) -> list[list[str]]:
+    """K seeded folds of the problems, as equal in size as they can be (SPEC §8 ``sweep``, and
+    the folds of cross-fitted methods); each sorted."""
+    order = [sorted(problems)[j] for j in np.random.default_rng(seed).permutation(len(problems))]
+    return [sorted(order[j::k]) for j in range(k)]
+
+
+def split_problems(problems: Sequence[str], fraction: float, seed: int) -> tuple[list[str], list[str]]:
+    """A seeded split of the problems into a selection part of round(fraction · n) problems (at
+    least 1, at most n − 1) and a report part (SPEC §8 ``sweep``); both sorted."""
+    order = [sorted(problems)[k] for k in np.random.default_rng(seed).permutation(len(problems))]
+    n = min(max(1, round(fraction * len(order))), len(order) - 1)
+    return sorted(order[:n]), sorted(order[n:])
+
+
+def read_cases(path: str | Path, model: Optional[str] = None) -> tuple[list[dict], str, str]:
+    """The case records of ``path`` (skips left out) and the model and revision that built them
+    (SPEC §8); an InputError when the file holds no case, mixes models or sampling engines
+    (``settings.engine``), or was built with another model than ``model``."""
+    records = [r for r in read(path) if r["kind"] == "case"]
+    if not records:
+        raise InputError("holds no cases", path=str(path))
+    built = {(r["settings"]["model"], r["settings"]["revision"]) for r in records}
+    if len(built) > 1:
+        raise InputError(f"mixes cases of several models: {sorted(built)}", path=str(path))
+    (recorded, revision), = built
+    engines = [r["settings"].get("engine", "an unrecorded engine (an older build)") for r in records]
+    other = next((k for k, e in enumerate(engines) if e != engines[0]), None)
+    if other is not None:
+        raise InputError(f"mixes cases sampled by several engines: {records[0]['key']!r} by {engines[0]}, "
+                         f"{records[other]['key']!r} by {engines[other]} (one file, one engine)", path=str(path),
+                         field="settings.engine")
+    if model is not None and model != recorded:
+        raise InputError(f"cases were built with model '{recorded}', not '{model}': hidden states "
+                         "must come from the policy that sampled them", path=str(path))
+    return records, recorded, revision
+
+
+def group_of(record: dict, hidden: Optional[list] = None) -> RolloutGroup:
+    """The group of rollouts of a case record (SPEC §8): its stored rollouts (ids, text,
+    offsets, reward) with ``hidden`` (one tensor per rollout, or None), and the state's stored
+    continuation rewards (for estimators that need continuations)."""
+    prompt, stored = record["prompt_ids"], record["rollouts"]
+    hidden = hidden or [None] * len(stored)
+    rollouts = [Rollout(prompt, r["completion_ids"], r["reward"], completion_text=r["completion_text"],
+                        offsets=[tuple(o) for o in r["offsets"]], hidden=h) for r, h in zip(stored, hidden)]
+    state = (record["state"]["rollout"], record["state"]["t"])
+    return RolloutGroup(rollouts, prompt_id=record["key"], problem=record["problem"],
+                        continuations={state: list(record["continuations"])})

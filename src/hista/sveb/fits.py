@@ -20,7 +20,7 @@ from tqdm.auto import tqdm
 from ..errors import InputError
 from ..estimators import Estimator
 from ..types import RolloutGroup
-from .schema import fold_problems, problem_of
+from .cases import fold_problems, problem_of
 
 #: folds of problems a cross-fitted method is fitted over (fewer when there are fewer problems)
 FOLDS = 10

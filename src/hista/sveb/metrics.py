@@ -18,9 +18,10 @@ from typing import Any, Hashable, Iterator, Mapping, Sequence
 
 import numpy as np
 
-from .schema import problem_of
+from .cases import problem_of
 
-__all__ = ["mcs_error", "bootstrap_ci", "pearson", "case_problems", "resampling", "summarise", "MAX_MCS_TERMS"]
+__all__ = ["mcs_error", "bootstrap_ci", "pearson", "case_problems", "resampling", "summarise", "value_of",
+           "MAX_MCS_TERMS"]
 
 #: Largest number of terms ``mcs_error`` will sum for non-binary rewards before refusing.
 MAX_MCS_TERMS = 1_000_000
@@ -209,8 +210,9 @@ def pearson(x: Sequence[float], y: Sequence[float]) -> float:
 # --------------------------------------------------------------------------------------------
 
 
-def _value(record: Mapping[str, Any], method: str) -> float:
-    """The method's value for a case, or NaN when missing, None, non-numeric or non-finite."""
+def value_of(record: Mapping[str, Any], method: str) -> float:
+    """The method's value in a case row (SPEC §8), or NaN when missing, None, non-numeric or
+    non-finite."""
     values = record.get("values") or {}
     v = values.get(method) if isinstance(values, Mapping) else None
     if v is None or isinstance(v, bool):
@@ -223,7 +225,7 @@ def _value(record: Mapping[str, Any], method: str) -> float:
 
 
 def case_problems(records: Sequence[Mapping[str, Any]]) -> list[str] | None:
-    """The problem of each record (:func:`hista.sveb.schema.problem_of` of its ``case_id``), or
+    """The problem of each record (:func:`hista.sveb.cases.problem_of` of its ``case_id``), or
     None when some record has no string ``case_id`` (SPEC §8)."""
     if not all(isinstance(rec.get("case_id"), str) for rec in records):
         return None
@@ -319,7 +321,7 @@ def summarise(
             used: list[dict] = []
             skipped = 0
             for rec in by_field[field]:
-                v, t = _value(rec, method), float(rec["target"])
+                v, t = value_of(rec, method), float(rec["target"])
                 if math.isnan(v) or not math.isfinite(t):
                     skipped += 1
                     continue

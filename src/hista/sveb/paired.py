@@ -18,7 +18,7 @@ from typing import Any, Mapping, Sequence
 
 import numpy as np
 
-from .metrics import _value, bootstrap_ci, case_problems, pearson, resampling
+from .metrics import bootstrap_ci, case_problems, pearson, resampling, value_of
 
 __all__ = ["paired_summary", "position_slice", "length_slices", "TIE_TOLERANCE", "POSITION_LABELS"]
 
@@ -170,7 +170,7 @@ def paired_summary(rows: Sequence[Mapping[str, Any]], methods: Sequence[str], n_
     problems = case_problems(rows)
     out_rows: dict[str, dict[str, dict[str, Any]]] = {}
     for method in methods:
-        values = [_value(row, method) for row in rows]
+        values = [value_of(row, method) for row in rows]
         out_rows[method] = {}
         for group, names in slices.items():
             out_rows[method][group] = {}

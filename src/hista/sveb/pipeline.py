@@ -10,9 +10,10 @@ from typing import Any, Optional, Sequence, Union
 from .. import tasks
 from ..jsonio import check_not_inputs, check_output_dir, write_json_atomic
 from . import report
-from .build import BuildConfig, build
+from .build import build
 from .eval import evaluate
-from .presets import DEFAULT_METHODS, preset
+from .methods import from_results
+from .presets import DEFAULT_METHODS, BuildConfig, preset
 
 #: the λ of the critics ``run(with_critic=True)`` trains (the paper's Table 1)
 CRITIC_LAMS = (0.95, 1.0)
@@ -27,7 +28,7 @@ def run(settings: Union[str, BuildConfig] = "quick", out: Union[str, Path] = "ru
     BuildConfig) and ``overrides`` of its fields, evaluate ``methods`` on it into
     ``out/results.json``, and write the report (``report.md``, ``report.json``, plots) into
     ``out`` (SPEC §8). With ``with_critic`` the PPO critics of :data:`CRITIC_METHODS` are
-    trained on the cases into ``out/critics`` (:func:`hista.critic.train.train_critics` with its
+    trained on the cases into ``out/critics`` (:func:`hista.sveb.critic_training.train_critics` with its
     defaults, PPO-1 in 5 folds or one per problem when fewer; resumed when interrupted) and
     their methods are evaluated after ``methods``.
     Returns the build counts, the output paths, the summary and the labels."""
@@ -41,7 +42,7 @@ def run(settings: Union[str, BuildConfig] = "quick", out: Union[str, Path] = "ru
     counts = build(config, cases_path, progress=progress)
     critics = None
     if with_critic:
-        from ..critic.train import train_critics
+        from .critic_training import train_critics
 
         critics = [str(out / "critics")]
         train_critics(cases_path, out / "critics", mode=["ppo-1", "ppo-n"], lam=list(CRITIC_LAMS), folds=None,
@@ -49,7 +50,7 @@ def run(settings: Union[str, BuildConfig] = "quick", out: Union[str, Path] = "ru
         methods = list(methods) + [m for m in CRITIC_METHODS if m not in methods]
     results = evaluate(cases_path, methods, device=device, progress=progress, critics=critics)
     write_json_atomic(results_path, results)
-    paths = report.write_report(results["summary"], results["cases"], list(results["methods"]), out,
-                                labels=results["labels"])
+    chosen = from_results(results)
+    paths = report.write_report(results["summary"], results["cases"], chosen, out, paired=results["paired"])
     return {"counts": counts, "cases": cases_path, "results": results_path, "report": paths,
-            "summary": results["summary"], "labels": results["labels"]}
+            "summary": results["summary"], "labels": report.report_labels(chosen)}

@@ -1,9 +1,85 @@
-"""SVEB presets (SPEC §8): named build settings, and the methods a run evaluates by default.
-The CLI and :func:`hista.sveb.run` read them from here only."""
+"""SVEB settings (SPEC §8): what a case build takes (:class:`BuildConfig`), its named presets,
+the methods a run evaluates by default and the folds of a cross-fitted PPO-1 critic. Plain
+values, no model and no torch: the CLI and :func:`hista.sveb.run` read them from here only."""
 
 from __future__ import annotations
 
-from .build import BuildConfig
+import dataclasses
+from typing import Optional, Sequence
+
+from ..errors import InputError
+from ..rollout.config import SamplingConfig, check_engine
+
+#: folds by problem of a cross-fitted PPO-1 critic when none are given (SPEC §4.5; fewer problems: one each)
+DEFAULT_FOLDS = 5
+
+
+@dataclasses.dataclass
+class BuildConfig:
+    """Settings of a case build. The defaults are the ``default`` preset (SPEC §8, the paper's
+    settings: G = 32 rollouts, M = 20 continuations, one state per problem, difficulty range
+    0.1-0.8 on the initial rollouts' accuracy); :mod:`hista.sveb.presets` holds the others.
+    ``problems`` counts per task source. ``engine`` samples (``hf`` or ``vllm``, SPEC §7);
+    ``tensor_parallel_size`` is the vllm engine's."""
+
+    model: str = "smollm2-135m-instruct"
+    tasks: Sequence[str] = ("builtin:arith", "builtin:choice")
+    problems: int = 100
+    rollouts: int = 32
+    continuations: int = 20
+    states_per_problem: int = 1
+    seed: int = 0
+    split: str = "test"
+    lo: Optional[float] = 0.1
+    hi: Optional[float] = 0.8
+    temperature: float = 0.7
+    top_p: float = 1.0
+    max_new_tokens: int = 256
+    batch_size: int = 64
+    engine: str = "hf"
+    tensor_parallel_size: int = 1
+
+    def __post_init__(self) -> None:
+        """Check every field (SPEC §8), so that no setting silently builds nothing: an
+        InputError names the field."""
+        if isinstance(self.tasks, str) or not self.tasks or not all(isinstance(t, str) and t for t in self.tasks):
+            raise InputError(f"must be a non-empty list of task specs, got {self.tasks!r}", field="tasks")
+        if not isinstance(self.model, str) or not self.model:
+            raise InputError(f"must be a model name, got {self.model!r}", field="model")
+        least = {"problems": 1, "rollouts": 2, "continuations": 1, "states_per_problem": 1, "seed": 0,
+                 "max_new_tokens": 2}
+        for name, low in least.items():
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < low:
+                why = " (a state needs a completion of 2 tokens)" if name == "max_new_tokens" else ""
+                raise InputError(f"must be an integer >= {low}{why}, got {value!r}", field=name)
+        for name in ("lo", "hi"):
+            value = getattr(self, name)
+            if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float))
+                                      or not 0.0 <= value <= 1.0):
+                raise InputError(f"must be an accuracy in [0, 1] or None, got {value!r}", field=name)
+        if self.lo is not None and self.hi is not None and self.lo > self.hi:
+            raise InputError(f"lo {self.lo} is above hi {self.hi}: no problem could be kept", field="lo")
+        self.sampling()  # temperature, top_p, batch_size
+        check_engine(self.engine, self.tensor_parallel_size)
+
+    def sampling(self) -> SamplingConfig:
+        return SamplingConfig(temperature=self.temperature, top_p=self.top_p,
+                              max_new_tokens=self.max_new_tokens, batch_size=self.batch_size)
+
+    def settings(self, revision: str, engine: dict) -> dict:
+        """What a case file records and a resumed build must match (``problems`` may grow):
+        the fields, the model's revision and the sampling engine's identity (name and versions),
+        so that no file mixes the samples of two engines."""
+        out = dataclasses.asdict(self)
+        out.pop("problems")
+        out.pop("tensor_parallel_size")
+        out["tasks"] = list(self.tasks)
+        out["revision"] = revision
+        out["engine"] = engine
+        return out
+
+
 
 PRESETS: dict[str, BuildConfig] = {
     # the paper's settings (G 32, M 20, accuracy filter 0.1-0.8): the BuildConfig defaults

@@ -18,15 +18,16 @@ import os
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
-from ..errors import InputError
-from ..estimators import Estimator
-from ..estimators.group_mean import GroupMean
-from ..jsonio import check_output_dir, write_atomic, write_json_atomic
-from .eval import build_estimator, method_label, spec_label
+from ..jsonio import check_not_inputs, check_output_dir, write_atomic, write_json_atomic
+from . import results as results_file
+from .methods import Method, from_results
 from .paired import paired_summary
+from .present import finite, fmt, new_figure, save_figure, signed
+from .present import resampled as over
 
-__all__ = ["report_labels", "markdown_table", "table1", "table1_markdown", "paired_table", "slices_table",
-           "paired_markdown", "difference_stats", "plot_mae", "plot_differences", "plot_delta", "write_report"]
+__all__ = ["report_file", "report_labels", "markdown_table", "table1", "table1_markdown", "paired_table",
+           "slices_table", "paired_markdown", "difference_stats", "plot_mae", "plot_differences", "plot_delta",
+           "write_report"]
 
 
 # --------------------------------------------------------------------------------------------
@@ -56,88 +57,44 @@ def _field_label(labels: Mapping[str, str] | None, field: str) -> str:
     return field[:1].upper() + field[1:]
 
 
-def _finite(x: Any) -> bool:
-    return isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x)
 
-
-def _fmt(x: Any) -> str:
-    return f"{x:.3f}" if _finite(x) else "n/a"
-
-
-def _over(summary: Mapping[str, Any]) -> str:
-    """What the intervals of ``summary`` (of :func:`hista.sveb.metrics.summarise`, of
-    :func:`hista.sveb.paired.paired_summary` or of a sweep) resampled, for captions (SPEC §8):
-    "over problems (cases share problems)" or "over cases" (also when it does not say, as in
-    results written before it did)."""
-    return "over problems (cases share problems)" if summary.get("resampled") == "problems" else "over cases"
 
 
 def _cell_text(cell: Mapping[str, Any] | None) -> str:
-    if not cell or not _finite(cell.get("mae")):
+    if not cell or not finite(cell.get("mae")):
         return "–"
-    return f"{_fmt(cell['mae'])} [{_fmt(cell.get('lo'))}, {_fmt(cell.get('hi'))}]"
+    return f"{fmt(cell['mae'])} [{fmt(cell.get('lo'))}, {fmt(cell.get('hi'))}]"
 
 
-def _save_figure(fig: Any, path: Path) -> Path:
-    return write_atomic(path, lambda fh: fig.savefig(fh, format="png", dpi=120), mode="wb", kind="png")
-
-
-def _new_figure(width: float, height: float) -> Any:
-    # The object-oriented API with the Agg canvas: no pyplot global state, no GUI backend.
-    from matplotlib.backends.backend_agg import FigureCanvasAgg
-    from matplotlib.figure import Figure
-
-    fig = Figure(figsize=(width, height))
-    FigureCanvasAgg(fig)
-    return fig
 
 
 # --------------------------------------------------------------------------------------------
-# what a method is: read from its spec, never from its label
+# what a method is: read from its record (hista.sveb.methods), never from its label
 # --------------------------------------------------------------------------------------------
-
-
-def _estimator(spec: str) -> Estimator | None:
-    """The estimator of a method spec, or None when no registered estimator reads it (a plugin
-    not installed here, or a row key of a hand-made summary)."""
-    try:
-        return build_estimator(spec)
-    except InputError:
-        return None
-
-
-def _critic_need(est: Estimator | None) -> dict | None:
-    """``{"mode", "lam"}`` of a method that reads a trained critic (SPEC §4.5), else None."""
-    need = getattr(est, "critic_requirement", None)
-    return need() if need is not None else None
 
 
 def _lam_text(lam: float) -> str:
     return str(float(lam))  # 0.95 -> "0.95", 1 -> "1.0", as the paper writes λ
 
 
-def report_labels(methods: Sequence[str], labels: Mapping[str, str] | None = None) -> dict[str, str]:
-    """The labels the report prints (SPEC §4.5, §8): ``labels`` (method spec -> label), where a
-    PPO critic method without a label of its own (``label=`` in its spec or a label other than
-    the automatic ``PPO-N?lam=0.95``) is named as in the paper: ``PPO-N``, or ``PPO-N (λ=0.95)``
-    when methods of that mode with several λ are reported. Names two methods would share are
-    left as they were. Other methods keep their labels."""
-    out = dict(labels or {})
-    critics = {}
-    for m in methods:
-        est = _estimator(m)
-        if (need := _critic_need(est)) is not None:
-            critics[m] = (est, need)
+def report_labels(methods: Mapping[str, Method]) -> dict[str, str]:
+    """The labels the report prints (SPEC §4.5, §8), method spec -> label: each method's own
+    label, except that a PPO critic method whose label nobody chose (``label=`` in its spec or
+    another label in the results file) is named as in the paper: ``PPO-N``, or ``PPO-N
+    (λ=0.95)`` when methods of that mode with several λ are reported. Names two methods would
+    share are left as they were."""
+    out = {m: method.label for m, method in methods.items()}
+    critics = {m: method for m, method in methods.items() if method.critic is not None}
     lams: dict[str, set[float]] = {}
-    for _, need in critics.values():
-        lams.setdefault(need["mode"], set()).add(need["lam"])
+    for method in critics.values():
+        lams.setdefault(method.critic["mode"], set()).add(method.critic["lam"])
     renamed = {}
-    for m, (est, need) in critics.items():
-        if spec_label(m) is not None or out.get(m, method_label(m, est)) != method_label(m, est):
-            continue  # a label someone chose
-        several = len(lams[need["mode"]]) > 1
-        renamed[m] = est.method_label() + (f" (λ={_lam_text(need['lam'])})" if several else "")
-    taken = [out.get(m, m) for m in methods if m not in renamed] + list(renamed.values())
+    for m, method in critics.items():
+        if method.labelled:
+            continue
+        several = len(lams[method.critic["mode"]]) > 1
+        renamed[m] = method.estimator_label + (f" (λ={_lam_text(method.critic['lam'])})" if several else "")
+    taken = [out[m] for m in methods if m not in renamed] + list(renamed.values())
     out.update({m: name for m, name in renamed.items() if taken.count(name) == 1})
     return out
 
@@ -160,14 +117,13 @@ def markdown_table(summary: dict, labels: dict[str, str] | None = None) -> str:
     rows = summary["rows"]
     names = _row_names(summary)
     counts = summary.get("counts", {})
-    labels = report_labels([r for r in names if not _is_mcs(summary, r)], labels)
 
     best: dict[str, str] = {}
     for field in fields:
         shown = [
-            _fmt(rows[r][field]["mae"])
+            fmt(rows[r][field]["mae"])
             for r in names
-            if not _is_mcs(summary, r) and field in rows[r] and _finite(rows[r][field].get("mae"))
+            if not _is_mcs(summary, r) and field in rows[r] and finite(rows[r][field].get("mae"))
         ]
         if shown:
             best[field] = min(shown, key=float)
@@ -178,7 +134,7 @@ def markdown_table(summary: dict, labels: dict[str, str] | None = None) -> str:
     )
     caption = (
         f"Table: SVEB mean absolute error against the Monte-Carlo reference value (lower is "
-        f"better), {level:.0%} bootstrap interval {_over(summary)} in brackets; best estimator per "
+        f"better), {level:.0%} bootstrap interval {over(summary)} in brackets; best estimator per "
         f"column in bold. Cases: {count_text}."
     )
     header = "| Estimator | " + " | ".join(f"{_field_label(labels, f)} ↓" for f in fields) + " |"
@@ -192,8 +148,8 @@ def markdown_table(summary: dict, labels: dict[str, str] | None = None) -> str:
             if (
                 not _is_mcs(summary, r)
                 and cell is not None
-                and _finite(cell.get("mae"))
-                and _fmt(cell["mae"]) == best.get(field)
+                and finite(cell.get("mae"))
+                and fmt(cell["mae"]) == best.get(field)
             ):
                 text = f"**{text}**"
             cells.append(text)
@@ -222,7 +178,7 @@ def _pearson_table(summary: Mapping[str, Any], labels: Mapping[str, str] | None)
     rule = "| --- | " + " | ".join("---" for _ in fields) + " |"
     lines = [header, rule]
     for r in names:
-        vals = [_fmt(rows[r].get(f, {}).get("pearson")) for f in fields]
+        vals = [fmt(rows[r].get(f, {}).get("pearson")) for f in fields]
         lines.append(f"| {_label(labels, r)} | " + " | ".join(vals) + " |")
     return "\n".join(lines) + "\n"
 
@@ -234,7 +190,7 @@ def _pearson_table(summary: Mapping[str, Any], labels: Mapping[str, str] | None)
 NO_LAMBDA = "no λ"
 
 
-def table1(summary: dict, labels: dict[str, str] | None = None) -> dict | None:
+def table1(summary: dict, methods: Mapping[str, Method], labels: Mapping[str, str] | None = None) -> dict | None:
     """The PPO critics in the layout of the paper's Table 1 (SPEC §4.5, §8), or None when no
     method of ``summary`` reads a trained critic (``ppo-1``, ``ppo-n``).
 
@@ -246,12 +202,10 @@ def table1(summary: dict, labels: dict[str, str] | None = None) -> dict | None:
     its λ column. A cell is the method's overall MAE (the "all" field) with its bootstrap
     interval; a second method of the same mode and λ opens another row."""
     rows = summary["rows"]
-    methods = [r for r in _row_names(summary) if not _is_mcs(summary, r)]
-    found = {m: _estimator(m) for m in methods}
-    critics = {m: need for m, est in found.items() if (need := _critic_need(est)) is not None}
+    found = {r: methods[r] for r in _row_names(summary) if not _is_mcs(summary, r) and r in methods}
+    critics = {m: method.critic for m, method in found.items() if method.critic is not None}
     if not critics:
         return None
-    labels = report_labels(methods, labels)
     columns = [f"λ = {_lam_text(lam)}" for lam in sorted({need["lam"] for need in critics.values()})] + [NO_LAMBDA]
 
     def cell(m: str) -> dict:
@@ -259,15 +213,15 @@ def table1(summary: dict, labels: dict[str, str] | None = None) -> dict | None:
         return {"method": m, **{k: whole.get(k, math.nan) for k in ("mae", "lo", "hi", "n")}}
 
     out = [{"label": _label(labels, m), "cells": {NO_LAMBDA: cell(m)}}
-           for m, est in found.items() if isinstance(est, GroupMean)]
+           for m, method in found.items() if method.baseline]
     grpo_mae = (summary.get("grpo_mae") or {}).get("all")
-    if not out and _finite(grpo_mae):
+    if not out and finite(grpo_mae):
         n = (summary.get("counts") or {}).get("all", math.nan)
         out.append({"label": "GRPO", "cells": {NO_LAMBDA: {"method": None, "mae": grpo_mae, "lo": math.nan,
                                                            "hi": math.nan, "n": n}}})
     first_critic_row = len(out)
-    for m in sorted(critics, key=lambda m: found[m].method_label()):  # PPO-1, then PPO-N
-        name, column = found[m].method_label(), f"λ = {_lam_text(critics[m]['lam'])}"
+    for m in sorted(critics, key=lambda m: found[m].estimator_label):  # PPO-1, then PPO-N
+        name, column = found[m].estimator_label, f"λ = {_lam_text(critics[m]['lam'])}"
         row = next((r for r in out[first_critic_row:] if r["label"] == name and column not in r["cells"]), None)
         if row is None:
             row = {"label": name, "cells": {}}
@@ -286,7 +240,7 @@ def table1_markdown(table: dict | None, level: float = 0.95, resampled: str = "c
     caption = (
         f"Table: MAE over all cases (the main table's \"All\" column) of GRPO and the PPO critics, by "
         f"the GAE λ each critic was trained with (GRPO has none), as in the paper's Table 1; {level:.0%} "
-        f"bootstrap interval {_over({'resampled': resampled})} in brackets. PPO-1: a critic that never "
+        f"bootstrap interval {over({'resampled': resampled})} in brackets. PPO-1: a critic that never "
         f"saw the state's problem; PPO-N: a critic trained on the initial rollouts of the same problems."
     )
     columns = table["columns"]
@@ -297,7 +251,7 @@ def table1_markdown(table: dict | None, level: float = 0.95, resampled: str = "c
         for column in columns:
             cell = row["cells"].get(column)
             bare = cell is not None and cell["method"] is None  # the recorded group mean: no interval
-            cells.append(_fmt(cell["mae"]) if bare else _cell_text(cell))
+            cells.append(fmt(cell["mae"]) if bare else _cell_text(cell))
         lines.append(f"| {row['label']} | " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"
 
@@ -307,26 +261,22 @@ def table1_markdown(table: dict | None, level: float = 0.95, resampled: str = "c
 # --------------------------------------------------------------------------------------------
 
 
-def _signed(x: Any) -> str:
-    return f"{x:+.3f}" if _finite(x) else "n/a"
-
 
 def _paired_cell_text(cell: Mapping[str, Any] | None) -> str:
     """``ΔMAE [lo, hi]`` (``*`` when the interval excludes 0), the win rate and, when there are
     ties, the tie rate; "–" without cases."""
-    if not cell or not cell.get("n") or not _finite(cell.get("delta")):
+    if not cell or not cell.get("n") or not finite(cell.get("delta")):
         return "–"
     star = "*" if cell.get("excludes_zero") else ""
-    win = f"win {cell['win']:.0%}" if _finite(cell.get("win")) else "win n/a"
-    if _finite(cell.get("tie")) and cell["tie"] > 0:
+    win = f"win {cell['win']:.0%}" if finite(cell.get("win")) else "win n/a"
+    if finite(cell.get("tie")) and cell["tie"] > 0:
         win += f", tie {cell['tie']:.0%}"
-    return f"{_signed(cell['delta'])} [{_signed(cell.get('lo'))}, {_signed(cell.get('hi'))}]{star} · {win}"
+    return f"{signed(cell['delta'])} [{signed(cell.get('lo'))}, {signed(cell.get('hi'))}]{star} · {win}"
 
 
 def _paired_rows(paired: Mapping[str, Any], columns: Sequence[tuple[str, str]], labels: Mapping[str, str] | None,
                  column_label: Any) -> list[str]:
     """Header, rule and one line per method of a paired table over ``(group, slice)`` columns."""
-    labels = report_labels(paired["methods"], labels)
     header = "| Estimator | " + " | ".join(column_label(group, name) for group, name in columns) + " |"
     lines = [header, "| --- | " + " | ".join("---" for _ in columns) + " |"]
     for m in paired["methods"]:
@@ -349,7 +299,7 @@ def paired_table(paired: dict, labels: dict[str, str] | None = None) -> str:
     caption = (
         f"Table: paired comparison with GRPO (the group mean): ΔMAE = MAE(estimator) − MAE(GRPO) on "
         f"the same cases (negative: closer to the target than GRPO), {level:.0%} paired bootstrap "
-        f"interval {_over(paired)} in brackets (each resample draws the same cases for both), * where "
+        f"interval {over(paired)} in brackets (each resample draws the same cases for both), * where "
         f"it excludes 0; win = share of cases where the estimator is strictly closer to the target "
         f"(tie: as close). "
         f"Cases: {count_text}."
@@ -377,12 +327,10 @@ def slices_table(paired: dict, labels: dict[str, str] | None = None) -> str:
     return "\n".join(lines) + "\n"
 
 
-def paired_markdown(records: Sequence[dict], methods: Sequence[str], labels: dict[str, str] | None = None, *,
-                    n_boot: int = 2000, seed: int = 0) -> str:
-    """Both paired tables (:func:`paired_table`, then :func:`slices_table`) of
-    :func:`hista.sveb.paired.paired_summary` over ``records`` (SPEC §8), as ``sveb eval`` prints
-    them."""
-    paired = paired_summary(records, methods, n_boot=n_boot, seed=seed)
+def paired_markdown(paired: dict, labels: Mapping[str, str] | None = None) -> str:
+    """Both paired tables (:func:`paired_table`, then :func:`slices_table`) of a paired summary
+    (:func:`hista.sveb.paired.paired_summary`, a results file's ``paired``; SPEC §8), as ``sveb
+    eval`` prints them."""
     return paired_table(paired, labels) + "\n" + slices_table(paired, labels)
 
 
@@ -400,9 +348,8 @@ def plot_mae(summary: dict, path: str | os.PathLike, labels: dict[str, str] | No
     fields = list(summary["fields"])
     rows = summary["rows"]
     names = _row_names(summary)
-    labels = report_labels([r for r in names if not _is_mcs(summary, r)], labels)
     width = 0.8 / max(1, len(names))
-    fig = _new_figure(min(18.0, max(6.0, 0.25 * len(fields) * max(1, len(names)) + 3.5)), 4.2)
+    fig = new_figure(min(18.0, max(6.0, 0.25 * len(fields) * max(1, len(names)) + 3.5)), 4.2)
     ax = fig.add_subplot(1, 1, 1)
     greys = ["0.88", "0.72", "0.56", "0.40"]
     hatches = ["//", "\\\\", "xx", ".."]
@@ -413,9 +360,9 @@ def plot_mae(summary: dict, path: str | os.PathLike, labels: dict[str, str] | No
         for field in fields:
             cell = rows[r].get(field) or {}
             mae = cell.get("mae")
-            if _finite(mae):
-                lo = cell.get("lo") if _finite(cell.get("lo")) else mae
-                hi = cell.get("hi") if _finite(cell.get("hi")) else mae
+            if finite(mae):
+                lo = cell.get("lo") if finite(cell.get("lo")) else mae
+                hi = cell.get("hi") if finite(cell.get("hi")) else mae
                 maes.append(mae)
                 err_lo.append(max(0.0, mae - lo))
                 err_hi.append(max(0.0, hi - mae))
@@ -450,22 +397,21 @@ def plot_mae(summary: dict, path: str | os.PathLike, labels: dict[str, str] | No
     if names:
         ax.legend(fontsize="small", loc="upper left", bbox_to_anchor=(1.0, 1.0), frameon=False)
     fig.tight_layout()
-    return _save_figure(fig, Path(path))
+    return save_figure(fig, Path(path))
 
 
 #: estimators the paper's Figure 2 shows, in its order (registered names); other panels follow
 FIGURE2_ORDER = ("ppo-1", "ppo-n", "numca", "hista")
 
 
-def _figure2_order(methods: Sequence[str]) -> list[str]:
-    """``methods`` with, when one reads a trained critic, PPO-1, PPO-N, Numca and Hista (any
-    profile or parameters) first, as in the paper's Figure 2; otherwise as given."""
-    found = {m: _estimator(m) for m in methods}
-    if not any(_critic_need(est) is not None for est in found.values()):
+def _figure2_order(methods: Mapping[str, Method]) -> list[str]:
+    """The specs of ``methods`` with, when one reads a trained critic, PPO-1, PPO-N, Numca and
+    Hista (any profile or parameters) first, as in the paper's Figure 2; otherwise as given."""
+    if not any(method.critic is not None for method in methods.values()):
         return list(methods)
 
     def rank(m: str) -> int:
-        name = getattr(found[m], "name", None)
+        name = methods[m].name
         return FIGURE2_ORDER.index(name) if name in FIGURE2_ORDER else len(FIGURE2_ORDER)
 
     return sorted(methods, key=rank)  # stable: the given order within a rank and after them
@@ -477,17 +423,17 @@ def _differences(records: Sequence[dict], method: str) -> list[float]:
     for rec in records:
         v = (rec.get("values") or {}).get(method)
         g = rec.get("group_mean")
-        if _finite(v) and _finite(g):
+        if finite(v) and finite(g):
             d.append(float(v) - float(g))
     return d
 
 
-def difference_stats(records: Sequence[dict], methods: Sequence[str]) -> dict[str, dict[str, float]]:
+def difference_stats(records: Sequence[dict], methods: Mapping[str, Method]) -> dict[str, dict[str, float]]:
     """How far each estimator's value V moves from the GRPO baseline V_GRPO, the case's group
     mean (the paper's Figure 2; SPEC §8): method -> ``{"n", "mean", "std", "mean_abs"}`` of
     V − V_GRPO over the cases with both (``std`` the population standard deviation,
     ``mean_abs`` the mean of |V − V_GRPO|; NaN without cases), in the panel order of
-    :func:`plot_differences`."""
+    :func:`plot_differences`. ``methods``: spec -> :class:`hista.sveb.methods.Method`."""
     import numpy as np
 
     out = {}
@@ -500,9 +446,9 @@ def difference_stats(records: Sequence[dict], methods: Sequence[str]) -> dict[st
 
 def plot_differences(
     records: Sequence[dict],
-    methods: Sequence[str],
+    methods: Mapping[str, Method],
     path: str | os.PathLike,
-    labels: dict[str, str] | None = None,
+    labels: Mapping[str, str] | None = None,
 ) -> Path:
     """PNG with one histogram panel per estimator of V − V_GRPO, its value minus the case's
     group mean (the paper's Figure 2: how far an estimator moves away from the GRPO baseline),
@@ -517,7 +463,6 @@ def plot_differences(
     stats = difference_stats(records, methods)
     methods = list(stats)
     diffs = {m: np.asarray(_differences(records, m), dtype=float) for m in methods}
-    labels = report_labels(methods, labels)
     extent = max((float(np.abs(d).max()) for d in diffs.values() if d.size), default=0.0)
     extent = max(extent * 1.05, 0.05)
     bins = np.linspace(-extent, extent, 42)  # 41 bins: 0 is the centre of the middle one
@@ -525,7 +470,7 @@ def plot_differences(
     n = max(1, len(methods))
     ncols = min(3, n)
     nrows = math.ceil(n / ncols)
-    fig = _new_figure(3.6 * ncols, 2.8 * nrows + 0.4)
+    fig = new_figure(3.6 * ncols, 2.8 * nrows + 0.4)
     axes = [fig.add_subplot(nrows, ncols, i + 1) for i in range(n)]
     for ax, m in zip(axes, methods):
         st = stats[m]
@@ -548,7 +493,7 @@ def plot_differences(
         axes[0].text(0.5, 0.5, "no estimators", transform=axes[0].transAxes, ha="center")
     fig.suptitle("Difference from the group-mean (GRPO) baseline, V − V_GRPO (Δ)")
     fig.tight_layout()
-    return _save_figure(fig, Path(path))
+    return save_figure(fig, Path(path))
 
 
 def plot_delta(paired: dict, path: str | os.PathLike, labels: dict[str, str] | None = None) -> Path:
@@ -557,19 +502,18 @@ def plot_delta(paired: dict, path: str | os.PathLike, labels: dict[str, str] | N
     bar, and a vertical line at 0 (left of it: better than GRPO). A method without cases is
     listed with "no values". Returns the path written."""
     methods = list(paired["methods"])
-    labels = report_labels(methods, labels)
-    fig = _new_figure(6.4, 1.2 + 0.45 * max(1, len(methods)))
+    fig = new_figure(6.4, 1.2 + 0.45 * max(1, len(methods)))
     ax = fig.add_subplot(1, 1, 1)
     ax.axvline(0.0, color="C3", linewidth=1.0)
     for k, m in enumerate(methods):
         y = len(methods) - 1 - k  # first method on top
         cell = paired["rows"][m]["all"]["all"]
         delta = cell.get("delta")
-        if not _finite(delta):
+        if not finite(delta):
             ax.text(0.0, y, " no values", va="center", ha="left", fontsize="small")
             continue
         lo, hi = cell.get("lo"), cell.get("hi")
-        err = [[max(0.0, delta - lo)], [max(0.0, hi - delta)]] if _finite(lo) and _finite(hi) else None
+        err = [[max(0.0, delta - lo)], [max(0.0, hi - delta)]] if finite(lo) and finite(hi) else None
         colour = "C0" if cell.get("excludes_zero") else "0.45"
         ax.errorbar([delta], [y], xerr=err, fmt="o", color=colour, ecolor=colour, capsize=3, elinewidth=1.0)
     ax.set_yticks(range(len(methods)))
@@ -581,7 +525,7 @@ def plot_delta(paired: dict, path: str | os.PathLike, labels: dict[str, str] | N
     ax.grid(axis="x", alpha=0.3)
     ax.set_axisbelow(True)
     fig.tight_layout()
-    return _save_figure(fig, Path(path))
+    return save_figure(fig, Path(path))
 
 
 # --------------------------------------------------------------------------------------------
@@ -609,8 +553,8 @@ def _differences_table(stats: Mapping[str, Mapping[str, Any]], labels: Mapping[s
              "standard deviation.", "",
              "| Estimator | n | mean V − V_GRPO | std | mean abs(V − V_GRPO) |", "| --- | --- | --- | --- | --- |"]
     for m, st in stats.items():
-        lines.append(f"| {_label(labels, m)} | {st['n']} | {_signed(st['mean'])} | {_fmt(st['std'])} | "
-                     f"{_fmt(st['mean_abs'])} |")
+        lines.append(f"| {_label(labels, m)} | {st['n']} | {signed(st['mean'])} | {fmt(st['std'])} | "
+                     f"{fmt(st['mean_abs'])} |")
     return "\n".join(lines) + "\n"
 
 
@@ -622,9 +566,8 @@ REPORT_FILES = {"markdown": "report.md", "json": "report.json", "mae_plot": "mae
 def write_report(
     summary: dict,
     records: Sequence[dict],
-    methods: Sequence[str],
+    methods: Mapping[str, Method],
     out_dir: str | os.PathLike,
-    labels: dict[str, str] | None = None,
     *,
     paired: dict | None = None,
 ) -> dict[str, Path]:
@@ -634,7 +577,8 @@ def write_report(
     by position and length, Pearson table, each estimator's difference from GRPO
     (:func:`difference_stats`), links to the plots), ``report.json`` (``{"summary": ...,
     "paired": ..., "labels": ..., "table1": ... or null, "differences": ...}``, the labels as the
-    report prints them (:func:`report_labels`), NaN written as null), ``mae.png``,
+    report prints them (:func:`report_labels` of ``methods``, spec ->
+    :class:`hista.sveb.methods.Method`), NaN written as null), ``mae.png``,
     ``differences.png`` and ``delta.png``. ``paired`` defaults to
     :func:`hista.sveb.paired.paired_summary` of ``records`` and ``methods`` with the summary's
     ``n_boot`` and ``seed``. Each file is written atomically. Returns
@@ -644,14 +588,14 @@ def write_report(
     # SPEC §11: a bad folder or a non-regular file in the way fails here, before any plotting
     check_output_dir(out, [p.name for p in paths.values()])
     out.mkdir(parents=True, exist_ok=True)
-    labels = report_labels(methods, labels)
+    labels = report_labels(methods)
     plot_mae(summary, paths["mae_plot"], labels=labels)
     plot_differences(records, methods, paths["differences_plot"], labels=labels)
     if paired is None:
-        paired = paired_summary(records, methods, n_boot=summary.get("n_boot", 2000), seed=summary.get("seed", 0))
+        paired = paired_summary(records, list(methods), n_boot=summary.get("n_boot", 2000), seed=summary.get("seed", 0))
     plot_delta(paired, paths["delta_plot"], labels=labels)
 
-    ppo = table1(summary, labels)
+    ppo = table1(summary, methods, labels)
     differences = difference_stats(records, methods)
     write_json_atomic(paths["json"], {"summary": summary, "paired": paired, "labels": labels, "table1": ppo,
                                       "differences": differences}, indent=2)
@@ -663,7 +607,7 @@ def write_report(
         "# SVEB report",
         "",
         markdown_table(summary, labels),
-        _HOW_TO_READ.format(level=f"{level:.0%}", over=_over(summary)),
+        _HOW_TO_READ.format(level=f"{level:.0%}", over=over(summary)),
         "",
         *ppo_section,
         "## Paired comparison with GRPO",
@@ -687,3 +631,18 @@ def write_report(
     ])
     write_atomic(paths["markdown"], lambda fh: fh.write(md), kind="markdown")
     return paths
+
+
+def report_file(path: str | os.PathLike, out: str | os.PathLike) -> tuple[dict[str, Path], str]:
+    """``sveb report`` (SPEC §8): read and check the results file ``path``
+    (:func:`hista.sveb.results.read`), recompute its summary from the case rows
+    (:func:`hista.sveb.results.summarise`) and write ``report.md``, ``report.json`` and the plots
+    into the folder ``out`` (:func:`write_report`), each method as the file records it
+    (:func:`hista.sveb.methods.from_results`). Returns the paths written and the markdown MAE
+    table (Table 4 layout) to print. Nothing is written when the file is invalid."""
+    check_not_inputs([Path(out) / name for name in REPORT_FILES.values()], [path])
+    results = results_file.read(path)
+    summary = results_file.summarise(results, path=path)
+    methods = from_results(results)
+    paths = write_report(summary, results["cases"], methods, Path(out))
+    return paths, markdown_table(summary, report_labels(methods))

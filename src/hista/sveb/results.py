@@ -22,10 +22,10 @@ from typing import Any, Optional
 
 from ..errors import InputError
 from ..jsonio import loads
+from ..schema import Where, is_int, is_unit, kind, require, short, text
 from . import metrics
-from .schema import Where, is_int, is_unit, kind, require, short, text
 
-__all__ = ["read", "summarise", "report", "MAX_N_BOOT", "MAX_MCS_N", "MAX_VALUE"]
+__all__ = ["read", "summarise", "MAX_N_BOOT", "MAX_MCS_N", "MAX_VALUE"]
 
 #: Largest ``summary.n_boot`` accepted (the bootstrap's cost grows with it).
 MAX_N_BOOT = 1_000_000
@@ -105,6 +105,23 @@ def _row(row: Any, k: int, methods: dict, seen: dict[str, int], where: Where) ->
             where.fail("is not one of the file's methods", f"{prefix}values.{method}")
 
 
+def _method_record(record: dict, where: Where, prefix: str) -> None:
+    """The optional parts of a method's record (:meth:`hista.sveb.methods.Method.record`)."""
+    if "estimator_label" not in record:
+        return  # written before results held whole method records: read from the spec
+    if not isinstance(record.get("name"), str):
+        where.fail(f"expected the estimator name, got {short(record.get('name'))}", f"{prefix}.name")
+    if not isinstance(record["estimator_label"], str):
+        where.fail(f"expected a string, got {kind(record['estimator_label'])}", f"{prefix}.estimator_label")
+    for key in ("labelled", "baseline"):
+        if not isinstance(record.get(key, False), bool):
+            where.fail(f"expected true or false, got {short(record[key])}", f"{prefix}.{key}")
+    critic = record.get("critic")
+    if critic is not None and not (isinstance(critic, dict) and isinstance(critic.get("mode"), str)
+                                   and _is_value(critic.get("lam"))):
+        where.fail(f"expected null or {{mode, lam}}, got {short(critic)}", f"{prefix}.critic")
+
+
 def _validate(data: Any, where: Where) -> dict[str, Any]:
     if not isinstance(data, dict):
         where.fail(f"expected a JSON object, got {kind(data)}")
@@ -115,7 +132,8 @@ def _validate(data: Any, where: Where) -> dict[str, Any]:
         if not method:
             where.fail("a method name must not be empty", "methods")
         if not isinstance(config, dict):
-            where.fail(f"expected an object (the estimator configuration), got {kind(config)}", f"methods.{method}")
+            where.fail(f"expected an object (the method's record), got {kind(config)}", f"methods.{method}")
+        _method_record(config, where, f"methods.{method}")
     labels = require(data, "labels", dict, where, what="an object (method -> label)")
     for key, label in labels.items():
         if not isinstance(label, str):
@@ -204,20 +222,3 @@ def summarise(results: dict[str, Any], *, path: Optional[str | os.PathLike] = No
     except (ValueError, OverflowError) as exc:
         raise InputError(f"cannot summarise the cases: {exc}", path=None if path is None else str(path),
                          field="cases") from None
-
-
-def report(path: str | os.PathLike, out: str | os.PathLike) -> tuple[dict[str, Path], str]:
-    """``sveb report`` (SPEC §8): read and check the results file ``path`` (:func:`read`),
-    recompute its summary from the case rows (:func:`summarise`) and write ``report.md``,
-    ``report.json`` and the plots into the folder ``out``
-    (:func:`hista.sveb.report.write_report`). Returns the paths written and the markdown MAE
-    table (Table 4 layout) to print. Nothing is written when the file is invalid."""
-    from ..jsonio import check_not_inputs
-    from . import report as sveb_report
-
-    check_not_inputs([Path(out) / name for name in sveb_report.REPORT_FILES.values()], [path])
-    results = read(path)
-    summary = summarise(results, path=path)
-    labels = results["labels"]
-    paths = sveb_report.write_report(summary, results["cases"], list(results["methods"]), Path(out), labels=labels)
-    return paths, sveb_report.markdown_table(summary, labels)

@@ -2,8 +2,8 @@
 ``merge`` joins the parts into the file a single build would have written.
 
 A build processes its problem list in fixed chunks whose seeds depend only on the chunk's first
-problem (:func:`hista.sveb.build.build`), so a shard is a set of whole chunks: shard K of N
-takes chunks K-1, K-1+N, K-1+2N, ... (round robin, so that the parts take about equally long).
+problem (:func:`hista.sveb.build.build`), so a shard is a set of whole chunks
+(:func:`hista.sharding.chunks_of`: shard K of N takes chunks K-1, K-1+N, ...).
 Each shard writes its cases to its own file and, beside it, a manifest ``OUT.shard.json`` with
 the shard's number, the build settings, the number of problems and the global position of each
 of its problems. ``merge`` checks the manifests against each other and the parts against their
@@ -12,7 +12,6 @@ manifests, and writes the records in the single build's order: by problem, then 
 
 from __future__ import annotations
 
-import re
 from pathlib import Path
 from typing import Optional, Sequence
 
@@ -21,20 +20,6 @@ from ..jsonio import check_not_inputs, check_output_file, loads, write_atomic, w
 from . import cases
 
 FORMAT = "hista-sveb-shard/1"
-
-
-def parse(text: str) -> tuple[int, int]:
-    """``"K/N"`` as (K, N) with 1 <= K <= N, or an InputError naming ``--shard``."""
-    match = re.fullmatch(r"\s*(\d+)\s*/\s*(\d+)\s*", str(text))
-    if not match or not 1 <= int(match[1]) <= int(match[2]):
-        raise InputError(f"expected K/N with 1 <= K <= N (e.g. 2/8), got {text!r}", field="--shard")
-    return int(match[1]), int(match[2])
-
-
-def chunks_of(count: int, shard: tuple[int, int]) -> list[int]:
-    """The indices of the chunks (of ``count``) that shard (K, N) builds: every N-th from K-1."""
-    k, n = shard
-    return list(range(k - 1, count, n))
 
 
 def manifest_path(out: str | Path) -> Path:

@@ -29,31 +29,29 @@ from typing import Any, Optional, Sequence, Union
 import numpy as np
 from tqdm.auto import tqdm
 
-from .. import __version__
+from .. import __version__, yamlio
 from ..errors import InputError
-from ..jsonio import check_not_inputs, check_output_dir, jsonable, loads, write_atomic, write_json_atomic
-from ..models import LoadedModel
-from . import cases
-from .eval import (
-    build_estimator,
-    build_methods,
-    evaluate_case,
-    format_method,
-    method_label,
-    open_critics,
-    parse_method,
-    prepare,
-    read_cases,
-    read_scalar,
-    scalar_text,
-    spec_label,
+from ..jsonio import (
+    check_not_inputs,
+    check_output_dir,
+    complete_lines,
+    cut_unterminated,
+    jsonable,
+    loads,
+    read_input,
+    write_atomic,
+    write_json_atomic,
 )
+from ..models import LoadedModel
+from ..schema import Where, is_unit, kind, short
+from . import cases
+from .cases import fold_problems, problem_of, read_cases, split_problems
+from .eval import evaluate_case, open_critics, prepare
+from .methods import build_method, build_methods, format_method, parse_method, scalar_text
 from .paired import paired_summary
-from .report import _finite, _fmt, _new_figure, _over, _save_figure, _signed
-from .schema import Where, fold_problems, is_unit, kind, problem_of, short
+from .present import finite, fmt, new_figure, percent, resampled, save_figure, signed
 
-__all__ = ["parse_grid", "check_grid", "grid_points", "sweep", "summarise", "select", "problem_of", "split_problems",
-           "fold_problems", "write_outputs", "MAX_POINTS"]
+__all__ = ["parse_grid", "check_grid", "grid_points", "sweep", "summarise", "select", "write_outputs", "MAX_POINTS"]
 
 VALUES, SWEEP_JSON, SWEEP_MD = "values.jsonl", "sweep.json", "sweep.md"
 #: Largest number of grid points a sweep evaluates.
@@ -85,7 +83,7 @@ def parse_grid(text: str) -> dict[str, list]:
         grid[key] = []
         for item in raw.split(","):
             try:
-                grid[key].append(read_scalar(item) if item.strip() else [])  # [] : refused below
+                grid[key].append(yamlio.scalar(item) if item.strip() else [])  # [] : refused below
             except InputError as exc:
                 raise InputError(f"key {key!r}: cannot read the value {item.strip()[:40]!r} ({exc.message})",
                                  field="--grid") from None
@@ -124,11 +122,10 @@ def grid_points(base: str, grid: dict[str, list], *, critics: bool = False) -> l
     a base with a label; one naming the method and key a point whose value the estimator
     refuses (``stride=abc``). ``critics``: critic folders were given, so a base that reads a
     trained critic (``ppo-1``, ``ppo-n``) is allowed."""
-    name, profile, params = parse_method(base)
-    if spec_label(base) is not None:
+    name, profile, params, label = parse_method(base)
+    if label is not None:
         raise InputError(f"the base {base!r} sets a label; grid points are labelled by their values", field="--base")
-    estimator = build_methods([base], critics=critics)[base]
-    valid = sorted(set(estimator.config.to_dict()) - {"profile"})
+    valid = sorted(set(build_methods([base], critics=critics)[base].estimator.config.to_dict()) - {"profile"})
     for key in grid:
         if key not in valid:
             raise InputError(f"key {key!r} is not a parameter of {base!r}; valid: {', '.join(valid)}", field="--grid")
@@ -141,7 +138,7 @@ def grid_points(base: str, grid: dict[str, list], *, critics: bool = False) -> l
     for combo in itertools.product(*grid.values()):
         point = dict(zip(grid, combo))
         spec = format_method(name, profile, {**params, **point})
-        build_estimator(spec)  # a value the estimator refuses: an InputError naming the point and the key
+        build_method(spec)  # a value the estimator refuses: an InputError naming the point and the key
         points.append((spec, point))
     return points
 
@@ -205,10 +202,10 @@ def sweep(cases_path: Union[str, Path], out: Union[str, Path], *, base: Optional
                         memo=memo, progress=progress)
         if done is None:
             out.mkdir(parents=True, exist_ok=True)
-            cases.repair(values_path)  # a header cut short by a crash
+            cut_unterminated(values_path)  # a header cut short by a crash
             cases.append(values_path, header)
         else:
-            cases.repair(values_path)  # the header matched: the line a crash cut short goes
+            cut_unterminated(values_path)  # the header matched: the line a crash cut short goes
     bar = tqdm(total=len(records), initial=len(records) - len(todo), desc="sveb sweep", unit="case",
                disable=not progress)
     for record in todo:
@@ -219,14 +216,14 @@ def sweep(cases_path: Union[str, Path], out: Union[str, Path], *, base: Optional
 
     stored = read_values(values_path, header, {r["key"] for r in records})
     rows = [stored[r["key"]] for r in records]
-    labels = {s: method_label(s, est) for s, est in chosen.items()}
+    labels = {s: method.label for s, method in chosen.items()}
     result = {
         "hista_version": __version__,
         "cases_file": str(cases_path),
         "settings": records[0]["settings"],
         "base": base,
         "grid": grid,
-        "methods": {s: est.to_dict() for s, est in chosen.items()},
+        "methods": {s: method.record() for s, method in chosen.items()},
         **({"critics": header["critics"]} if bound else {}),
         **summarise(rows, points, labels, n_boot=n_boot, seed=seed),
         "selection": select(rows, spec_list, labels, plan, n_boot=n_boot, seed=seed),
@@ -245,8 +242,7 @@ def read_values(path: Path, header: dict, keys: set[str]) -> Optional[dict[str, 
     twice, or a row is malformed."""
     if not path.exists():
         return None
-    raw = cases.complete_part(cases.read_bytes(path, repair=False, what="the sweep's values"), path,
-                              "sweep's values file")
+    raw = complete_lines(read_input(path, "sweep's values file"), path, "sweep's values file")
     try:
         lines = raw.decode("utf-8").splitlines()
     except UnicodeDecodeError as exc:
@@ -314,14 +310,6 @@ def summarise(rows: Sequence[dict], points: Sequence[tuple[str, Optional[dict]]]
 
 
 # --- 4. selection ---------------------------------------------------------------------------
-
-
-def split_problems(problems: Sequence[str], fraction: float, seed: int) -> tuple[list[str], list[str]]:
-    """A seeded split of the problems into a selection part of round(fraction · n) problems (at
-    least 1, at most n − 1) and a report part (SPEC §8 ``sweep``); both sorted."""
-    order = [sorted(problems)[k] for k in np.random.default_rng(seed).permutation(len(problems))]
-    n = min(max(1, round(fraction * len(order))), len(order) - 1)
-    return sorted(order[:n]), sorted(order[n:])
 
 
 def split_cases(cases_path: Union[str, Path], out: Union[str, Path], *, select_on: float = DEFAULT_SELECT_ON,
@@ -455,33 +443,29 @@ def heatmap_name(p1: str, p2: str) -> str:
     return f"heatmap_{p1}_{p2}.png"
 
 
-def _pct(x: Any) -> str:
-    return f"{x:.0%}" if _finite(x) else "n/a"
-
-
 def _count(n: int, noun: str) -> str:
     return f"{n} {noun}" + ("" if n == 1 else "s")
 
 
 def _reported_text(rep: dict) -> str:
-    return (f"MAE {_fmt(rep['mae'])} (GRPO {_fmt(rep['grpo_mae'])}), ΔMAE {_signed(rep['delta_mae'])} "
-            f"[{_signed(rep['delta_lo'])}, {_signed(rep['delta_hi'])}], win rate {_pct(rep['win_rate'])}, "
-            f"ties {_pct(rep['tie_rate'])}, {_count(rep['n'], 'case')}")
+    return (f"MAE {fmt(rep['mae'])} (GRPO {fmt(rep['grpo_mae'])}), ΔMAE {signed(rep['delta_mae'])} "
+            f"[{signed(rep['delta_lo'])}, {signed(rep['delta_hi'])}], win rate {percent(rep['win_rate'])}, "
+            f"ties {percent(rep['tie_rate'])}, {_count(rep['n'], 'case')}")
 
 
 def ranked(points: Sequence[dict]) -> list[dict]:
     """The points sorted by ΔMAE, best (most negative) first, points without one last."""
-    return sorted(points, key=lambda p: p["delta_mae"] if _finite(p["delta_mae"]) else math.inf)
+    return sorted(points, key=lambda p: p["delta_mae"] if finite(p["delta_mae"]) else math.inf)
 
 
 def summary_text(result: dict, top: int = 5) -> str:
     """What ``sveb sweep`` prints: the points, GRPO's MAE, the ``top`` points by ΔMAE with the
     interval (saying whether it resampled problems or cases) and the selection (SPEC §8 ``sweep``)."""
     lines = [f"{len(result['points'])} points on {_count(result['n_cases'], 'case')}; GRPO MAE "
-             f"{_fmt(result['grpo_mae'])}; best by ΔMAE vs GRPO [95% interval {_over(result)}]:"]
+             f"{fmt(result['grpo_mae'])}; best by ΔMAE vs GRPO [95% interval {resampled(result)}]:"]
     for p in ranked(result["points"])[:top]:
-        lines.append(f"  {_signed(p['delta_mae'])} [{_signed(p['delta_lo'])}, {_signed(p['delta_hi'])}]  "
-                     f"MAE {_fmt(p['mae'])}  win {_pct(p['win_rate'])}  {p['label']}")
+        lines.append(f"  {signed(p['delta_mae'])} [{signed(p['delta_lo'])}, {signed(p['delta_hi'])}]  "
+                     f"MAE {fmt(p['mae'])}  win {percent(p['win_rate'])}  {p['label']}")
     return "\n".join(lines) + "\n" + selection_text(result["selection"])
 
 
@@ -494,14 +478,14 @@ def selection_text(selection: dict) -> str:
         return (f"Chosen on {_count(len(selection['selection_problems']), 'problem')} "
                 f"({_count(selection['selection_cases'], 'case')}, "
                 f"fraction {selection['fraction']:g}, seed {selection['seed']}): `{selection['label']}` "
-                f"(MAE {_fmt(selection['selection_mae'])} there).\n\nOn the other "
+                f"(MAE {fmt(selection['selection_mae'])} there).\n\nOn the other "
                 f"{_count(len(selection['report_problems']), 'problem')}: {_reported_text(rep)}.\n")
     lines = [f"{selection['k']}-fold by problem (seed {selection['seed']}): each fold's point is chosen on the "
              "other folds and scored on the fold.", "", "| fold | problems | cases | picked | MAE on the others | "
              "MAE on the fold |", "| --- | --- | --- | --- | --- | --- |"]
     for f in selection["folds"]:
         lines.append(f"| {f['fold']} | {len(f['problems'])} | {f['cases']} | `{f['label']}` | "
-                     f"{_fmt(f['selection_mae'])} | {_fmt(f['held_out_mae'])} |")
+                     f"{fmt(f['selection_mae'])} | {fmt(f['held_out_mae'])} |")
     lines += ["", f"Held-out cases pooled: {_reported_text(rep)}.", ""]
     return "\n".join(lines)
 
@@ -514,19 +498,19 @@ def markdown(result: dict, heatmaps: Sequence[str] = ()) -> str:
     lines = [
         "# SVEB sweep", "",
         f"{len(result['points'])} points on {result['n_cases']} cases of `{result['cases_file']}`"
-        + (f", grid over `{result['base']}`" if keys else "") + f"; GRPO (group mean) MAE {_fmt(result['grpo_mae'])}. "
+        + (f", grid over `{result['base']}`" if keys else "") + f"; GRPO (group mean) MAE {fmt(result['grpo_mae'])}. "
         "ΔMAE = MAE − GRPO MAE on the same cases (negative: better than GRPO), with a paired bootstrap 95% interval "
-        f"({result['n_boot']} resamples, seed {result['seed']}) {_over(result)}; win = cases strictly closer to the "
-        "target than GRPO.",
+        f"({result['n_boot']} resamples, seed {result['seed']}) {resampled(result)}; win = cases strictly closer to "
+        "the target than GRPO.",
         "",
         "| rank | " + " | ".join(head) + " | MAE | ΔMAE [95% interval] | win | tie | n |",
         "| --- | " + " | ".join("---" for _ in head) + " | --- | --- | --- | --- | --- |",
     ]
     for rank, p in enumerate(ranked(result["points"]), start=1):
         cells = [scalar_text(p["params"][k]) for k in keys] if keys else [f"`{p['label']}`"]
-        lines.append(f"| {rank} | " + " | ".join(cells) + f" | {_fmt(p['mae'])} | {_signed(p['delta_mae'])} "
-                     f"[{_signed(p['delta_lo'])}, {_signed(p['delta_hi'])}] | {_pct(p['win_rate'])} | "
-                     f"{_pct(p['tie_rate'])} | {p['n']} |")
+        lines.append(f"| {rank} | " + " | ".join(cells) + f" | {fmt(p['mae'])} | {signed(p['delta_mae'])} "
+                     f"[{signed(p['delta_lo'])}, {signed(p['delta_hi'])}] | {percent(p['win_rate'])} | "
+                     f"{percent(p['tie_rate'])} | {p['n']} |")
     lines += ["", "## Selection", "", selection_text(result["selection"])]
     if heatmaps:
         lines += ["## Heatmaps", ""] + [f"![{name}]({name})\n" for name in heatmaps]
@@ -543,18 +527,18 @@ def plot_heatmap(points: Sequence[dict], grid: dict, p1: str, p2: str, path: Uni
     for p in points:
         i = next(k for k, v in enumerate(rows) if type(v) is type(p["params"][p1]) and v == p["params"][p1])
         j = next(k for k, v in enumerate(cols) if type(v) is type(p["params"][p2]) and v == p["params"][p2])
-        if _finite(p["delta_mae"]):
+        if finite(p["delta_mae"]):
             cells.setdefault((i, j), []).append(p["delta_mae"])
     matrix = np.full((len(rows), len(cols)), np.nan)
     for (i, j), ds in cells.items():
         matrix[i, j] = sum(ds) / len(ds)
     extent = float(np.nanmax(np.abs(matrix))) if np.isfinite(matrix).any() else 0.0
     extent = max(extent, 1e-3)  # an all-zero map stays readable
-    fig = _new_figure(1.2 * len(cols) + 2.6, 0.7 * len(rows) + 1.8)
+    fig = new_figure(1.2 * len(cols) + 2.6, 0.7 * len(rows) + 1.8)
     ax = fig.add_subplot(1, 1, 1)
     image = ax.imshow(np.ma.masked_invalid(matrix), cmap="RdBu_r", vmin=-extent, vmax=extent, aspect="auto")
     for (i, j), value in np.ndenumerate(matrix):
-        ax.text(j, i, _signed(float(value)), ha="center", va="center", fontsize="small")
+        ax.text(j, i, signed(float(value)), ha="center", va="center", fontsize="small")
     ax.set_xticks(range(len(cols)))
     ax.set_xticklabels([scalar_text(v) for v in cols])
     ax.set_yticks(range(len(rows)))
@@ -565,7 +549,7 @@ def plot_heatmap(points: Sequence[dict], grid: dict, p1: str, p2: str, path: Uni
     ax.set_title("ΔMAE vs GRPO" + (f"\nmean over {', '.join(others)}" if others else ""), fontsize="medium")
     fig.colorbar(image, ax=ax, label="ΔMAE (negative: better than GRPO)")
     fig.tight_layout()
-    return _save_figure(fig, Path(path))
+    return save_figure(fig, Path(path))
 
 
 def write_outputs(result: dict, out: Union[str, Path]) -> dict[str, Path]:

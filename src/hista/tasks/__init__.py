@@ -15,43 +15,16 @@ definition; other packages add theirs through the entry-point group ``hista.task
 
 from __future__ import annotations
 
-import re
 from pathlib import Path
-from typing import Callable, Optional, Sequence
+from typing import Optional, Sequence
 
 from hista.errors import InputError
-from hista.registry import Registry
 from hista.tasks._common import check_count, check_seed
-from hista.tasks.base import TaskSource
+from hista.tasks.base import REGISTRY, TaskSource, register
 from hista.tasks.filter import filter_by_accuracy
 
 __all__ = ["REGISTRY", "TaskSource", "check_spec", "filter_by_accuracy", "get", "list_builtin", "load", "names",
            "preview", "register"]
-
-
-def _build(cls: type, name: str, cfg: dict) -> TaskSource:
-    return cls(**cfg)
-
-
-# Defined before any source module is imported: the registry imports them on first use, and
-# they import ``register`` from here.
-REGISTRY = Registry("task source", __name__, "hista.tasks", _build, adopt=lambda prefix, cls: register(prefix)(cls))
-
-
-def register(prefix: str, *, replace: bool = False) -> Callable[[type], type]:
-    """Class decorator registering a :class:`TaskSource` under the spec prefix ``prefix``
-    (SPEC §7). A taken prefix raises ValueError unless ``replace=True``."""
-
-    def wrap(cls: type) -> type:
-        if not (isinstance(cls, type) and issubclass(cls, TaskSource)):
-            raise TypeError(f"@register({prefix!r}) decorates TaskSource subclasses, not {cls!r}")
-        if not isinstance(prefix, str) or not re.fullmatch(r"[a-z][a-z0-9_-]*", prefix):
-            raise ValueError(f"a task source prefix is lower-case letters, digits, '_' or '-', got {prefix!r}")
-        if not isinstance(cls.description, str) or not cls.description.strip() or "\n" in cls.description:
-            raise ValueError(f"task source {prefix!r} needs a one-line description")
-        return REGISTRY.register(prefix, cls, replace=replace)
-
-    return wrap
 
 
 def names() -> list[str]:

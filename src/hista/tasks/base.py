@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import re
 from abc import ABC, abstractmethod
 from pathlib import Path
-from typing import Optional
+from typing import Callable, Optional
+
+from hista.registry import Registry
 
 
 class TaskSource(ABC):
@@ -38,3 +41,29 @@ class TaskSource(ABC):
         """The ``REST`` of a tiny spec this source loads offline, creating any files it needs
         under ``tmp_dir`` (SPEC §7). Raises NotImplementedError, with the reason, when the
         source cannot load anything offline here (the contract tests then skip it)."""
+
+
+def _build(cls: type, name: str, cfg: dict) -> TaskSource:
+    return cls(**cfg)
+
+
+# The registry imports the source modules of this package on first use; they import
+# ``register`` from here, below the package face that imports them.
+REGISTRY = Registry("task source", "hista.tasks", "hista.tasks", _build,
+                    adopt=lambda prefix, cls: register(prefix)(cls))
+
+
+def register(prefix: str, *, replace: bool = False) -> Callable[[type], type]:
+    """Class decorator registering a :class:`TaskSource` under the spec prefix ``prefix``
+    (SPEC §7). A taken prefix raises ValueError unless ``replace=True``."""
+
+    def wrap(cls: type) -> type:
+        if not (isinstance(cls, type) and issubclass(cls, TaskSource)):
+            raise TypeError(f"@register({prefix!r}) decorates TaskSource subclasses, not {cls!r}")
+        if not isinstance(prefix, str) or not re.fullmatch(r"[a-z][a-z0-9_-]*", prefix):
+            raise ValueError(f"a task source prefix is lower-case letters, digits, '_' or '-', got {prefix!r}")
+        if not isinstance(cls.description, str) or not cls.description.strip() or "\n" in cls.description:
+            raise ValueError(f"task source {prefix!r} needs a one-line description")
+        return REGISTRY.register(prefix, cls, replace=replace)
+
+    return wrap

@@ -10,8 +10,8 @@ from pathlib import Path
 from typing import Optional
 
 from hista.errors import InputError
-from hista.tasks import arith, choice, register
-from hista.tasks.base import TaskSource
+from hista.tasks import arith, choice
+from hista.tasks.base import TaskSource, register
 
 #: Built-in generators by name.
 BUILTINS = {module.NAME: module for module in (arith, choice)}

@@ -52,16 +52,16 @@ EXPLAIN_TEXT = "\nBefore you answer, explain in detail why each option is right 
 
 _NAMES = ["Ana", "Ben", "Cal", "Dora", "Eli", "Fay", "Gus", "Hana", "Ivan", "Jill",
           "Kim", "Liam", "Mona", "Ned", "Olga", "Pete", "Rita", "Stan", "Tara", "Vic"]
-# (comparative, reverse comparative, top superlative, bottom superlative)
-_RELATIONS = [
+#: comparison relations: (comparative, reverse comparative, top superlative, bottom superlative)
+RELATIONS = [
     ("taller", "shorter", "tallest", "shortest"),
     ("older", "younger", "oldest", "youngest"),
     ("faster", "slower", "fastest", "slowest"),
     ("heavier", "lighter", "heaviest", "lightest"),
     ("stronger", "weaker", "strongest", "weakest"),
 ]
-# category -> (phrase with article, members); member lists are disjoint.
-_CATEGORIES = {
+#: category -> (phrase with article, members); member lists are disjoint
+CATEGORIES = {
     "fruit": ("a fruit", ["apple", "banana", "grape", "pear", "peach", "cherry", "mango", "plum"]),
     "animal": ("an animal", ["dog", "horse", "cow", "lion", "rabbit", "tiger", "sheep", "goat"]),
     "color": ("a color", ["red", "blue", "green", "yellow", "purple", "pink", "brown"]),
@@ -79,7 +79,7 @@ _CATEGORIES = {
 _NONSENSE = ["blim", "tark", "vorp", "zeb", "frell", "mip", "glon", "dax", "wug", "plin",
              "snorf", "quib", "trop", "yeb", "krel", "morb", "fip", "gost"]
 _NONSENSE_NAMES = ["Zib", "Plox", "Mert", "Dov", "Kess", "Lorp", "Nix", "Tuv"]
-_OPPOSITES = [
+OPPOSITES = [
     ("hot", "cold"), ("big", "small"), ("up", "down"), ("day", "night"), ("happy", "sad"),
     ("fast", "slow"), ("open", "closed"), ("wet", "dry"), ("full", "empty"),
     ("light", "dark"), ("young", "old"), ("early", "late"), ("hard", "soft"), ("in", "out"),
@@ -92,7 +92,7 @@ _OPPOSITES = [
 
 def _compare(rng: random.Random, k: int):
     people = rng.sample(_NAMES, k)  # people[0] is the top of the order
-    more, less, top, bottom = rng.choice(_RELATIONS)
+    more, less, top, bottom = rng.choice(RELATIONS)
     facts = []
     for a, b in zip(people, people[1:]):
         if rng.random() < 0.5:
@@ -109,14 +109,14 @@ def _compare(rng: random.Random, k: int):
 
 
 def _category(rng: random.Random, k: int):
-    cats = rng.sample(sorted(_CATEGORIES), k)
-    phrase, members = _CATEGORIES[cats[0]]
+    cats = rng.sample(sorted(CATEGORIES), k)
+    phrase, members = CATEGORIES[cats[0]]
     if rng.random() < 0.5:
         correct = rng.choice(members)
-        wrong = [rng.choice(_CATEGORIES[c][1]) for c in cats[1:]]
+        wrong = [rng.choice(CATEGORIES[c][1]) for c in cats[1:]]
         return f"Which of these is {phrase}?", correct, wrong
     inside = rng.sample(members, k - 1)
-    correct = rng.choice(_CATEGORIES[cats[1]][1])
+    correct = rng.choice(CATEGORIES[cats[1]][1])
     return f"Which of these is not {phrase}?", correct, inside
 
 
@@ -145,7 +145,7 @@ def _syllogism(rng: random.Random, k: int):
 
 
 def _opposite(rng: random.Random, k: int):
-    picks = rng.sample(_OPPOSITES, k)
+    picks = rng.sample(OPPOSITES, k)
     word, correct = picks[0] if rng.random() < 0.5 else picks[0][::-1]
     wrong = [rng.choice(pair) for pair in picks[1:]]
     return f"What is the opposite of {word}?", correct, wrong

@@ -25,8 +25,7 @@ from typing import Any, Callable, Iterable, Iterator, Optional
 
 from hista import hub
 from hista.errors import InputError
-from hista.tasks import register
-from hista.tasks.base import TaskSource
+from hista.tasks.base import TaskSource, register
 
 # ---------------------------------------------------------------------------------------------
 # Row mappings: dataset row -> (problem, answer, field, extra meta) or None to skip the row.
@@ -44,13 +43,15 @@ def _math500(row: dict) -> Optional[tuple[str, str, str, dict]]:
     return str(row["problem"]), str(row["answer"]), str(row.get("subject") or "math"), meta
 
 
-_DAPO_PREFIX = ("Solve the following math problem step by step. The last line of your "
+DAPO_PREFIX = ("Solve the following math problem step by step. The last line of your "
                 "response should be of the form Answer: $Answer (without quotes) where $Answer "
                 "is the answer to the problem.")
-_DAPO_SUFFIX = 'Remember to put your answer on its own line after "Answer:".'
+DAPO_SUFFIX = 'Remember to put your answer on its own line after "Answer:".'
 
 
-def _math(row: dict) -> Optional[tuple[str, str, str, dict]]:
+def math_record(row: dict) -> Optional[tuple[str, str, str, dict]]:
+    """(problem, answer, field, meta) of a MATH row (SPEC §7): the answer is the solution's last
+    ``\boxed{}``; None when the row has no problem or no boxed answer."""
     from hista.rewards.math import last_boxed
 
     answer = last_boxed(str(row.get("solution", "")))
@@ -68,10 +69,10 @@ def _dapo(row: dict) -> Optional[tuple[str, str, str, dict]]:
     else:
         text = str(prompt or "")
     text = text.strip()
-    if text.startswith(_DAPO_PREFIX):
-        text = text[len(_DAPO_PREFIX):].strip()
-    if text.endswith(_DAPO_SUFFIX):
-        text = text[: -len(_DAPO_SUFFIX)].strip()
+    if text.startswith(DAPO_PREFIX):
+        text = text[len(DAPO_PREFIX):].strip()
+    if text.endswith(DAPO_SUFFIX):
+        text = text[: -len(DAPO_SUFFIX)].strip()
     answer = (row.get("reward_model") or {}).get("ground_truth")
     if not text or answer is None:
         return None
@@ -90,9 +91,10 @@ def _openr1(row: dict) -> Optional[tuple[str, str, str, dict]]:
     return str(row["problem"]), str(answer), str(row.get("problem_type") or "math"), meta
 
 
-def _olympiad(row: dict) -> Optional[tuple[str, str, str, dict]]:
-    """OlympiadBench as math-ai/olympiadbench holds it: ``question`` and a list ``final_answer``
-    (several answers are joined by ", ", as a tuple)."""
+def olympiad_record(row: dict) -> Optional[tuple[str, str, str, dict]]:
+    """(problem, answer, field, meta) of an OlympiadBench row as math-ai/olympiadbench holds it
+    (SPEC §7): ``question`` and a list ``final_answer`` (several answers are joined by ", ", as
+    a tuple); None without a question or an answer."""
     answers = row.get("final_answer")
     answers = [str(a).strip() for a in (answers if isinstance(answers, list) else [answers]) if a is not None]
     answers = [a for a in answers if a]
@@ -130,20 +132,21 @@ DATASETS = [
               _math500),
     # Hendrycks MATH (7.5k train / 5k test); the answer is the last \boxed{} of the solution.
     HFDataset("DigitalLearningGmbH/MATH-lighteval", "math", ("math", "hendrycks-math"), "default",
-              ("train", "test"), _math),
+              ("train", "test"), math_record),
     # The hub copy repeats each of its ~17k problems many times: keep the first of each.
     HFDataset("BytedTsinghua-SIA/DAPO-Math-17k", "dapo-math", ("dapo-math", "dapo"), None,
               ("train",), _dapo, dedupe=True),
     HFDataset("open-r1/OpenR1-Math-220k", "openr1-math", ("openr1-math",), "default",
               ("train",), _openr1),
     # OlympiadBench, the text-only English math problems (the paper's evaluation, SPEC §10).
-    HFDataset("math-ai/olympiadbench", "olympiadbench", ("olympiadbench",), None, ("test",), _olympiad),
+    HFDataset("math-ai/olympiadbench", "olympiadbench", ("olympiadbench",), None, ("test",), olympiad_record),
 ]
-_BY_NAME = {}
+#: a dataset by its hub name (lower case) or any alias
+BY_NAME = {}
 for _d in DATASETS:
-    _BY_NAME[_d.name.lower()] = _d
+    BY_NAME[_d.name.lower()] = _d
     for _a in _d.aliases:
-        _BY_NAME[_a] = _d
+        BY_NAME[_a] = _d
 
 
 def supported() -> list[str]:
@@ -206,8 +209,9 @@ class HubUnreachable(Exception):
     """The hub could not be reached and the dataset is not in the local cache."""
 
 
-def _load_rows(name: str, config: Optional[str], split: str) -> Iterable[dict]:
-    """Load one split of a hub dataset as an iterable of row dicts (cache only when offline)."""
+def load_rows(name: str, config: Optional[str], split: str) -> Iterable[dict]:
+    """One split of a hub dataset as an iterable of row dicts (SPEC §7; the local cache only
+    when the hub is unreachable or offline mode is set). The one place rows come from the hub."""
     datasets = _import_datasets()
     offline = hub.offline()
     ctx = _offline_mode(datasets) if offline else contextlib.nullcontext()
@@ -233,7 +237,7 @@ def read(rest: str, n: Optional[int] = None, split: str = "test") -> list[dict]:
     ``<short name>-<split>-<row>``.
     """
     name, config, spec_split = parse_spec(rest)
-    known = _BY_NAME.get(name.lower())
+    known = BY_NAME.get(name.lower())
     if known is not None:
         hub_name, short, mapper = known.name, known.short, known.mapper
         config = config or known.config
@@ -249,7 +253,7 @@ def read(rest: str, n: Optional[int] = None, split: str = "test") -> list[dict]:
         use_split = spec_split or split
     spec = f"hf:{rest}"
     try:
-        rows = _load_rows(hub_name, config, use_split)
+        rows = load_rows(hub_name, config, use_split)
     except HubUnreachable as exc:
         raise InputError(
             f"{spec}: could not reach the Hugging Face Hub ({hub.endpoint()}) and {hub_name!r} "
@@ -310,7 +314,7 @@ class HFSource(TaskSource):
     def check(self, rest: str) -> None:
         """The spec must parse and name a supported dataset or an ``owner/name`` id (SPEC §7)."""
         name, _, _ = parse_spec(rest)
-        if name.lower() not in _BY_NAME and "/" not in name:
+        if name.lower() not in BY_NAME and "/" not in name:
             raise InputError(f"unknown dataset {name!r} in 'hf:{rest}': not a supported name nor an owner/name "
                              f"id; supported: {'; '.join(supported())}", field="spec")
 

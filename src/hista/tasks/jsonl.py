@@ -21,8 +21,7 @@ from typing import Any, Optional
 from hista import rewards
 from hista.errors import InputError
 from hista.jsonio import loads, read_input
-from hista.tasks import register
-from hista.tasks.base import TaskSource
+from hista.tasks.base import TaskSource, register
 
 _KNOWN = ("id", "problem", "answer", "verifier", "field", "meta")
 

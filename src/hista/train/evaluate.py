@@ -28,9 +28,7 @@ from typing import Optional
 from transformers import TrainerCallback
 
 from ..errors import InputError
-from ..evaluation import store, suites
-from ..evaluation.checkpoint import ModelSource
-from ..evaluation.run import EvalConfig, evaluate, results_markdown_path
+from ..evaluation import EvalConfig, ModelSource, check_suites, evaluate, output_paths
 
 #: The keys of the ``eval:`` section.
 KEYS = ("suites", "every", "at_start", "k", "temperature", "limit", "max_new_tokens", "batch_size", "seed")
@@ -70,7 +68,7 @@ def parse(section: dict) -> TrainEval:
     settings = {k: v for k, v in section.items() if k not in ("suites", "every", "at_start")}
     config = EvalConfig(model="policy", suites=[n.strip() for n in names], **settings)
     try:
-        suites.resolve(config.suites, temperature=config.temperature, k=config.k)
+        check_suites(config)
     except InputError as exc:
         raise InputError(str(exc) if exc.path else exc.message, field="suites") from None
     return TrainEval(config, int(every), at_start)
@@ -111,7 +109,7 @@ class EvaluateDuringTraining(TrainerCallback):
         trainer = self.trainer
         model = trainer.accelerator.unwrap_model(trainer.model)
         out = self.output_dir / "eval" / f"step-{step}.json"
-        for path in (out, store.samples_path(out), results_markdown_path(out)):
+        for path in output_paths(out):
             path.unlink(missing_ok=True)
         name, revision = self.policy
         source = ModelSource(f"{self.output_dir}@step-{step}", self.system_prompt,

@@ -35,7 +35,8 @@ import yaml
 from .. import yamlio
 from ..errors import InputError
 from ..jsonio import read_input
-from ..rollout.engine import SYSTEM_PROMPT
+from ..rollout.config import SYSTEM_PROMPT
+from .limits import UNSUPPORTED, untrainable
 from .typecheck import kind, type_error
 
 #: GRPOConfig fields the recipe sets from its own sections; writing them under ``trl`` would
@@ -301,20 +302,6 @@ def check_hidden_layer(recipe: Recipe) -> Optional[str]:
     return None
 
 
-def untrainable(estimator, loss) -> Optional[tuple[str, str]]:
-    """Why training cannot run this estimator and loss (SPEC §9), as (recipe field, message),
-    from what they declare: an estimator that needs Monte-Carlo continuations or a learned model
-    other than one trained alongside the policy (``trains_with_policy``, the PPO baseline's
-    critic), a loss that needs reference log-probs without a KL term (TRL computes them only
-    when beta > 0). None when it can."""
-    if estimator.needs_continuations or (estimator.needs_model and not estimator.trains_with_policy):
-        what = "Monte-Carlo continuations of every state" if estimator.needs_continuations else "a learned model"
-        return "advantage_estimator.name", f"estimator {estimator.name!r} needs {what}, which training does not provide"
-    if loss.needs_ref_logp and loss.config["beta"] == 0.0:
-        return "loss.beta", f"loss {loss.name!r} needs reference log-probs, which TRL computes only when beta > 0"
-    return None
-
-
 def _lines(text: str) -> dict[str, int]:
     """Line (1-based) of each dotted key in a YAML mapping, for error messages."""
     lines: dict[str, int] = {}
@@ -434,7 +421,6 @@ def validate(data: dict, *, source: str = "<recipe>",
     trl = require_trl()
     GRPOConfig = trl.GRPOConfig
     from .. import estimators, losses, tasks
-    from .trainer import UNSUPPORTED
 
     where = {k: (v if isinstance(v, tuple) else (source, v)) for k, v in (lines or {}).items()}
 

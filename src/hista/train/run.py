@@ -52,9 +52,10 @@ def correct(completions: list, answer: list, verifier: list, **_: Any) -> list[f
     return [rewards.verify(kind, text, gold) for text, gold, kind in zip(texts, answer, verifier)]
 
 
-def _model(recipe: Recipe):
-    """The policy for the trainer: (model, tokenizer, (name, revision)); for hub ids and local
-    paths the model is its name (TRL loads it) and the revision is left to the trainer."""
+def load_policy(recipe: Recipe):
+    """The policy for the trainer (SPEC §9): (model, tokenizer, (name, revision)); for hub ids
+    and local paths the model is its name (TRL loads it) and the revision is left to the
+    trainer."""
     from ..models import ALIASES, load
 
     if recipe.model in ALIASES:
@@ -143,12 +144,12 @@ def check_output_dir(recipe: Recipe, overwrite: bool = False) -> list[Path]:
     same run's, :func:`check_same_run`) or, with no complete checkpoint, started afresh and
     replaced; replaced with ``overwrite`` (the returned paths, removed only once the new run has
     started); and otherwise refused. Reads only; ``--dry-run`` runs it too."""
-    from ..jsonio import _system_root
+    from ..jsonio import system_root
 
     out = Path(recipe.output_dir)
     if recipe.resume and overwrite:
         raise recipe.error("resume", "resume=true continues the earlier run and --overwrite replaces it: choose one")
-    root = _system_root(Path(os.path.abspath(out)), Path(os.path.realpath(out)))
+    root = system_root(Path(os.path.abspath(out)), Path(os.path.realpath(out)))
     if root is not None:
         raise recipe.error("output_dir", f"{out} lies under {root}: a run folder cannot be written there")
     if Path(os.path.realpath(recipe.source)) == Path(os.path.realpath(out / "recipe.yaml")):
@@ -225,12 +226,10 @@ def train(recipe: Recipe, overwrite: bool = False) -> dict:
     dataset = build_dataset(recipe)
     plan = parse_eval(recipe.eval) if recipe.eval is not None else None
     if plan is not None:  # every problem it evaluates loads now, before anything is written
-        from ..evaluation import suites as eval_suites
+        from ..evaluation import check_suites
 
-        for benchmark in eval_suites.resolve(plan.config.suites, temperature=plan.config.temperature,
-                                             k=plan.config.k)[0]:
-            eval_suites.load_problems(benchmark, plan.config.limit)
-    model, tokenizer, policy = _model(recipe)
+        check_suites(plan.config, load=True)
+    model, tokenizer, policy = load_policy(recipe)
     callbacks = [ReplaceEarlierRun(replaced), MetricsLog(metrics)]
     if plan is not None:
         evaluation = EvaluateDuringTraining(plan, out, recipe.system_prompt, policy)

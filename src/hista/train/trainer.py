@@ -32,17 +32,7 @@ from ..models.forward import decoder_layers
 from ..types import Rollout
 from . import checkpoints, split
 from .batch import batch_to_groups, build_group, groups_to_batch, unpad
-from .recipe import untrainable
-
-#: TRL options whose effect lives in the ``_compute_loss`` this class replaces; set the
-#: equivalent in the recipe's ``loss`` section instead (a flag must never be silently ignored).
-UNSUPPORTED = {
-    "top_entropy_quantile": (1.0, "use loss.name=strace with top_entropy_fraction"),
-    "entropy_coef": (0.0, "no entropy bonus in hista losses"),
-    "use_adaptive_entropy": (False, "no entropy bonus in hista losses"),
-    "off_policy_mask_threshold": (None, "not supported by hista losses"),
-    "delta": (None, "two-sided clipping is not supported by hista losses"),
-}
+from .limits import UNSUPPORTED, untrainable
 
 
 class HistaGRPOTrainer(GRPOTrainer):
@@ -121,7 +111,7 @@ class HistaGRPOTrainer(GRPOTrainer):
             with capture_logprob_pass(self.model, layer=self.hidden_layer) as record:
                 out = super()._generate_and_score_completions(inputs)
                 if not record.calls:  # TRL skipped the old-log-prob pass (on-policy step): run it once here
-                    out["old_per_token_logps"] = self._old_logprob_pass(out)
+                    out["old_per_token_logps"] = self.old_logprob_pass(out)
                 hidden, entropy = record.rows(out["completion_ids"].size(0))
         if entropy is not None:
             out["old_entropies"] = entropy[:, -out["completion_ids"].size(1):]
@@ -129,13 +119,16 @@ class HistaGRPOTrainer(GRPOTrainer):
             return out
         start = time.perf_counter()
         problem_ids = [x.get("problem_id") for x in inputs]
-        out["advantages"] = self._token_advantages(out, hidden, None if None in problem_ids else problem_ids)
+        out["advantages"] = self.token_advantages(out, hidden, None if None in problem_ids else problem_ids)
         self._estimator_seconds = time.perf_counter() - start
         self._metrics[mode]["estimator/seconds"].append(self._estimator_seconds)
         return out
 
     @torch.no_grad()
-    def _old_logprob_pass(self, out: dict) -> torch.Tensor:
+    def old_logprob_pass(self, out: dict) -> torch.Tensor:
+        """The old policy's per-token log-probs of a generation batch from one forward pass
+        (SPEC §9), run when TRL skips its own on a fully on-policy step, so that the capture
+        hooks see hidden states and entropies."""
         input_ids = torch.cat([out["prompt_ids"], out["completion_ids"]], dim=1)
         attention_mask = torch.cat([out["prompt_mask"], out["completion_mask"]], dim=1)
         logps, _, _ = self._get_per_token_logps_and_entropies(
@@ -156,7 +149,7 @@ class HistaGRPOTrainer(GRPOTrainer):
         back and each process gets a contiguous slice)."""
         return self.accelerator.num_processes == 1 or local_rows % self.num_generations == 0
 
-    def _token_advantages(self, out: dict, hidden: Optional[torch.Tensor],
+    def token_advantages(self, out: dict, hidden: Optional[torch.Tensor],
                           problem_ids: Optional[list[str]] = None) -> torch.Tensor:
         """Per-token advantages [B_local, T] from the estimator on whole groups (SPEC §4, §9),
         keyed by their problem ids. When this process holds whole groups

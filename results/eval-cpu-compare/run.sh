@@ -16,7 +16,7 @@ for e in grpo hista; do
   $E --model runs/compare-$e/final --out runs/eval/$e.json
   $E --model runs/compare-$e/final --temperature 0.7 --k 8 --out runs/eval/$e-t07.json
 done
-O=docs/results/eval-cpu-compare
+O=results/eval-cpu-compare
 $H eval compare runs/eval/{base,grpo,hista}.json --out $O/greedy.md
 $H eval compare runs/eval/{base,grpo,hista}-t07.json --out $O/t07-avg8.md
 $H eval compare runs/eval/{base,grpo,hista}-t07.json --metric pass@8 --out $O/t07-pass8.md

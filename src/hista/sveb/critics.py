@@ -1,4 +1,5 @@
-"""Finding the critic that scores an SVEB case (SPEC §4.5, §8): ``sveb eval --critic DIR``.
+"""PPO critics of SVEB cases (SPEC §4.5, §8): the distinct groups of rollouts a case file trains
+on, and finding the critic that scores a case (``sveb eval --critic DIR``).
 
 A trained folder is either one critic (``critic.json``; PPO-N) or a cross-fitted set
 (``folds.json`` plus one critic folder per fold; PPO-1). :class:`CriticSet` reads either,
@@ -7,14 +8,45 @@ checks it against the cases it is to score, and hands out the critic of a case's
 
 from __future__ import annotations
 
+import hashlib
+import json
 import os
 from pathlib import Path
 from typing import Any, NoReturn, Optional, Sequence
 
+from ..critic.model import CONFIG, REWRITE, ValueModel, check_folder
 from ..errors import InputError
 from ..jsonio import loads
-from .model import CONFIG, REWRITE, ValueModel, check_folder
-from .train import FOLDS, FOLDS_FORMAT, group_digest
+from ..types import Rollout, RolloutGroup
+from .cases import problem_of
+
+MODES = ("ppo-1", "ppo-n")
+FOLDS = "folds.json"
+FOLDS_FORMAT = "hista-critic-folds/1"
+
+
+def group_digest(record: dict) -> str:
+    """A fingerprint of a case's group of rollouts (prompt ids, completion ids, rewards; SPEC
+    §4.5): PPO-N checks with it that its critic was trained on the cases' own rollouts."""
+    data = [record["prompt_ids"], [[r["completion_ids"], r["reward"]] for r in record["rollouts"]]]
+    return hashlib.sha256(json.dumps(data, separators=(",", ":")).encode()).hexdigest()[:16]
+
+
+def case_groups(records: Sequence[dict]) -> list[tuple[str, str, RolloutGroup]]:
+    """The distinct groups of rollouts of a case file's records, in file order, as (problem,
+    digest, group) (SPEC §4.5); the states of one problem share their group, which appears once."""
+    seen: set[str] = set()
+    out = []
+    for record in records:
+        digest = group_digest(record)
+        if digest in seen:
+            continue
+        seen.add(digest)
+        rollouts = [Rollout(record["prompt_ids"], r["completion_ids"], r["reward"]) for r in record["rollouts"]]
+        problem = problem_of(record["key"])
+        out.append((problem, digest, RolloutGroup(rollouts, prompt_id=problem)))
+    return out
+
 
 
 def _lam_text(lam: float) -> str:
@@ -25,7 +57,7 @@ class CriticSet:
     """The critics of one ``hista critic train`` output folder (SPEC §4.5): ``mode``
     (``ppo-1``/``ppo-n``), ``lam``, ``policy`` (the model and revision whose rollouts trained
     it) and, for PPO-1, which fold's critic scores each problem. Critics load on ``device``
-    (default: cuda when available) and share ``features`` (:class:`hista.critic.train.FrozenFeatures`)."""
+    (default: cuda when available) and share ``features`` (:class:`hista.critic.fit.FrozenFeatures`)."""
 
     def __init__(self, folder: str | os.PathLike, *, device: Optional[str] = None, features: Any = None):
         self.folder, self.device, self.features = Path(folder), device, features
@@ -104,8 +136,6 @@ class CriticSet:
         """An InputError unless this critic may score the cases (SPEC §4.5): trained on rollouts
         of the model and revision that built them; for PPO-N, trained on the cases' own groups
         of rollouts; for PPO-1, with a fold that scores each case's problem."""
-        from ..sveb.sweep import problem_of
-
         if (self.policy["model"], self.policy["revision"]) != (model, revision):
             raise InputError(f"this critic was trained on rollouts of {self.policy['model']} revision "
                              f"'{self.policy['revision']}', but the cases {path} were built with {model} revision "
@@ -132,8 +162,6 @@ class CriticSet:
 
     def for_case(self, record: dict) -> ValueModel:
         """The critic that scores the case ``record`` (SPEC §4.5): see :meth:`for_problem`."""
-        from ..sveb.sweep import problem_of
-
         return self.for_problem(problem_of(record["key"]))
 
     def for_problem(self, problem: str) -> ValueModel:
@@ -227,7 +255,7 @@ def discover(folder: str | os.PathLike, *, device: Optional[str] = None, feature
     """The critic sets of ``folder`` (SPEC §4.5): the folder itself when ``hista critic train``
     wrote it, else each of its subfolders that it wrote (a folder of critics). An InputError
     when there is none. Their critics load on ``device`` and share ``features`` (a
-    :class:`hista.critic.train.FrozenFeatures`, or None)."""
+    :class:`hista.critic.fit.FrozenFeatures`, or None)."""
     folder = Path(folder)
     if not folder.is_dir():
         raise InputError("does not exist or is not a folder", path=str(folder), field="--critic")

@@ -2,7 +2,7 @@
 # The study of when Hista beats GRPO (issue 12): rerun one setting from its committed cases,
 # without generating anything.
 #
-#     docs/results/sveb-study/study.sh docs/results/sveb-study/short     # or .../long
+#     results/sveb-study/study.sh results/sveb-study/short     # or .../long
 #
 # The cases' problems are split in two halves (seed 0): every choice (each sweep's best point)
 # is made on the selection half only, and every reported number comes from the report half.

@@ -1,16 +1,15 @@
-"""Small checks shared by the SVEB file schemas (SPEC §8): the case file (:mod:`.cases`) and the
-results file (:mod:`.results`). Each failure is an InputError located at the file, the line
-where there is one, and the field."""
+"""Small checks shared by the file schemas hista reads (SPEC §11): SVEB's case and results files
+(:mod:`hista.sveb.cases`, :mod:`hista.sveb.results`) and the evaluation's results and
+per-problem files (:mod:`hista.evaluation.store`). Each failure is an InputError located at the
+file, the line where there is one, and the field."""
 
 from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any, NoReturn, Optional, Sequence, Union
+from typing import Any, NoReturn, Optional, Union
 
-import numpy as np
-
-from ..errors import InputError
+from .errors import InputError
 
 
 class Where:
@@ -49,18 +48,6 @@ def is_int(value: Any) -> bool:
 def is_unit(value: Any) -> bool:
     """A JSON number (not a boolean) in [0, 1]; NaN and infinities compare false (SPEC §8)."""
     return isinstance(value, (int, float)) and not isinstance(value, bool) and 0 <= value <= 1
-
-
-def problem_of(case_id: str) -> str:
-    """The problem of a case: its key before ``#`` (``PROBLEM_ID#sK``; SPEC §8)."""
-    return case_id.partition("#")[0]
-
-
-def fold_problems(problems: Sequence[str], k: int, seed: int) -> list[list[str]]:
-    """K seeded folds of the problems, as equal in size as they can be (SPEC §8 ``sweep``, and
-    the folds of cross-fitted methods); each sorted."""
-    order = [sorted(problems)[j] for j in np.random.default_rng(seed).permutation(len(problems))]
-    return [sorted(order[j::k]) for j in range(k)]
 
 
 _TYPE_NAMES = {str: "a string", dict: "an object", list: "a list", int: "an integer", float: "a number"}

@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
 # PPO critics on SVEB (issue 13): the paper's Table 1 (GRPO, PPO-1 and PPO-N at λ 0.95 and 1.0),
 # Table 4 with the PPO-N rows beside Numca and Hista, and Figure 2, on the 155 short cases of
-# the SVEB study (docs/results/sveb-study/short: the embedded SmolLM2-135M-Instruct, one-step
+# the SVEB study (results/sveb-study/short: the embedded SmolLM2-135M-Instruct, one-step
 # arithmetic and multiple choice, G 16, M 16, 96 tokens), without generating anything.
 #
-#     docs/results/sveb-critic/run.sh [OUT]        # OUT default: runs/sveb-critic
+#     results/sveb-critic/run.sh [OUT]        # OUT default: runs/sveb-critic
 #
 # The critics train with hista critic train's defaults (the last 2 decoder layers, the norm and
 # the head; 4 epochs, lr 1e-4, batch 8, seed 0) except --folds 2: PPO-1 is cross-fitted in two

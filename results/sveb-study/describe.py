@@ -1,6 +1,6 @@
 """What a case file holds: response lengths, initial accuracy and Hista's nodes per response.
 
-    python docs/results/sveb-study/describe.py CASES [--interval 50 --interval 10]
+    python results/sveb-study/describe.py CASES [--interval 50 --interval 10]
 
 Prints markdown: case and problem counts; the completion length of every initial rollout
 (each group counted once, however many states it has); the initial accuracy of the kept
