@@ -2,6 +2,7 @@
 
     python bench/eval.py [--model smollm2-135m-instruct] [--suite builtin] [--limit 32]
                          [--temperature T --k K] [--batch-size 64] [--max-new-tokens N]
+                         [--compare OLD/src]
 
 In one run on one machine: (1) a fresh ``hista eval`` of the suite (:func:`hista.evaluation.evaluate`
 into a temporary folder: generation, verification, the per-problem file, summary, results
@@ -11,11 +12,21 @@ both, their ratio, and where the evaluation's wall time went: the engine, verifi
 bookkeeping (appending the per-problem file, the summary with its bootstrap intervals and the
 results files) and the rest (progress bar, loop). The issue's target is an overhead (everything
 but the engine) of at most 10% of the wall time.
+
+``--compare OLD/src`` instead times the same ``hista eval`` with another checkout's library
+(``PYTHONPATH=OLD/src``) and with this one, each in its own process, taking turns ``--repeat``
+times, and prints both side by side: tokens/s and problems/s of the whole evaluation (best
+run), their ratio, and each process's peak resident memory (SPEC §12).
 """
 
 from __future__ import annotations
 
 import argparse
+import json
+import os
+import resource
+import subprocess
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -25,26 +36,51 @@ import torch
 from hista.evaluation import EvalConfig, evaluate, suites
 from hista.models import load
 from hista.rollout import GenerateEngine, SamplingConfig
-from hista.sharding import derive_seed
 
 
 def raw_generation(lm, benchmarks, problems, config: EvalConfig, max_new_tokens: int) -> tuple[float, int, int]:
-    """Seconds, problems and tokens of the engine alone on the evaluation's batches."""
+    """Seconds, problems and tokens of the engine alone on the evaluation's calls: each
+    benchmark's problems in one call, each problem seeded by its id, as ``hista eval`` does."""
+    from hista.sharding import derive_seed
+
     seconds, count, tokens = 0.0, 0, 0
     for b in benchmarks:
         engine = GenerateEngine(lm, SamplingConfig(temperature=b.temperature, top_p=1.0, max_new_tokens=max_new_tokens,
                                                    batch_size=config.batch_size))
-        per_chunk = max(1, config.batch_size // b.samples)
         items = problems[b.name]
-        for first in range(0, len(items), per_chunk):
-            chunk = items[first:first + per_chunk]
-            start = time.perf_counter()
-            groups = engine.generate([p["problem"] for p in chunk], b.samples,
-                                     seed=derive_seed(config.seed, b.name, chunk[0]["id"]))
-            seconds += time.perf_counter() - start
-            count += len(chunk)
-            tokens += sum(len(r.completion_ids) for g in groups for r in g)
+        start = time.perf_counter()
+        groups = engine.generate([p["problem"] for p in items], b.samples,
+                                 prompt_seeds=[derive_seed(config.seed, b.name, p["id"]) for p in items])
+        seconds += time.perf_counter() - start
+        count += len(items)
+        tokens += sum(len(r.completion_ids) for g in groups for r in g)
     return seconds, count, tokens
+
+
+def compare(args: argparse.Namespace, old_src: str) -> None:
+    """``--compare``: the evaluation with ``old_src``'s library and with this one, in turns."""
+    here = str(Path(__file__).resolve().parents[1] / "src")
+    argv = [sys.executable, __file__, "--eval-only", "--model", args.model, "--suite", args.suite, "--limit",
+            str(args.limit), "--batch-size", str(args.batch_size)]
+    options = (("--temperature", args.temperature), ("--k", args.k), ("--max-new-tokens", args.max_new_tokens))
+    for flag, value in options:
+        if value is not None:
+            argv += [flag, str(value)]
+    runs: dict[str, list[dict]] = {"before": [], "after": []}
+    for _ in range(args.repeat):
+        for name, src in (("before", old_src), ("after", here)):
+            env = {**os.environ, "PYTHONPATH": src}
+            out = subprocess.run(argv, env=env, capture_output=True, text=True, check=True).stdout
+            runs[name].append(json.loads(out.strip().splitlines()[-1]))
+            print(f"{name}: {runs[name][-1]}", flush=True)
+    best = {name: max(r, key=lambda x: x["tokens"] / x["wall_s"]) for name, r in runs.items()}
+    print(f"\n{'':8s} {'tokens/s':>9s} {'problems/s':>11s} {'wall s':>7s} {'tokens':>7s} {'peak RSS MiB':>13s}")
+    for name, r in best.items():
+        print(f"{name:8s} {r['tokens'] / r['wall_s']:9.1f} {r['problems'] / r['wall_s']:11.2f} {r['wall_s']:7.1f} "
+              f"{r['tokens']:7d} {max(x['rss_mib'] for x in runs[name]):13.0f}")
+    ratio = (best["after"]["tokens"] / best["after"]["wall_s"]) / (best["before"]["tokens"] / best["before"]["wall_s"])
+    rss = max(x["rss_mib"] for x in runs["after"]) / max(x["rss_mib"] for x in runs["before"])
+    print(f"after / before: {ratio:.2f}x tokens/s, {rss:.2f}x peak RSS")
 
 
 def main() -> None:
@@ -56,7 +92,14 @@ def main() -> None:
     ap.add_argument("--k", type=int, default=None)
     ap.add_argument("--batch-size", type=int, default=64)
     ap.add_argument("--max-new-tokens", type=int, default=None)
+    ap.add_argument("--compare", metavar="OLD/src", default=None,
+                    help="time hista eval with that library and this one, side by side")
+    ap.add_argument("--repeat", type=int, default=2, help="--compare: runs of each, taken in turn (best counts)")
+    ap.add_argument("--eval-only", action="store_true", help=argparse.SUPPRESS)  # one run, as JSON (--compare)
     args = ap.parse_args()
+    if args.compare:
+        compare(args, args.compare)
+        return
 
     config = EvalConfig(model=args.model, suites=args.suite.split(","), k=args.k, temperature=args.temperature,
                         max_new_tokens=args.max_new_tokens, limit=args.limit, batch_size=args.batch_size)
@@ -72,6 +115,11 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         result = evaluate(config, Path(tmp) / "results.json", lm=lm, progress=False, log=lambda _: None)
     t = result["timing"]
+    if args.eval_only:
+        rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+        print(json.dumps({"tokens": t["tokens"], "problems": t["problems"], "wall_s": round(t["wall_s"], 2),
+                          "generate_s": round(t["generate_s"], 2), "rss_mib": round(rss)}))
+        return
     raw_s, raw_problems, raw_tokens = raw_generation(lm, benchmarks, problems, config, max_new_tokens)
 
     wall = t["wall_s"]

@@ -14,11 +14,19 @@ engine has them), a candidate the engine was measured against. Each figure is th
 ``--repeat`` runs (default 3), taken in turn, so that a slow moment of a shared machine hits
 none of them alone. Run it with ``PYTHONPATH=OLD/src`` to measure an older checkout's library
 with the same script.
+
+``--distinct N`` measures evaluation-shaped work instead (SPEC §12): N distinct problems, one
+completion each, through the engine's ``generate`` (chat template, batch of N, EOS ignored so
+that every row decodes ``--new-tokens``), beside one forward pass over the same prompts and
+completions. It prints the end-to-end tokens/s, the prefill of the prompts alone (one forward
+pass with a cache, as the engine starts), the decode phase (end to end minus that prefill) and
+both as shares of the forward pass's tokens/s.
 """
 
 from __future__ import annotations
 
 import argparse
+import inspect
 import time
 
 import torch
@@ -47,9 +55,14 @@ def main() -> None:
     ap.add_argument("--repeat", type=int, default=3, help="runs per figure; the fastest counts")
     ap.add_argument("--continuous-batching", action="store_true",
                     help="also time transformers' generate_batch (continuous batching, paged cache)")
+    ap.add_argument("--distinct", type=int, default=None, metavar="N",
+                    help="N distinct problems, one completion each, through the engine's generate")
     args = ap.parse_args()
 
     lm = load(args.model)
+    if args.distinct:
+        distinct(lm, args)
+        return
     pad, n = lm.tokenizer.pad_token_id, args.new_tokens
     print(f"model {lm.name} on {lm.device}, torch {torch.__version__}, threads {torch.get_num_threads()}")
     _, prompt = prompt_ids(lm, "Start with 7. Add 5. Then multiply by 2. What number do you get?")
@@ -58,10 +71,13 @@ def main() -> None:
           f"{'engine/prefill':>15s} {'engine/generate':>16s}{' cb tok/s' if args.continuous_batching else ''}")
     for batch in [int(b) for b in args.batches.split(",")]:
         def engine_run(batch=batch):
-            generator = torch.Generator(device=lm.device).manual_seed(0)
+            if "seeds" in inspect.signature(sample_continuations).parameters:
+                rng = {"seeds": list(range(batch))}
+            else:  # an older checkout (PYTHONPATH=OLD/src): one generator per call
+                rng = {"generator": torch.Generator(device=lm.device).manual_seed(0)}
             return sample_continuations(lm.model, [prompt], [0] * batch, max_new_tokens=n,
                                         temperature=args.temperature, top_p=1.0, eos=[], pad=pad,
-                                        generator=generator, ignore_eos=True)
+                                        ignore_eos=True, **rng)
 
         ids = torch.tensor([prompt] * batch, device=lm.device)
 
@@ -106,6 +122,55 @@ def main() -> None:
             batching = f" {tokens / batching_s:9.1f}"
         print(f"{batch:5d} {engine:13.1f} {generate:15.1f} {prefill:14.1f} {engine / prefill:14.0%} "
               f"{engine / generate:15.2f}x{batching}", flush=True)
+
+
+def distinct(lm, args) -> None:
+    """``--distinct N``: N distinct problems through ``GenerateEngine.generate`` vs the forward pass."""
+    import hista.rollout.engine as module
+    from hista import tasks
+    from hista.models.packed import packed_linears
+    from hista.rollout import GenerateEngine, SamplingConfig
+
+    problems = [p["problem"] for p in tasks.load("builtin:arith?steps=2", n=args.distinct, seed=0)]
+    prompts = [prompt_ids(lm, p)[1] for p in problems]
+    n = args.new_tokens
+    engine = GenerateEngine(lm, SamplingConfig(temperature=args.temperature, max_new_tokens=n,
+                                               batch_size=len(prompts)))
+    print(f"model {lm.name} on {lm.device}, torch {torch.__version__}, threads {torch.get_num_threads()}")
+    print(f"{len(prompts)} distinct prompts of {min(map(len, prompts))}-{max(map(len, prompts))} tokens, {n} new "
+          f"tokens per row (EOS ignored), temperature {args.temperature}\n")
+
+    def engine_run():
+        original = module.eos_ids
+        module.eos_ids = lambda lm: []  # every row decodes n tokens
+        try:
+            return engine.generate(problems, 1, seed=0)
+        finally:
+            module.eos_ids = original
+
+    def prompt_prefill():  # what the engine does first: one forward pass over the prompts, with a cache
+        width = max(map(len, prompts))
+        ids = torch.tensor([[lm.tokenizer.pad_token_id] * (width - len(p)) + p for p in prompts])
+        mask = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in prompts])
+        with torch.inference_mode(), packed_linears(lm.model):
+            lm.model(input_ids=ids, attention_mask=mask, position_ids=(mask.cumsum(-1) - 1).clamp(min=0),
+                     use_cache=True, logits_to_keep=1)
+
+    runs, forward_runs = [], []
+    for _ in range(args.repeat):  # in turn, so that a slow moment of a shared machine hits no figure alone
+        engine_s, groups = _timed(engine_run)
+        prompt_s, _ = _timed(prompt_prefill)
+        runs.append((engine_s, prompt_s, groups))
+        forward_runs.append(_timed(forward, lm, prompts, [g[0].completion_ids for g in groups], batch_size=16))
+    engine_s, prompt_s, groups = min(runs, key=lambda r: r[0])
+    forward_s = min(prompt for prompt, _ in forward_runs)
+    tokens = sum(len(g[0].completion_ids) for g in groups)
+    forward_tps = sum(len(p) + n for p in prompts) / forward_s
+    e2e, decode = tokens / engine_s, tokens / max(engine_s - min(r[1] for r in runs), 1e-9)
+    print(f"{'engine e2e tok/s':>17s} {'prompt prefill s':>17s} {'decode tok/s':>13s} {'forward tok/s':>14s} "
+          f"{'e2e/forward':>12s} {'decode/forward':>15s}")
+    print(f"{e2e:17.1f} {min(r[1] for r in runs):17.2f} {decode:13.1f} {forward_tps:14.1f} {e2e / forward_tps:11.0%} "
+          f"{decode / forward_tps:14.0%}", flush=True)
 
 
 if __name__ == "__main__":

@@ -91,13 +91,9 @@ def test_greedy_takes_the_argmax_and_records_log_probs_of_the_greedy_policy(tiny
 def _first_token_draws(tiny, prefix, n, temperature, top_p, seed=0, chunk=1000):
     from hista.rollout.engine import sample_continuations
 
-    generator = torch.Generator().manual_seed(seed)
-    draws = []
-    for start in range(0, n, chunk):
-        rows = sample_continuations(tiny.model, [prefix], [0] * min(chunk, n - start), max_new_tokens=1,
-                                    temperature=temperature, top_p=top_p, eos=[], pad=0, generator=generator)
-        draws += [tokens[0] for tokens, _ in rows]
-    return torch.tensor(draws)
+    rows = sample_continuations(tiny.model, [prefix], [0] * n, max_new_tokens=1, temperature=temperature,
+                                top_p=top_p, eos=[], pad=0, seeds=[seed * n + k for k in range(n)], batch_size=chunk)
+    return torch.tensor([tokens[0] for tokens, _ in rows])
 
 
 @pytest.mark.parametrize("top_p", [1.0, 0.5])
@@ -142,9 +138,8 @@ def test_a_shared_prefix_gives_what_encoding_each_row_gives(tiny):
     assert prefix_attention.supported(tiny.model)
 
     def draw(prefix_list, source_list):
-        generator = torch.Generator().manual_seed(3)
         return sample_continuations(tiny.model, prefix_list, source_list, max_new_tokens=10, temperature=1.0,
-                                    top_p=0.9, eos=[], pad=0, generator=generator)
+                                    top_p=0.9, eos=[], pad=0, seeds=[3, 4, 5, 6, 7])
 
     shared = draw(prefixes, sources)
     copied = draw(prefixes[::-1], [1 - s for s in sources])  # the same rows, sources out of order
@@ -179,10 +174,9 @@ def test_llama_decoder_steps_equal_the_module_stack(tiny, family, monkeypatch):
     assert not llama_decode.supported(model)  # gradients on: no packed weights
 
     def draw():
-        generator = torch.Generator().manual_seed(5)
         return sample_continuations(model, [[1, 2, 3, 4, 5, 6], [7, 8, 9]], [0, 0, 0, 1, 1, 1], max_new_tokens=16,
                                     temperature=1.0, top_p=0.9, eos=list(range(0, model.config.vocab_size, 12)),
-                                    pad=0, generator=generator)
+                                    pad=0, seeds=list(range(6)))
 
     steps = []
     monkeypatch.setattr(llama_decode.Decoder, "step",
@@ -196,16 +190,20 @@ def test_llama_decoder_steps_equal_the_module_stack(tiny, family, monkeypatch):
         torch.testing.assert_close(torch.tensor(a), torch.tensor(b), atol=1e-5, rtol=0)
 
 
-def test_shared_prefix_attention_equals_attention_over_the_concatenated_keys():
-    """Random queries, left-padded prefixes of three lengths and per-row keys: the merged
-    attention equals SDPA over [prefix, own keys] row by row (float rounding)."""
+@pytest.mark.parametrize("lengths, prefix_of_row", [([9, 3, 6], [0, 0, 1, 2, 2, 2]),  # a call per prefix
+                                                    ([9, 3, 6, 2, 8], [0, 0, 1, 2, 2, 2, 3, 4, 4])])  # batched
+def test_shared_prefix_attention_equals_attention_over_the_concatenated_keys(lengths, prefix_of_row):
+    """Random queries, left-padded prefixes of several lengths and per-row keys: the merged
+    attention equals SDPA over [prefix, own keys] row by row (float rounding), with a call per
+    prefix (three prefixes) or one batched, masked call for all (five); dropping rows drops the
+    prefixes left without rows."""
+    from hista.rollout import prefix_attention
     from hista.rollout.prefix_attention import SharedPrefix, attention
 
     g = torch.Generator().manual_seed(0)
     heads, kv_heads, dim, width, own = 6, 2, 16, 9, 4
-    lengths, prefix_of_row = [9, 3, 6], [0, 0, 1, 2, 2, 2]
-    keys = [torch.randn(3, kv_heads, width, dim, generator=g)]
-    values = [torch.randn(3, kv_heads, width, dim, generator=g)]
+    keys = [torch.randn(len(lengths), kv_heads, width, dim, generator=g)]
+    values = [torch.randn(len(lengths), kv_heads, width, dim, generator=g)]
     query = torch.randn(len(prefix_of_row), heads, 1, dim, generator=g)
     key = torch.randn(len(prefix_of_row), kv_heads, own, dim, generator=g)
     value = torch.randn(len(prefix_of_row), kv_heads, own, dim, generator=g)
@@ -214,30 +212,35 @@ def test_shared_prefix_attention_equals_attention_over_the_concatenated_keys():
         layer_idx = 0
 
     prefix = SharedPrefix(keys, values, lengths, prefix_of_row)
+    assert (prefix.slots is not None) == (len(lengths) >= prefix_attention.BATCHED_GROUPS)
     out, _ = attention(Layer, query, key, value, None, scaling=0.3, shared_prefix=prefix)
     for row, p in enumerate(prefix_of_row):
         k = torch.cat([keys[0][p, :, width - lengths[p]:], key[row]], dim=1).repeat_interleave(heads // kv_heads, 0)
         v = torch.cat([values[0][p, :, width - lengths[p]:], value[row]], dim=1).repeat_interleave(heads // kv_heads, 0)
         ref = torch.nn.functional.scaled_dot_product_attention(query[row], k, v, scale=0.3)  # [H, 1, D]
         torch.testing.assert_close(out[row, 0], ref[:, 0], atol=1e-5, rtol=0)
-    prefix.select([0, 3, 5])
-    assert prefix.groups == [(0, 0, 1), (2, 1, 3)]
+    prefix.select([0, 3, 5])  # rows of prefixes 0, 2 and 2: prefix 1 (and any later one) goes
+    assert prefix.groups == [(0, 0, 1), (1, 1, 3)] and prefix.lengths == [9, 6]
+    torch.testing.assert_close(prefix.keys[0], keys[0][[0, 2]])
     with pytest.raises(ValueError, match="contiguous"):
-        SharedPrefix(keys, values, lengths, [0, 1, 0])
+        SharedPrefix(keys, values, lengths, [0, 1, 0] + list(range(2, len(lengths))))
 
 
 def test_two_level_draws_follow_the_probabilities_and_skip_zeros():
     """``draw`` on a vocabulary that is not a multiple of its block (300 tokens) with zero
     probabilities inside and at the ends of blocks: 40,000 draws never pick a zero, and their
     counts pass a chi-square test against the probabilities (fixed seed)."""
-    from hista.rollout.engine import draw
+    from hista.rollout.sampling import draw
 
     g = torch.Generator().manual_seed(0)
     probs = torch.rand(300, generator=g) ** 4
     probs[[0, 100, 250, 255, 256, 299]] = 0.0
     probs[200:256] = 0.0  # a block whose tail is empty
     probs /= probs.sum()
-    draws = torch.cat([draw(probs.expand(4000, -1).contiguous(), g)[:, 0] for _ in range(10)])
+    from hista.rollout.sampling import uniforms
+
+    draws = torch.cat([draw(probs.expand(4000, -1).contiguous(), uniforms(range(4000), [k] * 4000))[:, 0]
+                       for k in range(10)])
     assert bool((probs[draws] > 0).all())
     observed = torch.bincount(draws, minlength=300).double()
     expected = probs.double() * draws.numel()
@@ -245,3 +248,51 @@ def test_two_level_draws_follow_the_probabilities_and_skip_zeros():
     chi2 = float(((observed[seen] - expected[seen]) ** 2 / expected[seen]).sum())
     dof = int(seen.sum()) - 1
     assert chi2 < dof + 4 * (2 * dof) ** 0.5, (chi2, dof)  # about the 0.01% tail of chi-square(dof)
+
+
+def test_continuous_batching_gives_each_row_what_it_gets_alone(tiny, monkeypatch):
+    """Nine rows of four prefixes of different lengths, EOS ids common enough that rows stop at
+    different steps, three slots (so finished rows are replaced by waiting ones): every row
+    samples the tokens it samples alone (one slot) and through the module stack in one batch,
+    with the same log-probs (1e-5), and those equal a fresh forward pass (1e-4). A row depends on
+    its prefix and seed only, not on its neighbours or on what finished before it."""
+    from hista.rollout import llama_decode
+    from hista.rollout.engine import sample_continuations
+
+    prefixes = [[1, 2, 3, 4, 5, 6], [7, 8, 9], [10, 11, 12, 13], [14]]
+    sources = [0, 0, 1, 1, 1, 2, 3, 3, 3]
+    prefills = []
+    prefill = llama_decode.prefill
+    monkeypatch.setattr(llama_decode, "prefill", lambda *a, **kw: prefills.append(len(a[1])) or prefill(*a, **kw))
+
+    def draw(batch_size):
+        return sample_continuations(tiny.model, prefixes, sources, max_new_tokens=14, temperature=1.0, top_p=1.0,
+                                    eos=list(range(0, tiny.model.config.vocab_size, 9)), pad=0,
+                                    seeds=[40 + r for r in range(len(sources))], batch_size=batch_size)
+
+    refill = draw(3)
+    assert len(prefills) > 2 and len({len(tokens) for tokens, _ in refill}) > 2  # refills, rows of several lengths
+    alone = draw(1)
+    monkeypatch.setattr(llama_decode, "supported", lambda model: False)
+    stack = draw(len(sources))
+    for other in (alone, stack):
+        assert [tokens for tokens, _ in refill] == [tokens for tokens, _ in other]
+        for (_, a), (_, b) in zip(refill, other):
+            torch.testing.assert_close(torch.tensor(a), torch.tensor(b), atol=1e-5, rtol=0)
+    out = forward(tiny, [prefixes[s] for s in sources], [tokens for tokens, _ in refill], layer=None)
+    for (_, logps), fresh in zip(refill, out.logprobs):
+        torch.testing.assert_close(torch.tensor(logps), fresh, atol=1e-4, rtol=0)
+
+
+def test_a_sample_depends_on_its_prompt_and_seed_only(tiny):
+    """The engine's samples do not depend on the batch size or on the other prompts of the call
+    (SPEC §7): prompt i's samples are those of a call with prompt i alone and its seed."""
+    problems = ["What is 2 + 3?", "Start with 4. Add 1. What number do you get?", "Pick A or B."]
+    wide = GenerateEngine(tiny, SamplingConfig(temperature=1.0, max_new_tokens=8, batch_size=16))
+    narrow = wide.with_config(SamplingConfig(temperature=1.0, max_new_tokens=8, batch_size=2))
+    seeds = [11, 12, 13]
+    together = wide.generate(problems, 3, prompt_seeds=seeds)
+    assert together != narrow.generate(problems, 3, seed=0)
+    for i, problem in enumerate(problems):
+        alone = narrow.generate([problem], 3, prompt_seeds=[seeds[i]])[0]
+        assert [r.completion_ids for r in alone] == [r.completion_ids for r in together[i]]

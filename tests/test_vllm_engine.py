@@ -18,6 +18,7 @@ import torch
 from hista.errors import InputError
 from hista.models import load
 from hista.rollout import SamplingConfig
+from hista.rollout.config import sample_seeds
 from hista.rollout.engine import eos_ids
 from hista.rollout.engines import check_engine, load_model, make_engine
 from hista.rollout.vllm_engine import (
@@ -25,7 +26,6 @@ from hista.rollout.vllm_engine import (
     check_available,
     completion_of,
     model_source,
-    request_seed,
     request_settings,
 )
 
@@ -95,10 +95,13 @@ def test_top_p_below_one_is_refused_naming_the_field():
     assert info.value.field == "top_p"
 
 
-def test_request_seeds_depend_on_the_call_seed_prompt_and_sample_only():
-    seeds = {request_seed(5, i, j) for i in range(20) for j in range(20)}
-    assert len(seeds) == 400 and all(0 <= s < 2**31 for s in seeds)
-    assert request_seed(5, 3, 4) == request_seed(5, 3, 4) != request_seed(6, 3, 4)
+def test_sample_seeds_depend_on_the_call_seed_prompt_and_sample_only():
+    seeds = sample_seeds(20, 20, 5)
+    assert len(set(seeds)) == 400 and all(0 <= s < 2**31 for s in seeds)
+    assert seeds == sample_seeds(20, 20, 5) != sample_seeds(20, 20, 6)
+    assert sample_seeds(20, 20, 5)[3 * 20 + 4] == sample_seeds(4, 20, 5)[3 * 20 + 4]  # not the other prompts
+    named = sample_seeds(2, 3, prompt_seeds=[7, 8])
+    assert named[3:] == sample_seeds(1, 3, prompt_seeds=[8]) and named != sample_seeds(2, 3, 7)
 
 
 class _Replay:
@@ -128,7 +131,7 @@ def test_outputs_become_rollouts_with_text_offsets_and_log_probs(tiny):
     groups = engine.generate_from_ids(prompts[:1], 2, seed=9, prompt_texts=["p"], progress=seen.append)
     (sent, params), = engine.llm.calls
     assert [p["prompt_token_ids"] for p in sent] == [prompts[0], prompts[0]]
-    assert [p["seed"] for p in params] == [request_seed(9, 0, 0), request_seed(9, 0, 1)]
+    assert [p["seed"] for p in params] == sample_seeds(1, 2, 9)
     assert {p["max_tokens"] for p in params} == {16} and seen == [2]
     assert len(groups) == 1 and len(groups[0]) == 2
     for rollout, case in zip(groups[0], FIXTURE["requests"]):

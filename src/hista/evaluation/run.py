@@ -1,13 +1,15 @@
 """``hista eval``: evaluate a model on benchmark suites, resumably (SPEC §10).
 
-Each benchmark's problems are cut into fixed chunks of ``batch_size // n`` problems (n samples
-per problem), and each chunk is generated in one batch of the rollout engine, mixing problems.
-Its seed derives from the evaluation seed, the benchmark and the chunk's first problem, so a
-chunk's samples do not depend on what ran before it: a resumed evaluation regenerates an
-unfinished chunk exactly and appends only the problems the per-problem file lacks. Every
-finished chunk is verified with the verifiers that give training rewards (SPEC §6) and appended
-at once; at the end ``results.json`` (settings, model, versions, every problem's samples with
-verdict and reason, the summary) and ``results.md`` are written atomically.
+A benchmark's problems left to do go to the rollout engine in one call, ``batch_size`` samples
+decoding at a time, problems mixed (continuous batching: a finished sample's place goes to the
+next one at once). A problem's samples are seeded by the evaluation seed, the benchmark and the
+problem's id alone, so they do not depend on the batch or on what ran before: a resumed or
+sharded evaluation samples what an uninterrupted one does, and evaluates only the problems the
+per-problem file lacks. Each problem is verified with the verifiers that give training rewards
+(SPEC §6) and appended the moment its samples are done; at the end ``results.json`` (settings,
+model, versions, every problem's samples with verdict and reason, the summary) and
+``results.md`` are written atomically. Sharding still cuts each benchmark's problems into fixed
+chunks of ``batch_size // n`` problems (n samples per problem), shard K taking every N-th.
 """
 
 from __future__ import annotations
@@ -29,7 +31,7 @@ from ..models import EMBEDDED, LoadedModel
 from ..rewards import verify_with_reason
 from ..rollout import SamplingConfig
 from ..rollout.engine import eos_ids
-from ..rollout.engines import Engine, check_engine, load_model, make_engine
+from ..rollout.engines import check_engine, load_model, make_engine
 from ..schema import Where, is_int, require, short, text
 from ..sharding import chunks_of, derive_seed
 from . import checkpoint, store, suites
@@ -349,32 +351,35 @@ def evaluate(config: EvalConfig, out: str | Path, *, lm: Optional[LoadedModel] =
     eos = set(eos_ids(lm))
     start = time.perf_counter()
     bar = tqdm(total=len(keys), initial=len(done), desc="eval", unit="problem", disable=not progress)
-    engines: dict[str, Engine] = {}
-    for b, chunk in plan:
-        if all(problem_key(b.name, p) in done for p in chunk):
+    for b in benchmarks:  # each benchmark's problems left to do, in one call that streams them back
+        todo = [p for plan_b, chunk in plan if plan_b is b for p in chunk if problem_key(b.name, p) not in done]
+        if not todo:
             continue
-        if b.name not in engines:
-            engines[b.name] = sampler.with_config(SamplingConfig(
-                temperature=b.temperature, top_p=1.0, max_new_tokens=max_new_tokens, batch_size=config.batch_size,
-                system_prompt=source.system_prompt))
-            bar.set_postfix(benchmark=b.name)
-        engine = engines[b.name]
+        engine = sampler.with_config(SamplingConfig(
+            temperature=b.temperature, top_p=1.0, max_new_tokens=max_new_tokens, batch_size=config.batch_size,
+            system_prompt=source.system_prompt))
+        bar.set_postfix(benchmark=b.name)
+        spent = 0.0  # in on_group, while the engine waits
+
+        def on_group(i: int, rollouts, b=b, todo=todo) -> None:
+            nonlocal spent
+            t = time.perf_counter()
+            record = _record(b.name, categories[b.name], todo[i], rollouts, eos)
+            timing["verify_s"] += time.perf_counter() - t
+            w = time.perf_counter()
+            store.append(samples_file, [record])
+            timing["write_s"] += time.perf_counter() - w
+            done[record["key"]] = record
+            timing["problems"] += 1
+            timing["samples"] += len(record["samples"])
+            timing["tokens"] += sum(sample["tokens"] for sample in record["samples"])
+            bar.update(1)
+            spent += time.perf_counter() - t
+
         t = time.perf_counter()
-        groups = engine.generate([p["problem"] for p in chunk], b.samples,
-                                 seed=derive_seed(config.seed, b.name, chunk[0]["id"]))
-        timing["generate_s"] += time.perf_counter() - t
-        t = time.perf_counter()
-        new = [_record(b.name, categories[b.name], p, group, eos) for p, group in zip(chunk, groups)
-               if problem_key(b.name, p) not in done]
-        timing["verify_s"] += time.perf_counter() - t
-        t = time.perf_counter()
-        store.append(samples_file, new)
-        timing["write_s"] += time.perf_counter() - t
-        done.update((r["key"], r) for r in new)
-        timing["problems"] += len(new)
-        timing["samples"] += sum(len(r["samples"]) for r in new)
-        timing["tokens"] += sum(s["tokens"] for r in new for s in r["samples"])
-        bar.update(len(new))
+        engine.generate([p["problem"] for p in todo], b.samples, on_group=on_group,
+                        prompt_seeds=[derive_seed(config.seed, b.name, p["id"]) for p in todo])
+        timing["generate_s"] += time.perf_counter() - t - spent
     bar.close()
 
     t = time.perf_counter()

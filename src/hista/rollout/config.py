@@ -7,9 +7,10 @@ from __future__ import annotations
 import math
 import numbers
 from dataclasses import asdict, dataclass
-from typing import Any
+from typing import Any, Optional, Sequence
 
 from ..errors import InputError
+from ..sharding import derive_seed
 
 #: The rollout engines by name (SPEC §7): transformers (CPU or CUDA) and vLLM (CUDA).
 ENGINES = ("hf", "vllm")
@@ -71,3 +72,15 @@ def check_engine(name: Any, tensor_parallel_size: Any = 1) -> None:
     if tp > 1 and name != "vllm":
         raise InputError(f"is {tp}, but tensor parallelism is a vllm engine option (--engine vllm)",
                          field="tensor_parallel_size")
+
+
+def sample_seeds(count: int, n: int, seed: int = 0, prompt_seeds: Optional[Sequence[int]] = None) -> list[int]:
+    """The seed of every sample of a call (SPEC §7), prompt-major: sample j of prompt i is seeded
+    by the prompt's seed and j alone, the prompt's seed being ``prompt_seeds[i]`` when given (a
+    caller that names its prompts, as ``hista eval`` does by problem id) or the call's ``seed``
+    and i. So a sample depends on neither its batch, nor the other prompts of the call, nor what
+    finished before it; every engine seeds so."""
+    if prompt_seeds is not None and len(prompt_seeds) != count:
+        raise ValueError(f"{len(prompt_seeds)} prompt seeds for {count} prompts")
+    bases = list(prompt_seeds) if prompt_seeds is not None else [derive_seed(seed, i) for i in range(count)]
+    return [derive_seed(base, j) for base in bases for j in range(n)]

@@ -15,10 +15,14 @@ model's own modules. Its logits equal those of the module stack up to float roun
 
 from __future__ import annotations
 
+from typing import Callable, Optional, Sequence
+
 import torch
 
 from ..models import packed
+from ..models.forward import cache_argument
 from . import prefix_attention
+from .sampling import completion_length, pick, uniforms
 
 #: model types whose decoder layer is Llama's
 FAMILY = ("llama", "qwen2", "mistral")
@@ -51,12 +55,14 @@ def supported(model: torch.nn.Module) -> bool:
 
 
 class Decoder:
-    """Decode steps of ``model`` (see :func:`supported`) for ``rows`` rows of at most
-    ``capacity`` generated tokens each, attending to a :class:`prefix_attention.SharedPrefix`.
-    Its products use the packed weights that :func:`hista.models.packed.packed_linears` uses
-    (packed once per version of the weights)."""
+    """Decode steps of ``model`` (see :func:`supported`) over ``slots`` rows, each holding one
+    sequence's keys and values (its prefix, then the tokens it generated) in a buffer of
+    ``capacity`` positions per layer. A row's attention reads its own positions only, so rows of
+    any lengths decode together, and a finished row's slot takes a new sequence at once
+    (:meth:`load`). Its products use the packed weights that
+    :func:`hista.models.packed.packed_linears` uses (packed once per version of the weights)."""
 
-    def __init__(self, model: torch.nn.Module, rows: int, capacity: int):
+    def __init__(self, model: torch.nn.Module, slots: int, capacity: int):
         self.inner = inner = model.model
         first = inner.layers[0].self_attn
         self.heads, self.kv_heads, self.dim = (model.config.num_attention_heads, model.config.num_key_value_heads,
@@ -70,37 +76,143 @@ class Decoder:
                                 mlp.act_fn, packed.product([mlp.down_proj])))
         self.head = packed.product([model.lm_head])
         weight = first.q_proj.weight
-        shape = (rows, self.kv_heads, capacity, self.dim)
-        self.keys = [weight.new_empty(shape) for _ in self.layers]
-        self.values = [weight.new_empty(shape) for _ in self.layers]
-        self.length = 0
+        shape = (slots, self.kv_heads, capacity, self.dim)
+        self.keys = [weight.new_zeros(shape) for _ in self.layers]
+        self.values = [weight.new_zeros(shape) for _ in self.layers]
+        self.lengths = torch.zeros(slots, dtype=torch.long, device=weight.device)
 
-    def batch_select_indices(self, index: torch.Tensor) -> None:
-        """Keep the rows ``index`` (in order) of the generated keys and values, as a transformers
-        cache does when the generation loop drops finished rows."""
-        self.keys = [k[index] for k in self.keys]
-        self.values = [v[index] for v in self.values]
+    def load(self, slots: list[int], keys: list[torch.Tensor], values: list[torch.Tensor], sources: list[int],
+             lengths: list[int]) -> None:
+        """Put sequences into ``slots``: slot ``slots[k]`` gets the last ``lengths[sources[k]]``
+        positions of row ``sources[k]`` of a prefill cache's per-layer ``keys`` / ``values``
+        ([N, KV, W, D], left-padded)."""
+        width = keys[0].shape[2]
+        for slot, source in zip(slots, sources):
+            length = lengths[source]
+            for mine, theirs in ((self.keys, keys), (self.values, values)):
+                for buffer, cached in zip(mine, theirs):
+                    buffer[slot, :, :length] = cached[source, :, width - length :]
+            self.lengths[slot] = length
+
+    def select(self, index: torch.Tensor) -> None:
+        """Keep the slots ``index`` (in order), as the sampler compacts the batch once no
+        sequence is waiting for a slot."""
+        self.keys = [k.index_select(0, index) for k in self.keys]
+        self.values = [v.index_select(0, index) for v in self.values]
+        self.lengths = self.lengths.index_select(0, index)
 
     @torch.inference_mode()
-    def step(self, tokens: torch.Tensor, position: torch.Tensor, prefix: prefix_attention.SharedPrefix) -> torch.Tensor:
-        """The float32 next-token logits [B, V] after feeding ``tokens`` [B, 1] at ``position``
-        [B, 1], each row attending to its prefix in ``prefix`` and to the tokens it fed before
-        (SPEC §7)."""
+    def step(self, tokens: torch.Tensor, active: torch.Tensor) -> torch.Tensor:
+        """The float32 next-token logits [B, V] after feeding ``tokens`` [B, 1], one per slot, each
+        at its slot's next position (SPEC §7). Slots not ``active`` [B] (empty, or waiting for a
+        sequence) compute a throwaway row and keep their length."""
         rows, heads, kv_heads, dim = tokens.shape[0], self.heads, self.kv_heads, self.dim
+        position = self.lengths.view(rows, 1)
         x = self.inner.embed_tokens(tokens[:, 0])
         cos, sin = self.inner.rotary_emb(x, position)  # [B, 1, D]: one table for every head
-        t, half = self.length, dim // 2
+        half, every = dim // 2, torch.arange(rows, device=tokens.device)
+        span = int(self.lengths.max()) + 1
+        # each row reads its own positions: those it holds and the one it writes now
+        mask = torch.zeros(rows, 1, 1, span, device=x.device).masked_fill_(
+            torch.arange(span, device=x.device) > position.view(rows, 1, 1, 1), float("-inf"))
         for i, (norm, qkv_proj, o_proj, scale, mlp_norm, gate_up, width, act, down) in enumerate(self.layers):
             qkv = qkv_proj(norm(x))
             qk = qkv[:, : (heads + kv_heads) * dim].view(rows, heads + kv_heads, dim)
             qk = qk * cos + torch.cat((-qk[..., half:], qk[..., :half]), dim=-1) * sin  # rotary, as transformers'
-            self.keys[i][:, :, t] = qk[:, heads:]
-            self.values[i][:, :, t] = qkv[:, (heads + kv_heads) * dim :].view(rows, kv_heads, dim)
+            self.keys[i][every, :, self.lengths] = qk[:, heads:]
+            self.values[i][every, :, self.lengths] = qkv[:, (heads + kv_heads) * dim :].view(rows, kv_heads, dim)
             query = qk[:, :heads].view(rows, kv_heads, heads // kv_heads, dim)
-            out = prefix_attention.attend(query, self.keys[i][:, :, : t + 1], self.values[i][:, :, : t + 1], prefix,
-                                          i, scale)
+            scores = torch.matmul(query, self.keys[i][:, :, :span].transpose(-1, -2)).mul_(scale).add_(mask)
+            out = torch.matmul(scores.softmax(dim=-1), self.values[i][:, :, :span])
             x = x + o_proj(out.reshape(rows, heads * dim))
             hidden = gate_up(mlp_norm(x))
             x = x + down(act(hidden[:, :width]) * hidden[:, width:])
-        self.length += 1
+        self.lengths += active.to(self.lengths.dtype)
         return self.head(self.inner.norm(x)).float()
+
+
+def prefill(model: torch.nn.Module, prefixes: Sequence[Sequence[int]], pad: int
+            ) -> tuple[list[torch.Tensor], list[torch.Tensor], torch.Tensor]:
+    """Per-layer keys and values [N, KV, W, D] (left-padded) of ``prefixes`` and the float32
+    logits of each one's next token [N, V], from one forward pass through the model's module
+    stack (SPEC §7)."""
+    from transformers import DynamicCache
+
+    device = next(model.parameters()).device
+    width = max(len(p) for p in prefixes)
+    ids = torch.tensor([[pad] * (width - len(p)) + list(p) for p in prefixes], device=device)
+    mask = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in prefixes], device=device)
+    cache = DynamicCache(config=model.config)
+    logits = model(input_ids=ids, attention_mask=mask, position_ids=(mask.cumsum(-1) - 1).clamp(min=0),
+                   use_cache=True, logits_to_keep=1, **{cache_argument(model): cache}).logits[:, -1].float()
+    return [layer.keys for layer in cache.layers], [layer.values for layer in cache.layers], logits
+
+
+@torch.inference_mode()
+def sample(model: torch.nn.Module, prefixes: Sequence[Sequence[int]], sources: Sequence[int], *, seeds: Sequence[int],
+           batch_size: int, max_new_tokens: int, temperature: float, top_p: float, eos: Sequence[int], pad: int,
+           ignore_eos: bool = False, done: Optional[Callable[[int, list[int], list[float]], None]] = None
+           ) -> list[tuple[list[int], list[float]]]:
+    """:func:`hista.rollout.engine.sample_continuations` for a supported model (SPEC §7), by
+    continuous batching: at most ``batch_size`` rows decode together, in slots of a
+    :class:`Decoder`; rows start in order, and as rows finish, waiting rows take their slots
+    (prefilled together once an eighth of the slots is free, or when nothing else runs), each
+    distinct prefix of a refill encoded once. Once no row waits, finished rows are dropped
+    from the batch as they accumulate. Row r's tokens come from its own uniforms
+    (:func:`hista.rollout.sampling.uniforms` of ``seeds[r]``), so they do not depend on which rows
+    it decodes beside."""
+    device = next(model.parameters()).device
+    slots = min(batch_size, len(sources))
+    decoder = Decoder(model, slots, max(len(p) for p in prefixes) + max_new_tokens)
+    stop = set(eos)
+    row_of = [-1] * slots  # the row each slot decodes (-1: free)
+    waiting = list(range(len(sources)))[::-1]  # rows not started yet, the next one last
+    tokens: list[list[int]] = [[] for _ in sources]
+    logps: list[list[float]] = [[] for _ in sources]
+    out: list[Optional[tuple[list[int], list[float]]]] = [None] * len(sources)
+    logits = torch.zeros(slots, model.config.vocab_size, device=device)
+
+    def start(free: list[int]) -> None:
+        rows = [waiting.pop() for _ in free[: len(waiting)]]
+        used = sorted({sources[r] for r in rows})
+        keys, values, first = prefill(model, [prefixes[p] for p in used], pad)
+        which = [used.index(sources[r]) for r in rows]
+        decoder.load(free[: len(rows)], keys, values, which, [len(prefixes[p]) for p in used])
+        for slot, row, k in zip(free, rows, which):
+            row_of[slot] = row
+            logits[slot] = first[k]
+
+    start(list(range(slots)))
+    while True:
+        busy = [s for s in range(slots) if row_of[s] >= 0]
+        if not busy:
+            break
+        rows = [row_of[s] for s in busy]
+        chosen, chosen_logp = pick(logits[busy], temperature, top_p,
+                                   uniforms([seeds[r] for r in rows], [len(tokens[r]) for r in rows], device))
+        feed = torch.zeros(slots, 1, dtype=torch.long, device=device)
+        feed[busy] = chosen
+        active = torch.zeros(slots, dtype=torch.bool, device=device)
+        for slot, row, t, lp in zip(busy, rows, chosen[:, 0].tolist(), chosen_logp[:, 0].tolist()):
+            tokens[row].append(t)
+            logps[row].append(lp)
+            if len(tokens[row]) == max_new_tokens or (t in stop and not ignore_eos):
+                k = len(tokens[row]) if ignore_eos else completion_length(tokens[row], eos)
+                out[row] = (tokens[row][:k], logps[row][:k])
+                if done:
+                    done(row, *out[row])
+                row_of[slot] = -1
+            else:
+                active[slot] = True
+        free = [s for s in range(slots) if row_of[s] < 0]
+        if bool(active.any()):
+            if not waiting and len(free) * 8 >= slots:  # no row waits: drop the finished ones
+                keep = [s for s in range(slots) if row_of[s] >= 0]
+                index = torch.tensor(keep, device=device)
+                decoder.select(index)
+                feed, active, logits = feed[index], active[index], logits[index]
+                row_of, slots, free = [row_of[s] for s in keep], len(keep), []
+            logits[active] = decoder.step(feed, active)[active]
+        if waiting and free and (len(free) * 8 >= slots or not bool(active.any())):
+            start(free)
+    return out

@@ -12,7 +12,7 @@ is a point mass and every log-prob is 0. Text and character offsets come from hi
 decoding of the token ids (:func:`hista.rollout.offsets.decode_with_offsets`), as with the
 transformers engine.
 
-The request building (:func:`request_settings`, :func:`request_seed`) and the output parsing
+The request building (:func:`request_settings`) and the output parsing
 (:func:`completion_of`) are plain functions, tested on CPU against vLLM's own output classes
 when vLLM can be imported and against ``tests/data/vllm_outputs.json`` otherwise. Only
 :class:`VLLMEngine` needs vLLM and a CUDA GPU.
@@ -24,14 +24,13 @@ import copy
 import shutil
 import tempfile
 import weakref
-import zlib
 from pathlib import Path
 from typing import Any, Callable, Optional, Sequence
 
 from ..errors import InputError
 from ..models import EMBEDDED, LoadedModel, prepare_embedded
 from ..types import Rollout
-from .config import SamplingConfig
+from .config import SamplingConfig, sample_seeds
 from .engine import eos_ids, prompt_ids
 from .offsets import decode_with_offsets
 
@@ -53,12 +52,6 @@ def check_available() -> Any:
         raise InputError(f"the vllm engine needs a CUDA GPU and this machine has none that torch {torch.__version__} "
                          "can use; use --engine hf here", field="engine")
     return vllm
-
-
-def request_seed(seed: int, prompt: int, sample: int) -> int:
-    """The 31-bit seed of one request: sample ``sample`` of prompt ``prompt`` in a call seeded
-    ``seed`` (SPEC §7). It does not depend on the batch the request runs in."""
-    return zlib.crc32(f"{seed}:{prompt}:{sample}".encode()) & 0x7FFFFFFF
 
 
 def check_config(config: SamplingConfig) -> None:
@@ -169,25 +162,31 @@ class VLLMEngine:
         return other
 
     def generate(self, problems: Sequence[str], n: int, *, seed: int = 0,
-                 progress: Optional[Callable[[int], None]] = None) -> list[list[Rollout]]:
-        """Sample ``n`` completions for each problem text (chat template + system prompt)."""
+                 prompt_seeds: Optional[Sequence[int]] = None, progress: Optional[Callable[[int], None]] = None,
+                 on_group: Optional[Callable[[int, list[Rollout]], None]] = None) -> list[list[Rollout]]:
+        """Sample ``n`` completions for each problem text (chat template + system prompt; SPEC §7)."""
         prompts = [prompt_ids(self.lm, p, self.config.system_prompt) for p in problems]
-        return self.generate_from_ids([ids for _, ids in prompts], n, seed=seed, progress=progress,
-                                      prompt_texts=[text for text, _ in prompts])
+        return self.generate_from_ids([ids for _, ids in prompts], n, seed=seed, prompt_seeds=prompt_seeds,
+                                      progress=progress, on_group=on_group, prompt_texts=[text for text, _ in prompts])
 
     def generate_from_ids(self, prompts: Sequence[Sequence[int]], n: int, *, seed: int = 0,
+                          prompt_seeds: Optional[Sequence[int]] = None,
                           progress: Optional[Callable[[int], None]] = None,
+                          on_group: Optional[Callable[[int, list[Rollout]], None]] = None,
                           prompt_texts: Optional[Sequence[str]] = None,
                           max_new_tokens: Optional[int] = None) -> list[list[Rollout]]:
-        """Sample ``n`` continuations of each token-id prompt, all in one vLLM call (SPEC §7);
-        ``progress(k)`` gets the number of sequences when the call returns."""
+        """Sample ``n`` continuations of each token-id prompt, all in one vLLM call (SPEC §7), one
+        request per sample seeded as every engine seeds it
+        (:func:`hista.rollout.config.sample_seeds`); ``progress(k)`` gets the number of sequences
+        and ``on_group(i, rollouts)`` every prompt's samples when the call returns."""
         prompts = [list(p) for p in prompts]
         texts = list(prompt_texts) if prompt_texts is not None else [""] * len(prompts)
         eos = eos_ids(self.lm)
         cap = max_new_tokens if max_new_tokens is not None else self.config.max_new_tokens
         rows = [(i, j) for i in range(len(prompts)) for j in range(n)]
-        params = [self._sampling_params(**request_settings(self.config, seed=request_seed(seed, i, j), eos=eos,
-                                                           max_new_tokens=cap)) for i, j in rows]
+        seeds = sample_seeds(len(prompts), n, seed, prompt_seeds)
+        params = [self._sampling_params(**request_settings(self.config, seed=s, eos=eos, max_new_tokens=cap))
+                  for s in seeds]
         outputs = self.llm.generate([self._tokens_prompt(prompt_token_ids=prompts[i]) for i, _ in rows], params,
                                     use_tqdm=False)
         out: list[list[Rollout]] = [[] for _ in prompts]
@@ -198,4 +197,7 @@ class VLLMEngine:
                                   offsets=offsets, prompt_text=texts[i], logprobs=logprobs))
         if progress:
             progress(len(rows))
+        for i, group in enumerate(out):
+            if on_group:
+                on_group(i, group)
         return out
