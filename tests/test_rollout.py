@@ -250,20 +250,28 @@ def test_two_level_draws_follow_the_probabilities_and_skip_zeros():
     assert chi2 < dof + 4 * (2 * dof) ** 0.5, (chi2, dof)  # about the 0.01% tail of chi-square(dof)
 
 
-def test_continuous_batching_gives_each_row_what_it_gets_alone(tiny, monkeypatch):
+@pytest.mark.parametrize("head", [0, 20])
+def test_continuous_batching_gives_each_row_what_it_gets_alone(tiny, monkeypatch, head):
     """Nine rows of four prefixes of different lengths, EOS ids common enough that rows stop at
     different steps, three slots (so finished rows are replaced by waiting ones): every row
     samples the tokens it samples alone (one slot) and through the module stack in one batch,
     with the same log-probs (1e-5), and those equal a fresh forward pass (1e-4). A row depends on
-    its prefix and seed only, not on its neighbours or on what finished before it."""
+    its prefix and seed only, not on its neighbours or on what finished before it. With a head
+    of 20 tokens every prefix starts with, the head is encoded once and the rest per refill."""
     from hista.rollout import llama_decode
     from hista.rollout.engine import sample_continuations
 
-    prefixes = [[1, 2, 3, 4, 5, 6], [7, 8, 9], [10, 11, 12, 13], [14]]
+    shared = list(range(30, 30 + head))
+    prefixes = [shared + p for p in ([1, 2, 3, 4, 5, 6], [7, 8, 9], [10, 11, 12, 13], [14])]
     sources = [0, 0, 1, 1, 1, 2, 3, 3, 3]
     prefills = []
     prefill = llama_decode.prefill
-    monkeypatch.setattr(llama_decode, "prefill", lambda *a, **kw: prefills.append(len(a[1])) or prefill(*a, **kw))
+
+    def counted(*args, **kwargs):  # (prefixes encoded, on top of the head)
+        prefills.append((len(args[1]), len(args) > 3 and args[3] is not None))
+        return prefill(*args, **kwargs)
+
+    monkeypatch.setattr(llama_decode, "prefill", counted)
 
     def draw(batch_size):
         return sample_continuations(tiny.model, prefixes, sources, max_new_tokens=14, temperature=1.0, top_p=1.0,
@@ -272,6 +280,8 @@ def test_continuous_batching_gives_each_row_what_it_gets_alone(tiny, monkeypatch
 
     refill = draw(3)
     assert len(prefills) > 2 and len({len(tokens) for tokens, _ in refill}) > 2  # refills, rows of several lengths
+    if head:  # the head alone first, then every refill on top of it
+        assert prefills[0] == (1, False) and all(used for _, used in prefills[1:])
     alone = draw(1)
     monkeypatch.setattr(llama_decode, "supported", lambda model: False)
     stack = draw(len(sources))

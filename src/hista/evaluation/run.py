@@ -1,15 +1,16 @@
 """``hista eval``: evaluate a model on benchmark suites, resumably (SPEC §10).
 
-A benchmark's problems left to do go to the rollout engine in one call, ``batch_size`` samples
-decoding at a time, problems mixed (continuous batching: a finished sample's place goes to the
-next one at once). A problem's samples are seeded by the evaluation seed, the benchmark and the
-problem's id alone, so they do not depend on the batch or on what ran before: a resumed or
-sharded evaluation samples what an uninterrupted one does, and evaluates only the problems the
-per-problem file lacks. Each problem is verified with the verifiers that give training rewards
-(SPEC §6) and appended the moment its samples are done; at the end ``results.json`` (settings,
-model, versions, every problem's samples with verdict and reason, the summary) and
-``results.md`` are written atomically. Sharding still cuts each benchmark's problems into fixed
-chunks of ``batch_size // n`` problems (n samples per problem), shard K taking every N-th.
+The problems left to do of all benchmarks sampled alike (temperature, samples per problem) go
+to the rollout engine in one call, ``batch_size`` samples decoding at a time, problems mixed
+(continuous batching: a finished sample's place goes to the next one at once). A problem's
+samples are seeded by the evaluation seed, the benchmark and the problem's id alone, so they do
+not depend on the batch or on what ran before: a resumed or sharded evaluation samples what an
+uninterrupted one does, and evaluates only the problems the per-problem file lacks. Each
+problem is verified with the verifiers that give training rewards (SPEC §6) and appended the
+moment its samples are done; at the end ``results.json`` (settings, model, versions, every
+problem's samples with verdict and reason, the summary) and ``results.md`` are written
+atomically. Sharding still cuts each benchmark's problems into fixed chunks of
+``batch_size // n`` problems (n samples per problem), shard K taking every N-th.
 """
 
 from __future__ import annotations
@@ -351,20 +352,26 @@ def evaluate(config: EvalConfig, out: str | Path, *, lm: Optional[LoadedModel] =
     eos = set(eos_ids(lm))
     start = time.perf_counter()
     bar = tqdm(total=len(keys), initial=len(done), desc="eval", unit="problem", disable=not progress)
-    for b in benchmarks:  # each benchmark's problems left to do, in one call that streams them back
-        todo = [p for plan_b, chunk in plan if plan_b is b for p in chunk if problem_key(b.name, p) not in done]
+    # the problems left to do of every benchmark sampled alike (temperature, samples), in one call
+    # that streams each problem back as its samples finish (one long tail instead of one each)
+    alike: dict[tuple, list] = {}
+    for b in benchmarks:
+        todo = [(b, p) for plan_b, chunk in plan if plan_b is b for p in chunk if problem_key(b.name, p) not in done]
+        alike.setdefault((b.temperature, b.samples), []).extend(todo)
+    for (temperature, samples), todo in alike.items():
         if not todo:
             continue
         engine = sampler.with_config(SamplingConfig(
-            temperature=b.temperature, top_p=1.0, max_new_tokens=max_new_tokens, batch_size=config.batch_size,
+            temperature=temperature, top_p=1.0, max_new_tokens=max_new_tokens, batch_size=config.batch_size,
             system_prompt=source.system_prompt))
-        bar.set_postfix(benchmark=b.name)
+        bar.set_postfix(benchmarks=",".join(dict.fromkeys(b.name for b, _ in todo)))
         spent = 0.0  # in on_group, while the engine waits
 
-        def on_group(i: int, rollouts, b=b, todo=todo) -> None:
+        def on_group(i: int, rollouts, todo=todo) -> None:
             nonlocal spent
             t = time.perf_counter()
-            record = _record(b.name, categories[b.name], todo[i], rollouts, eos)
+            b, problem = todo[i]
+            record = _record(b.name, categories[b.name], problem, rollouts, eos)
             timing["verify_s"] += time.perf_counter() - t
             w = time.perf_counter()
             store.append(samples_file, [record])
@@ -377,8 +384,8 @@ def evaluate(config: EvalConfig, out: str | Path, *, lm: Optional[LoadedModel] =
             spent += time.perf_counter() - t
 
         t = time.perf_counter()
-        engine.generate([p["problem"] for p in todo], b.samples, on_group=on_group,
-                        prompt_seeds=[derive_seed(config.seed, b.name, p["id"]) for p in todo])
+        engine.generate([p["problem"] for _, p in todo], samples, on_group=on_group,
+                        prompt_seeds=[derive_seed(config.seed, b.name, p["id"]) for b, p in todo])
         timing["generate_s"] += time.perf_counter() - t - spent
     bar.close()
 

@@ -15,6 +15,7 @@ model's own modules. Its logits equal those of the module stack up to float roun
 
 from __future__ import annotations
 
+import os
 from typing import Callable, Optional, Sequence
 
 import torch
@@ -26,6 +27,8 @@ from .sampling import completion_length, pick, uniforms
 
 #: model types whose decoder layer is Llama's
 FAMILY = ("llama", "qwen2", "mistral")
+#: distinct prefixes encoded per forward pass when rows start, shortest first (little padding)
+PREFILL_PREFIXES = 16
 
 
 def _layers(model: torch.nn.Module) -> list:
@@ -81,18 +84,17 @@ class Decoder:
         self.values = [weight.new_zeros(shape) for _ in self.layers]
         self.lengths = torch.zeros(slots, dtype=torch.long, device=weight.device)
 
-    def load(self, slots: list[int], keys: list[torch.Tensor], values: list[torch.Tensor], sources: list[int],
-             lengths: list[int]) -> None:
-        """Put sequences into ``slots``: slot ``slots[k]`` gets the last ``lengths[sources[k]]``
-        positions of row ``sources[k]`` of a prefill cache's per-layer ``keys`` / ``values``
-        ([N, KV, W, D], left-padded)."""
-        width = keys[0].shape[2]
+    def load(self, slots: list[int], keys: list[torch.Tensor], values: list[torch.Tensor], valid: torch.Tensor,
+             sources: list[int]) -> None:
+        """Put sequences into ``slots``: slot ``slots[k]`` gets the positions of row ``sources[k]``
+        of a prefill's per-layer ``keys`` / ``values`` ([N, KV, W, D]) that ``valid`` [N, W] marks
+        (:func:`prefill`), in order."""
         for slot, source in zip(slots, sources):
-            length = lengths[source]
+            where = valid[source].nonzero()[:, 0]
             for mine, theirs in ((self.keys, keys), (self.values, values)):
                 for buffer, cached in zip(mine, theirs):
-                    buffer[slot, :, :length] = cached[source, :, width - length :]
-            self.lengths[slot] = length
+                    buffer[slot, :, : len(where)] = cached[source].index_select(1, where)
+            self.lengths[slot] = len(where)
 
     def select(self, index: torch.Tensor) -> None:
         """Keep the slots ``index`` (in order), as the sampler compacts the batch once no
@@ -131,21 +133,42 @@ class Decoder:
         return self.head(self.inner.norm(x)).float()
 
 
-def prefill(model: torch.nn.Module, prefixes: Sequence[Sequence[int]], pad: int
-            ) -> tuple[list[torch.Tensor], list[torch.Tensor], torch.Tensor]:
-    """Per-layer keys and values [N, KV, W, D] (left-padded) of ``prefixes`` and the float32
-    logits of each one's next token [N, V], from one forward pass through the model's module
-    stack (SPEC §7)."""
+def prefill(model: torch.nn.Module, prefixes: Sequence[Sequence[int]], pad: int,
+            head: Optional[tuple[list[torch.Tensor], list[torch.Tensor]]] = None
+            ) -> tuple[list[torch.Tensor], list[torch.Tensor], torch.Tensor, torch.Tensor]:
+    """Per-layer keys and values [N, KV, W, D] of ``prefixes``, which of the W positions hold
+    them [N, W] (the others are padding), and the float32 logits of each one's next token
+    [N, V], from one forward pass through the model's module stack (SPEC §7). ``head``: the
+    per-layer keys and values [1, KV, H, D] of the first H tokens, which every prefix starts
+    with, encoded once before (vLLM's prefix caching): only the tokens after them are encoded."""
     from transformers import DynamicCache
 
     device = next(model.parameters()).device
-    width = max(len(p) for p in prefixes)
-    ids = torch.tensor([[pad] * (width - len(p)) + list(p) for p in prefixes], device=device)
-    mask = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in prefixes], device=device)
+    start = head[0][0].shape[2] if head else 0
+    rest = [list(p)[start:] for p in prefixes]
+    width = max(len(p) for p in rest)
+    ids = torch.tensor([[pad] * (width - len(p)) + p for p in rest], device=device)
+    mask = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in rest], device=device)
     cache = DynamicCache(config=model.config)
-    logits = model(input_ids=ids, attention_mask=mask, position_ids=(mask.cumsum(-1) - 1).clamp(min=0),
-                   use_cache=True, logits_to_keep=1, **{cache_argument(model): cache}).logits[:, -1].float()
-    return [layer.keys for layer in cache.layers], [layer.values for layer in cache.layers], logits
+    positions = (mask.cumsum(-1) - 1).clamp(min=0) + start
+    if head:
+        for layer, (keys, values) in enumerate(zip(*head)):
+            cache.update(keys.expand(len(rest), -1, -1, -1), values.expand(len(rest), -1, -1, -1), layer)
+        mask = torch.cat([mask.new_ones(len(rest), start), mask], dim=1)
+    logits = model(input_ids=ids, attention_mask=mask, position_ids=positions, use_cache=True, logits_to_keep=1,
+                   **{cache_argument(model): cache}).logits[:, -1].float()
+    return [layer.keys for layer in cache.layers], [layer.values for layer in cache.layers], mask.bool(), logits
+
+
+def _head(model: torch.nn.Module, prefixes: Sequence[Sequence[int]], pad: int):
+    """The keys and values of the tokens every prefix starts with (at least 16 of them, and one
+    token short of the shortest prefix), encoded once for :func:`prefill`; None when they are
+    fewer: a chat template's system prompt is the usual head of distinct prompts."""
+    length = min(len(os.path.commonprefix([list(p) for p in prefixes])), min(len(p) for p in prefixes) - 1)
+    if length < 16:
+        return None
+    keys, values, _, _ = prefill(model, [list(prefixes[0])[:length]], pad)
+    return keys, values
 
 
 @torch.inference_mode()
@@ -157,7 +180,8 @@ def sample(model: torch.nn.Module, prefixes: Sequence[Sequence[int]], sources: S
     continuous batching: at most ``batch_size`` rows decode together, in slots of a
     :class:`Decoder`; rows start in order, and as rows finish, waiting rows take their slots
     (prefilled together once an eighth of the slots is free, or when nothing else runs), each
-    distinct prefix of a refill encoded once. Once no row waits, finished rows are dropped
+    distinct prefix of a refill encoded once, and the head all prefixes share (a chat template's
+    system prompt) encoded once for the whole call. Once no row waits, finished rows are dropped
     from the batch as they accumulate. Row r's tokens come from its own uniforms
     (:func:`hista.rollout.sampling.uniforms` of ``seeds[r]``), so they do not depend on which rows
     it decodes beside."""
@@ -172,30 +196,38 @@ def sample(model: torch.nn.Module, prefixes: Sequence[Sequence[int]], sources: S
     out: list[Optional[tuple[list[int], list[float]]]] = [None] * len(sources)
     logits = torch.zeros(slots, model.config.vocab_size, device=device)
 
+    head = _head(model, prefixes, pad) if len(prefixes) > 1 else None
+
     def start(free: list[int]) -> None:
         rows = [waiting.pop() for _ in free[: len(waiting)]]
-        used = sorted({sources[r] for r in rows})
-        keys, values, first = prefill(model, [prefixes[p] for p in used], pad)
-        which = [used.index(sources[r]) for r in rows]
-        decoder.load(free[: len(rows)], keys, values, which, [len(prefixes[p]) for p in used])
-        for slot, row, k in zip(free, rows, which):
-            row_of[slot] = row
-            logits[slot] = first[k]
+        slot_of = dict(zip(rows, free))
+        used = sorted({sources[r] for r in rows}, key=lambda p: len(prefixes[p]))
+        for first in range(0, len(used), PREFILL_PREFIXES):  # prefixes of similar lengths together: little padding
+            part = used[first : first + PREFILL_PREFIXES]
+            keys, values, valid, next_logits = prefill(model, [prefixes[p] for p in part], pad, head)
+            mine = [r for r in rows if sources[r] in part]
+            which = [part.index(sources[r]) for r in mine]
+            decoder.load([slot_of[r] for r in mine], keys, values, valid, which)
+            for row, k in zip(mine, which):
+                row_of[slot_of[row]] = row
+                logits[slot_of[row]] = next_logits[k]
 
     start(list(range(slots)))
     while True:
         busy = [s for s in range(slots) if row_of[s] >= 0]
         if not busy:
             break
-        rows = [row_of[s] for s in busy]
-        chosen, chosen_logp = pick(logits[busy], temperature, top_p,
-                                   uniforms([seeds[r] for r in rows], [len(tokens[r]) for r in rows], device))
-        feed = torch.zeros(slots, 1, dtype=torch.long, device=device)
-        feed[busy] = chosen
-        active = torch.zeros(slots, dtype=torch.bool, device=device)
-        for slot, row, t, lp in zip(busy, rows, chosen[:, 0].tolist(), chosen_logp[:, 0].tolist()):
+        # every slot's token (a free slot's row of logits is stale and its token unused): cheaper
+        # than gathering the busy rows' logits
+        chosen, chosen_logp = pick(logits, temperature, top_p,
+                                   uniforms([seeds[r] if r >= 0 else 0 for r in row_of],
+                                            [len(tokens[r]) if r >= 0 else 0 for r in row_of], device))
+        feed, active = chosen, [False] * slots
+        picked, picked_logp = chosen[:, 0].tolist(), chosen_logp[:, 0].tolist()
+        for slot in busy:
+            row, t = row_of[slot], picked[slot]
             tokens[row].append(t)
-            logps[row].append(lp)
+            logps[row].append(picked_logp[slot])
             if len(tokens[row]) == max_new_tokens or (t in stop and not ignore_eos):
                 k = len(tokens[row]) if ignore_eos else completion_length(tokens[row], eos)
                 out[row] = (tokens[row][:k], logps[row][:k])
@@ -205,14 +237,15 @@ def sample(model: torch.nn.Module, prefixes: Sequence[Sequence[int]], sources: S
             else:
                 active[slot] = True
         free = [s for s in range(slots) if row_of[s] < 0]
-        if bool(active.any()):
+        if any(active):
             if not waiting and len(free) * 8 >= slots:  # no row waits: drop the finished ones
                 keep = [s for s in range(slots) if row_of[s] >= 0]
                 index = torch.tensor(keep, device=device)
                 decoder.select(index)
-                feed, active, logits = feed[index], active[index], logits[index]
+                feed, active = feed[index], [active[s] for s in keep]
                 row_of, slots, free = [row_of[s] for s in keep], len(keep), []
-            logits[active] = decoder.step(feed, active)[active]
-        if waiting and free and (len(free) * 8 >= slots or not bool(active.any())):
+            # the next logits of every slot: stale for a free slot until a row starts there
+            logits = decoder.step(feed, torch.tensor(active, device=device))
+        if waiting and free and (len(free) * 8 >= slots or not any(active)):
             start(free)
     return out

@@ -77,7 +77,7 @@ def pick(logits: torch.Tensor, temperature: float, top_p: float, u: torch.Tensor
     if temperature > 0:
         chosen = draw(logp.exp() if top_p >= 1.0 else _top_p_filter(logits, top_p).softmax(dim=-1), u)
     else:
-        chosen = logits.argmax(dim=-1, keepdim=True)
+        chosen = logp.argmax(dim=-1, keepdim=True)  # the argmax of the logits, read off the same pass
     return chosen, logp.gather(-1, chosen)
 
 
