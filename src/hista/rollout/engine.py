@@ -175,7 +175,21 @@ def _sample_batch(model, prefixes: Sequence[Sequence[int]], sources: Sequence[in
     return [(row[:k], row_logps[:k]) for row, row_logps, k in zip(tokens, logps, lengths)]
 
 
-class GenerateEngine:
+class PosesProblems:
+    """``generate`` for an engine that has ``generate_from_ids`` (SPEC §7): problem texts posed
+    with the chat template and the config's system prompt, then sampled as token ids."""
+
+    def generate(self, problems: Sequence[str], n: int, *, seed: int = 0,
+                 prompt_seeds: Optional[Sequence[int]] = None, progress: Optional[Callable[[int], None]] = None,
+                 on_group: Optional[Callable[[int, list[Rollout]], None]] = None) -> list[list[Rollout]]:
+        """Sample ``n`` completions for each problem text (chat template + system prompt; SPEC
+        §7); the arguments as the engine's ``generate_from_ids``'."""
+        prompts = [prompt_ids(self.lm, p, self.config.system_prompt) for p in problems]
+        return self.generate_from_ids([ids for _, ids in prompts], n, seed=seed, prompt_seeds=prompt_seeds,
+                                      progress=progress, on_group=on_group, prompt_texts=[text for text, _ in prompts])
+
+
+class GenerateEngine(PosesProblems):
     """The rollout engine (CPU or CUDA; SPEC §7): transformers models driven by
     :func:`sample_continuations`. ``generate`` returns, for each prompt, ``n`` Rollouts with
     prompt/completion ids, completion text, per-token character offsets and old log-probs
@@ -199,15 +213,6 @@ class GenerateEngine:
     def with_config(self, config: SamplingConfig) -> "GenerateEngine":
         """This engine's model with other sampling settings (SPEC §7)."""
         return GenerateEngine(self.lm, config)
-
-    def generate(self, problems: Sequence[str], n: int, *, seed: int = 0,
-                 prompt_seeds: Optional[Sequence[int]] = None, progress: Optional[Callable[[int], None]] = None,
-                 on_group: Optional[Callable[[int, list[Rollout]], None]] = None) -> list[list[Rollout]]:
-        """Sample ``n`` completions for each problem text (chat template + system prompt; SPEC
-        §7); the arguments as :meth:`generate_from_ids`'."""
-        prompts = [prompt_ids(self.lm, p, self.config.system_prompt) for p in problems]
-        return self.generate_from_ids([ids for _, ids in prompts], n, seed=seed, prompt_seeds=prompt_seeds,
-                                      progress=progress, on_group=on_group, prompt_texts=[text for text, _ in prompts])
 
     @torch.no_grad()
     def generate_from_ids(self, prompts: Sequence[Sequence[int]], n: int, *, seed: int = 0,

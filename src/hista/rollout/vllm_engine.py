@@ -31,7 +31,7 @@ from ..errors import InputError
 from ..models import EMBEDDED, LoadedModel, prepare_embedded
 from ..types import Rollout
 from .config import SamplingConfig, sample_seeds
-from .engine import eos_ids, prompt_ids
+from .engine import PosesProblems, eos_ids
 from .offsets import decode_with_offsets
 
 #: Fraction of the GPU's memory vLLM may take (weights, activations and KV cache).
@@ -122,7 +122,7 @@ def model_source(lm: LoadedModel) -> str:
     return lm.name
 
 
-class VLLMEngine:
+class VLLMEngine(PosesProblems):
     """The vLLM rollout engine (GPU; SPEC §7; module docstring): ``generate`` and
     ``generate_from_ids`` as :class:`~hista.rollout.GenerateEngine`'s, with ``lm`` giving the
     tokenizer (chat template, offsets), the model's name and revision. ``batch_size`` is not
@@ -160,14 +160,6 @@ class VLLMEngine:
         other = copy.copy(self)
         other.config = config
         return other
-
-    def generate(self, problems: Sequence[str], n: int, *, seed: int = 0,
-                 prompt_seeds: Optional[Sequence[int]] = None, progress: Optional[Callable[[int], None]] = None,
-                 on_group: Optional[Callable[[int, list[Rollout]], None]] = None) -> list[list[Rollout]]:
-        """Sample ``n`` completions for each problem text (chat template + system prompt; SPEC §7)."""
-        prompts = [prompt_ids(self.lm, p, self.config.system_prompt) for p in problems]
-        return self.generate_from_ids([ids for _, ids in prompts], n, seed=seed, prompt_seeds=prompt_seeds,
-                                      progress=progress, on_group=on_group, prompt_texts=[text for text, _ in prompts])
 
     def generate_from_ids(self, prompts: Sequence[Sequence[int]], n: int, *, seed: int = 0,
                           prompt_seeds: Optional[Sequence[int]] = None,
