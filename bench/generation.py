@@ -21,7 +21,8 @@ that every row decodes ``--new-tokens``), beside one forward pass over the same 
 completions. It prints the end-to-end tokens/s, the prefill of the prompts alone (one forward
 pass with a cache, as the engine starts), the decode phase (end to end minus that prefill) and
 both as shares of the forward pass's tokens/s. The prefill is the engine's own where it has
-one to time (``hista.rollout.llama_decode.prefill``), else one forward pass over the prompts.
+one to time (``hista.rollout.llama_decode.Decoder.fill``, or ``llama_decode.prefill`` in older
+checkouts), else one forward pass over the prompts.
 """
 
 from __future__ import annotations
@@ -143,7 +144,10 @@ def distinct(lm, args) -> None:
 
     import hista.rollout.llama_decode as fast
 
-    inside = getattr(fast, "prefill", None)  # the engine's own prefill, where it has one to time
+    # the engine's own prefill, where it has one to time: Decoder.fill, or prefill in older checkouts
+    owner = fast.Decoder if hasattr(getattr(fast, "Decoder", None), "fill") else fast
+    name = "fill" if owner is not fast else "prefill"
+    inside = getattr(owner, name, None)
     spent = [0.0]
 
     def timed_prefill(*a, **kw):
@@ -158,13 +162,13 @@ def distinct(lm, args) -> None:
         module.eos_ids = lambda lm: []  # every row decodes n tokens
         spent[0] = 0.0
         if inside:
-            fast.prefill = timed_prefill
+            setattr(owner, name, timed_prefill)
         try:
             return engine.generate(problems, 1, seed=0)
         finally:
             module.eos_ids = original
             if inside:
-                fast.prefill = inside
+                setattr(owner, name, inside)
 
     def prompt_prefill():  # what the engine does first: one forward pass over the prompts, with a cache
         width = max(map(len, prompts))

@@ -265,13 +265,13 @@ def test_continuous_batching_gives_each_row_what_it_gets_alone(tiny, monkeypatch
     prefixes = [shared + p for p in ([1, 2, 3, 4, 5, 6], [7, 8, 9], [10, 11, 12, 13], [14])]
     sources = [0, 0, 1, 1, 1, 2, 3, 3, 3]
     prefills = []
-    prefill = llama_decode.prefill
+    fill = llama_decode.Decoder.fill
 
-    def counted(*args, **kwargs):  # (prefixes encoded, on top of the head)
-        prefills.append((len(args[1]), len(args) > 3 and args[3] is not None))
-        return prefill(*args, **kwargs)
+    def counted(self, prefixes, slots, common=None):  # (prefixes encoded, on top of the common head)
+        prefills.append((len(prefixes), common is not None))
+        return fill(self, prefixes, slots, common)
 
-    monkeypatch.setattr(llama_decode, "prefill", counted)
+    monkeypatch.setattr(llama_decode.Decoder, "fill", counted)
 
     def draw(batch_size):
         return sample_continuations(tiny.model, prefixes, sources, max_new_tokens=14, temperature=1.0, top_p=1.0,

@@ -6,11 +6,13 @@ the attention interface and the slicing of packed products, each a few microseco
 decoders whose layer is Llama's (pre-norm residual blocks, rotary attention with grouped KV
 heads, a gated MLP, full attention: Llama, Qwen2, Mistral without a sliding window), a
 :class:`Decoder` runs the same float32 operations in the same order straight on the packed
-weights of :mod:`hista.models.packed`, with the shared-prefix attention of
-:mod:`hista.rollout.prefix_attention` and each row's generated keys and values in buffers
-reserved for the whole completion. Norms, activations, embeddings and rotary tables stay the
-model's own modules. Its logits equal those of the module stack up to float rounding
-(tests/test_rollout.py); other models decode through the module stack.
+weights of :mod:`hista.models.packed`, each row's keys and values (its prompt's, then those of the
+tokens it generated) in a buffer reserved for the whole completion. Prompts are encoded the same
+way, the tokens of several prompts in one ragged batch: through transformers' module stack, a
+prefill of eight 33-token prompts took three times as long as its linear layers alone. Norms,
+activations, embeddings and rotary tables stay the model's own modules. Its logits equal those
+of the module stack up to float rounding (tests/test_rollout.py); other models decode through
+the module stack.
 """
 
 from __future__ import annotations
@@ -21,13 +23,13 @@ from typing import Callable, Optional, Sequence
 import torch
 
 from ..models import packed
-from ..models.forward import cache_argument
 from . import prefix_attention
 from .sampling import completion_length, pick, uniforms
 
 #: model types whose decoder layer is Llama's
 FAMILY = ("llama", "qwen2", "mistral")
-#: distinct prefixes encoded per forward pass when rows start, shortest first (little padding)
+#: distinct prefixes encoded per :meth:`Decoder.fill` when rows start, shortest first (little padding
+#: in their attention)
 PREFILL_PREFIXES = 16
 
 
@@ -62,7 +64,7 @@ class Decoder:
     sequence's keys and values (its prefix, then the tokens it generated) in a buffer of
     ``capacity`` positions per layer. A row's attention reads its own positions only, so rows of
     any lengths decode together, and a finished row's slot takes a new sequence at once
-    (:meth:`load`). Its products use the packed weights that
+    (:meth:`fill`). Its products use the packed weights that
     :func:`hista.models.packed.packed_linears` uses (packed once per version of the weights)."""
 
     def __init__(self, model: torch.nn.Module, slots: int, capacity: int):
@@ -84,23 +86,70 @@ class Decoder:
         self.values = [weight.new_zeros(shape) for _ in self.layers]
         self.lengths = torch.zeros(slots, dtype=torch.long, device=weight.device)
 
-    def load(self, slots: list[int], keys: list[torch.Tensor], values: list[torch.Tensor], valid: torch.Tensor,
-             sources: list[int]) -> None:
-        """Put sequences into ``slots``: slot ``slots[k]`` gets the positions of row ``sources[k]``
-        of a prefill's per-layer ``keys`` / ``values`` ([N, KV, W, D]) that ``valid`` [N, W] marks
-        (:func:`prefill`), in order."""
-        for slot, source in zip(slots, sources):
-            where = valid[source].nonzero()[:, 0]
-            for mine, theirs in ((self.keys, keys), (self.values, values)):
-                for buffer, cached in zip(mine, theirs):
-                    buffer[slot, :, : len(where)] = cached[source].index_select(1, where)
-            self.lengths[slot] = len(where)
+    @torch.inference_mode()
+    def fill(self, prefixes: Sequence[Sequence[int]], slots: Sequence[Sequence[int]],
+             common: Optional[tuple[list[torch.Tensor], list[torch.Tensor]]] = None) -> torch.Tensor:
+        """Encode ``prefixes`` into their ``slots`` (prefix j into every slot of ``slots[j]``) and
+        return the float32 logits of each one's next token [N, V] (SPEC §7). The tokens of all
+        prefixes go through the packed products in one ragged batch (no padding), each prefix
+        attending causally to its own positions; ``common``: the per-layer keys and values
+        [KV, C, D] of the first C tokens every prefix starts with (:func:`_common`), copied into
+        the slots instead of encoded again."""
+        heads, kv_heads, dim = self.heads, self.kv_heads, self.dim
+        device, lead = self.lengths.device, common[0][0].shape[1] if common else 0
+        sizes = [len(p) - lead for p in prefixes]
+        count, width, total = len(prefixes), max(sizes), sum(sizes)
+        first = torch.tensor([s[0] for s in slots], device=device)
+        # token t of prefix j: slot first[j], position lead + t; padded attention row j * width + t
+        which = torch.repeat_interleave(torch.arange(count, device=device), torch.tensor(sizes, device=device))
+        offset = torch.arange(total, device=device) - torch.tensor([0] + sizes[:-1], device=device).cumsum(0)[which]
+        padded = which * width + offset
+        slot, position = first[which], offset + lead
+        x = self.inner.embed_tokens(torch.tensor([t for p in prefixes for t in list(p)[lead:]], device=device))
+        cos, sin = self.inner.rotary_emb(x, position.view(1, -1))
+        cos, sin = cos.view(total, 1, dim), sin.view(total, 1, dim)
+        half, span = dim // 2, lead + width
+        keys_at = torch.arange(span, device=device)
+        # query t of prefix j reads positions up to its own
+        mask = torch.zeros(width, span, device=device).masked_fill_(
+            keys_at > (lead + torch.arange(width, device=device)).view(width, 1), float("-inf"))
+        for i, (norm, qkv_proj, o_proj, scale, mlp_norm, gate_up, size, act, down) in enumerate(self.layers):
+            qkv = qkv_proj(norm(x))
+            qk = qkv[:, : (heads + kv_heads) * dim].view(total, heads + kv_heads, dim)
+            qk = qk * cos + torch.cat((-qk[..., half:], qk[..., :half]), dim=-1) * sin
+            if common:
+                self.keys[i][first, :, :lead] = common[0][i]
+                self.values[i][first, :, :lead] = common[1][i]
+            self.keys[i][slot, :, position] = qk[:, heads:]
+            self.values[i][slot, :, position] = qkv[:, (heads + kv_heads) * dim :].view(total, kv_heads, dim)
+            query = qk.new_zeros(count * width, heads, dim).index_copy_(0, padded, qk[:, :heads])
+            query = query.view(count, width, kv_heads, heads // kv_heads, dim).permute(0, 2, 3, 1, 4)
+            keys, values = self.keys[i][first, :, :span].unsqueeze(2), self.values[i][first, :, :span].unsqueeze(2)
+            scores = torch.matmul(query, keys.transpose(-1, -2)).mul_(scale).add_(mask)
+            out = torch.matmul(scores.softmax(dim=-1), values)
+            out = out.permute(0, 3, 1, 2, 4).reshape(count * width, heads * dim).index_select(0, padded)
+            x = x + o_proj(out)
+            hidden = gate_up(mlp_norm(x))
+            x = x + down(act(hidden[:, :size]) * hidden[:, size:])
+        for j, targets in enumerate(slots):
+            length = lead + sizes[j]
+            if len(targets) > 1:  # the samples of one prompt: copies of its first slot
+                others = torch.tensor(targets[1:], device=device)
+                for buffer in (*self.keys, *self.values):
+                    buffer[others, :, :length] = buffer[targets[0], :, :length]
+            self.lengths[list(targets)] = length
+        last = torch.tensor(sizes, device=device).cumsum(0) - 1
+        return self.head(self.inner.norm(x.index_select(0, last))).float()
 
     def select(self, index: torch.Tensor) -> None:
         """Keep the slots ``index`` (in order), as the sampler compacts the batch once no
-        sequence is waiting for a slot."""
-        self.keys = [k.index_select(0, index) for k in self.keys]
-        self.values = [v.index_select(0, index) for v in self.values]
+        sequence is waiting for a slot: their positions in use move to the first slots of the
+        same buffers (positions past them hold finite stale values that no row reads)."""
+        span = int(self.lengths.max())
+        for buffers in (self.keys, self.values):
+            for n, buffer in enumerate(buffers):
+                buffer[: len(index), :, :span] = buffer[index, :, :span]
+                buffers[n] = buffer[: len(index)]
         self.lengths = self.lengths.index_select(0, index)
 
     @torch.inference_mode()
@@ -133,42 +182,16 @@ class Decoder:
         return self.head(self.inner.norm(x)).float()
 
 
-def prefill(model: torch.nn.Module, prefixes: Sequence[Sequence[int]], pad: int,
-            head: Optional[tuple[list[torch.Tensor], list[torch.Tensor]]] = None
-            ) -> tuple[list[torch.Tensor], list[torch.Tensor], torch.Tensor, torch.Tensor]:
-    """Per-layer keys and values [N, KV, W, D] of ``prefixes``, which of the W positions hold
-    them [N, W] (the others are padding), and the float32 logits of each one's next token
-    [N, V], from one forward pass through the model's module stack (SPEC §7). ``head``: the
-    per-layer keys and values [1, KV, H, D] of the first H tokens, which every prefix starts
-    with, encoded once before (vLLM's prefix caching): only the tokens after them are encoded."""
-    from transformers import DynamicCache
-
-    device = next(model.parameters()).device
-    start = head[0][0].shape[2] if head else 0
-    rest = [list(p)[start:] for p in prefixes]
-    width = max(len(p) for p in rest)
-    ids = torch.tensor([[pad] * (width - len(p)) + p for p in rest], device=device)
-    mask = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in rest], device=device)
-    cache = DynamicCache(config=model.config)
-    positions = (mask.cumsum(-1) - 1).clamp(min=0) + start
-    if head:
-        for layer, (keys, values) in enumerate(zip(*head)):
-            cache.update(keys.expand(len(rest), -1, -1, -1), values.expand(len(rest), -1, -1, -1), layer)
-        mask = torch.cat([mask.new_ones(len(rest), start), mask], dim=1)
-    logits = model(input_ids=ids, attention_mask=mask, position_ids=positions, use_cache=True, logits_to_keep=1,
-                   **{cache_argument(model): cache}).logits[:, -1].float()
-    return [layer.keys for layer in cache.layers], [layer.values for layer in cache.layers], mask.bool(), logits
-
-
-def _head(model: torch.nn.Module, prefixes: Sequence[Sequence[int]], pad: int):
-    """The keys and values of the tokens every prefix starts with (at least 16 of them, and one
-    token short of the shortest prefix), encoded once for :func:`prefill`; None when they are
-    fewer: a chat template's system prompt is the usual head of distinct prompts."""
+def _common(decoder: Decoder, prefixes: Sequence[Sequence[int]]):
+    """The per-layer keys and values [KV, C, D] of the C tokens every prefix starts with (at
+    least 16 of them, and one token short of the shortest prefix), encoded once for
+    :meth:`Decoder.fill` (vLLM's prefix caching); None when they are fewer. A chat template's
+    system prompt is the usual common head of distinct prompts."""
     length = min(len(os.path.commonprefix([list(p) for p in prefixes])), min(len(p) for p in prefixes) - 1)
     if length < 16:
         return None
-    keys, values, _, _ = prefill(model, [list(prefixes[0])[:length]], pad)
-    return keys, values
+    decoder.fill([list(prefixes[0])[:length]], [[0]])  # slot 0 is free until the first rows start
+    return [k[0, :, :length].clone() for k in decoder.keys], [v[0, :, :length].clone() for v in decoder.values]
 
 
 @torch.inference_mode()
@@ -196,21 +219,20 @@ def sample(model: torch.nn.Module, prefixes: Sequence[Sequence[int]], sources: S
     out: list[Optional[tuple[list[int], list[float]]]] = [None] * len(sources)
     logits = torch.zeros(slots, model.config.vocab_size, device=device)
 
-    head = _head(model, prefixes, pad) if len(prefixes) > 1 else None
+    common = _common(decoder, prefixes) if len(prefixes) > 1 else None
 
     def start(free: list[int]) -> None:
         rows = [waiting.pop() for _ in free[: len(waiting)]]
-        slot_of = dict(zip(rows, free))
-        used = sorted({sources[r] for r in rows}, key=lambda p: len(prefixes[p]))
+        slots_of: dict[int, list[int]] = {}  # each distinct prefix of the refill: the slots of its rows
+        for row, slot in zip(rows, free):
+            slots_of.setdefault(sources[row], []).append(slot)
+            row_of[slot] = row
+        used = sorted(slots_of, key=lambda p: len(prefixes[p]))
         for first in range(0, len(used), PREFILL_PREFIXES):  # prefixes of similar lengths together: little padding
             part = used[first : first + PREFILL_PREFIXES]
-            keys, values, valid, next_logits = prefill(model, [prefixes[p] for p in part], pad, head)
-            mine = [r for r in rows if sources[r] in part]
-            which = [part.index(sources[r]) for r in mine]
-            decoder.load([slot_of[r] for r in mine], keys, values, valid, which)
-            for row, k in zip(mine, which):
-                row_of[slot_of[row]] = row
-                logits[slot_of[row]] = next_logits[k]
+            next_logits = decoder.fill([prefixes[p] for p in part], [slots_of[p] for p in part], common)
+            for k, p in enumerate(part):
+                logits[slots_of[p]] = next_logits[k]
 
     start(list(range(slots)))
     while True:
