@@ -182,6 +182,23 @@ def _mismatch(got: str, expected: str) -> str:
     return f"got '{text}'" + ("..." if cut else "") + (f" ({'; '.join(notes)})" if notes else "")
 
 
+def _run_failure(res: Any, where: str, assertions: bool = False) -> Optional[str]:
+    """The reason a sandboxed run failed (``where`` follows the verdict, e.g. `` on case 2/3``):
+    a timeout, an output limit, or a non-zero exit with the last line of stderr escaped and cut;
+    ``assertions``: an ``AssertionError`` is a failed test rather than a runtime error. None when
+    the run exited 0."""
+    if res.timed_out:
+        return f"timeout{where}"
+    if res.truncated:
+        return f"output limit exceeded{where}"
+    if res.returncode != 0:
+        detail, cut = _excerpt(_last_line(res.stderr))
+        kind = "test failed" if assertions and detail.startswith("AssertionError") else "runtime error"
+        return f"{kind}{where} (exit status {res.returncode})" + (f": {detail}" + ("..." if cut else "")
+                                                                   if detail else "")
+    return None
+
+
 @register("code")
 def verify_code(
     completion: Any,
@@ -216,16 +233,9 @@ def verify_code(
                 max_output_bytes=max_output_bytes,
             )
             where = f"case {k + 1}/{len(cases)}"
-            if res.timed_out:
-                return 0.0, f"timeout on {where}"
-            if res.truncated:
-                return 0.0, f"output limit exceeded on {where}"
-            if res.returncode != 0:
-                detail, cut = _excerpt(_last_line(res.stderr))
-                detail += "..." if cut else ""
-                return 0.0, f"runtime error on {where} (exit status {res.returncode})" + (
-                    f": {detail}" if detail else ""
-                )
+            failure = _run_failure(res, f" on {where}")
+            if failure:
+                return 0.0, failure
             if not outputs_match(res.stdout, expected):
                 return 0.0, f"wrong output on {where}: {_mismatch(res.stdout, expected)}"
         return 1.0, "correct"
@@ -315,15 +325,9 @@ def verify_python_tests(completion: Any, answer: Any, *, timeout_s: float = 10.0
                    + f"\n\n{call}print({token!r})\n")
         res = run_sandboxed(program, "", timeout_s=timeout_s, memory_mb=memory_mb, max_processes=max_processes,
                             max_output_bytes=max_output_bytes)
-        if res.timed_out:
-            return 0.0, "timeout"
-        if res.truncated:
-            return 0.0, "output limit exceeded"
-        if res.returncode != 0:
-            detail, cut = _excerpt(_last_line(res.stderr))
-            kind = "test failed" if detail.startswith("AssertionError") else "runtime error"
-            return 0.0, f"{kind} (exit status {res.returncode})" + (f": {detail}" + ("..." if cut else "")
-                                                                      if detail else "")
+        failure = _run_failure(res, "", assertions=True)
+        if failure:
+            return 0.0, failure
         if _last_line(res.stdout) != token:
             return 0.0, "the program ended before its tests did"
         return 1.0, "correct"
