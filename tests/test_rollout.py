@@ -294,6 +294,95 @@ def test_continuous_batching_gives_each_row_what_it_gets_alone(tiny, monkeypatch
         torch.testing.assert_close(torch.tensor(logps), fresh, atol=1e-4, rtol=0)
 
 
+def test_decoder_moves_slots_and_reads_each_run_up_to_its_longest_row(tiny, monkeypatch):
+    """A Decoder's slots moved to other slots keep their keys, values and lengths; with rows
+    longest first, a step's attention splits into runs that together read fewer positions than
+    one run up to the longest row, each reading at least its rows' positions; and the logits of
+    a step in runs equal those of a step in one run (float rounding)."""
+    from hista.models.packed import packed_linears
+    from hista.rollout import llama_decode
+
+    g = torch.Generator().manual_seed(0)
+    with torch.no_grad(), packed_linears(tiny.model):
+        decoder = llama_decode.Decoder(tiny.model, 40, 64)
+        for buffer in (*decoder.keys, *decoder.values):
+            buffer.copy_(torch.randn(buffer.shape, generator=g))
+        lengths = torch.randint(1, 60, (40,), generator=g)
+        decoder.lengths = lengths.clone()
+        before = [b.clone() for b in (*decoder.keys, *decoder.values)]
+        order = sorted(range(40), key=lambda s: -int(lengths[s]))
+        decoder.move(order, 0)
+        for old, new in zip(before, (*decoder.keys, *decoder.values)):
+            for slot, source in enumerate(order):
+                assert torch.equal(new[slot, :, : lengths[source]], old[source, :, : lengths[source]])
+        assert decoder.lengths.tolist() == sorted(lengths.tolist(), reverse=True)
+
+        runs = decoder.chunks()
+        assert len(runs) > 1 and runs[0][0] == 0 and runs[-1][1] == 40
+        assert all(end == first for (_, end, _), (first, _, _) in zip(runs, runs[1:]))
+        assert all(span > int(decoder.lengths[first:end].max()) for first, end, span in runs)
+        assert sum((end - first) * span for first, end, span in runs) < 40 * (int(decoder.lengths.max()) + 1)
+        tokens, active = torch.randint(0, tiny.model.config.vocab_size, (40, 1), generator=g), torch.ones(40).bool()
+        state = [b.clone() for b in (*decoder.keys, *decoder.values)], decoder.lengths.clone()
+        in_runs = decoder.step(tokens, active)
+        for buffer, saved in zip((*decoder.keys, *decoder.values), state[0]):
+            buffer.copy_(saved)
+        decoder.lengths = state[1]
+        monkeypatch.setattr(llama_decode, "CALL_POSITIONS", 10**6)  # every run merged into one
+        assert len(decoder.chunks()) == 1
+        torch.testing.assert_close(decoder.step(tokens, active), in_runs, atol=1e-5, rtol=0)
+
+
+def test_continuous_batching_in_runs_gives_each_row_what_it_gets_alone(tiny, monkeypatch):
+    """Thirty rows of six prefixes from 1 to 40 tokens, seventeen slots: as rows finish and
+    others start, the rows running move to keep the longest first (moves happen) and steps read
+    attention in several runs, and every row still samples what it samples alone, with the same
+    log-probs (1e-5)."""
+    from hista.rollout import llama_decode
+    from hista.rollout.engine import sample_continuations
+
+    prefixes = [list(range(1, 1 + n)) for n in (40, 1, 25, 7, 33, 12)]
+    sources = [r % 6 for r in range(30)]
+    seen = {"moves": 0, "runs": 1}
+    move, chunks = llama_decode.Decoder.move, llama_decode.Decoder.chunks
+
+    def moved(self, *a):
+        seen["moves"] += 1
+        return move(self, *a)
+
+    def split(self):
+        runs = chunks(self)
+        seen["runs"] = max(seen["runs"], len(runs))
+        return runs
+
+    monkeypatch.setattr(llama_decode.Decoder, "move", moved)
+    monkeypatch.setattr(llama_decode.Decoder, "chunks", split)
+
+    def draw(batch_size):
+        return sample_continuations(tiny.model, prefixes, sources, max_new_tokens=24, temperature=1.0, top_p=1.0,
+                                    eos=list(range(0, tiny.model.config.vocab_size, 15)), pad=0,
+                                    seeds=[7 * r for r in range(len(sources))], batch_size=batch_size)
+
+    many = draw(17)
+    assert seen["moves"] and seen["runs"] > 1
+    alone = draw(1)
+    assert [tokens for tokens, _ in many] == [tokens for tokens, _ in alone]
+    for (_, a), (_, b) in zip(many, alone):
+        torch.testing.assert_close(torch.tensor(a), torch.tensor(b), atol=1e-5, rtol=0)
+
+
+def test_decoding_keeps_freed_memory_on_glibc():
+    """On Linux with glibc (CI's machines) the engine's allocator setting is accepted, once per
+    process (it changes where memory comes from, not a value)."""
+    import platform
+
+    from hista.rollout import heap
+
+    expected = platform.system() == "Linux" and platform.libc_ver()[0] == "glibc"
+    assert heap.keep_freed_memory() is expected
+    assert heap.keep_freed_memory() is expected
+
+
 def test_a_sample_depends_on_its_prompt_and_seed_only(tiny):
     """The engine's samples do not depend on the batch size or on the other prompts of the call
     (SPEC §7): prompt i's samples are those of a call with prompt i alone and its seed."""

@@ -10,7 +10,7 @@ from ..models import LoadedModel
 from ..models.forward import cache_argument
 from ..models.packed import packed_linears
 from ..types import Rollout
-from . import llama_decode, prefix_attention
+from . import heap, llama_decode, prefix_attention
 from .config import SYSTEM_PROMPT, SamplingConfig, sample_seeds
 from .offsets import decode_with_offsets
 from .sampling import completion_length, pick, uniforms
@@ -86,10 +86,13 @@ def sample_continuations(model, prefixes: Sequence[Sequence[int]], sources: Sequ
     once); other models in batches of ``batch_size`` rows through transformers' module stack,
     each distinct prefix encoded once and, when the rows of each prefix are contiguous, read
     once by its rows' decode steps (:mod:`hista.rollout.prefix_attention`). Returns per row
-    the completion ids (up to and including the EOS) and their log-probs (:func:`pick`)."""
+    the completion ids (up to and including the EOS) and their log-probs (:func:`pick`). On CPU
+    the process keeps freed memory for reuse (:func:`hista.rollout.heap.keep_freed_memory`)."""
     options = dict(max_new_tokens=max_new_tokens, temperature=temperature, top_p=top_p, eos=eos, pad=pad,
                    ignore_eos=ignore_eos)
     size = batch_size or len(sources)
+    if next(model.parameters()).device.type == "cpu":
+        heap.keep_freed_memory()
     with packed_linears(model):
         if llama_decode.supported(model):
             return llama_decode.sample(model, prefixes, sources, seeds=seeds, batch_size=size, done=done, **options)

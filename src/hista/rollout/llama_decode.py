@@ -9,7 +9,10 @@ heads, a gated MLP, full attention: Llama, Qwen2, Mistral without a sliding wind
 weights of :mod:`hista.models.packed`, each row's keys and values (its prompt's, then those of the
 tokens it generated) in a buffer reserved for the whole completion. Prompts are encoded the same
 way, the tokens of several prompts in one ragged batch: through transformers' module stack, a
-prefill of eight 33-token prompts took three times as long as its linear layers alone. Norms,
+prefill of eight 33-token prompts took three times as long as its linear layers alone. A decode
+step's attention reads each run of neighbouring slots up to that run's longest row only, and
+the sampler keeps its rows longest first, so that rows of an evaluation (lengths from a few
+tokens to the completion cap) read about their own lengths rather than the longest row's. Norms,
 activations, embeddings and rotary tables stay the model's own modules. Its logits equal those
 of the module stack up to float rounding (tests/test_rollout.py); other models decode through
 the module stack.
@@ -31,6 +34,9 @@ FAMILY = ("llama", "qwen2", "mistral")
 #: distinct prefixes encoded per :meth:`Decoder.fill` when rows start, shortest first (little padding
 #: in their attention)
 PREFILL_PREFIXES = 16
+#: slots per run of a decode step's attention (:meth:`Decoder.chunks`), and what a separate run
+#: costs, in positions read per row of the run (the launch of its five operations per layer)
+CHUNK, CALL_POSITIONS = 8, 24
 
 
 def _layers(model: torch.nn.Module) -> list:
@@ -82,7 +88,10 @@ class Decoder:
         self.head = packed.product([model.lm_head])
         weight = first.q_proj.weight
         shape = (slots, self.kv_heads, capacity, self.dim)
-        self.keys = [weight.new_zeros(shape) for _ in self.layers]
+        # keys stored position-minor (a view [slots, KV, capacity, D] of [slots, KV, D, capacity]): a
+        # query's scores then multiply the keys untransposed, a third faster on CPU than through
+        # a transposed operand
+        self.keys = [weight.new_zeros(shape[:2] + shape[:1:-1]).transpose(-1, -2) for _ in self.layers]
         self.values = [weight.new_zeros(shape) for _ in self.layers]
         self.lengths = torch.zeros(slots, dtype=torch.long, device=weight.device)
 
@@ -135,46 +144,95 @@ class Decoder:
             length = lead + sizes[j]
             if len(targets) > 1:  # the samples of one prompt: copies of its first slot
                 others = torch.tensor(targets[1:], device=device)
-                for buffer in (*self.keys, *self.values):
-                    buffer[others, :, :length] = buffer[targets[0], :, :length]
+                for held in self._held(length):
+                    held[others] = held[targets[0]]
             self.lengths[list(targets)] = length
         last = torch.tensor(sizes, device=device).cumsum(0) - 1
         return self.head(self.inner.norm(x.index_select(0, last))).float()
+
+    def _held(self, span: int) -> list[torch.Tensor]:
+        """The first ``span`` positions of every slot's keys and values, per layer (keys, then
+        values), sliced in the buffers' storage order so that copying them copies whole runs."""
+        return [buffer.narrow(dim, 0, span) for buffer, dim in self._storage()]
+
+    def _storage(self) -> list[tuple[torch.Tensor, int]]:
+        """Every layer's keys and values in their storage order, each with its position dim."""
+        return [(k.transpose(-1, -2), 3) for k in self.keys] + [(v, 2) for v in self.values]
 
     def select(self, index: torch.Tensor) -> None:
         """Keep the slots ``index`` (in order), as the sampler compacts the batch once no
         sequence is waiting for a slot: their positions in use move to the first slots of the
         same buffers (positions past them hold finite stale values that no row reads)."""
         span = int(self.lengths.max())
-        for buffers in (self.keys, self.values):
-            for n, buffer in enumerate(buffers):
-                buffer[: len(index), :, :span] = buffer[index, :, :span]
-                buffers[n] = buffer[: len(index)]
+        for held in self._held(span):
+            held[: len(index)] = held[index]
+        self.keys, self.values = [k[: len(index)] for k in self.keys], [v[: len(index)] for v in self.values]
         self.lengths = self.lengths.index_select(0, index)
+
+    def move(self, order: Sequence[int], first: int) -> None:
+        """Move the sequences of slots ``order`` to slots ``first``, ``first + 1``, ... (their keys,
+        values and lengths), as the sampler keeps its rows longest first (SPEC §7). Each run of
+        :data:`CHUNK` moved slots copies the positions its longest row holds."""
+        index = torch.tensor(list(order), device=self.lengths.device)
+        lengths = self.lengths.index_select(0, index)
+        runs = [(a, min(a + CHUNK, len(order))) for a in range(0, len(order), CHUNK)]
+        spans = [int(lengths[a:b].max()) for a, b in runs]
+        for buffer, dim in self._storage():
+            # every run read before any is written
+            moved = [buffer.narrow(dim, 0, span)[index[a:b]] for (a, b), span in zip(runs, spans)]
+            for (a, b), span, rows in zip(runs, spans, moved):
+                buffer[first + a : first + b].narrow(dim, 0, span).copy_(rows)
+        self.lengths[first : first + len(order)] = lengths
+
+    def chunks(self) -> list[tuple[int, int, int]]:
+        """The runs of slots (first, end, span) whose attention a step computes together, each
+        reading ``span`` positions (its longest row's, and the one it writes): runs of
+        :data:`CHUNK` slots merged where merging reads fewer positions than a separate call costs
+        (:data:`CALL_POSITIONS` per row), so that rows kept longest first read about their own
+        lengths instead of the longest row's."""
+        rows = self.lengths.shape[0]
+        ends = list(range(CHUNK, rows, CHUNK)) + [rows]
+        spans = [int(s) + 1 for s in torch.nn.functional.pad(self.lengths, (0, -rows % CHUNK))
+                 .view(-1, CHUNK).amax(dim=1).tolist()] if rows > CHUNK else [int(self.lengths.max()) + 1]
+        runs = [[0, ends[0], spans[0]]]
+        for end, span in zip(ends[1:], spans[1:]):
+            first, last, widest = runs[-1]
+            merged = (end - first) * max(widest, span)
+            if merged <= (last - first) * widest + (end - last) * span + CALL_POSITIONS * CHUNK:
+                runs[-1] = [first, end, max(widest, span)]
+            else:
+                runs.append([last, end, span])
+        return [tuple(r) for r in runs]
 
     @torch.inference_mode()
     def step(self, tokens: torch.Tensor, active: torch.Tensor) -> torch.Tensor:
         """The float32 next-token logits [B, V] after feeding ``tokens`` [B, 1], one per slot, each
         at its slot's next position (SPEC §7). Slots not ``active`` [B] (empty, or waiting for a
-        sequence) compute a throwaway row and keep their length."""
+        sequence) compute a throwaway row and keep their length. Attention runs per run of
+        :meth:`chunks`, each reading its rows' positions only up to its longest row."""
         rows, heads, kv_heads, dim = tokens.shape[0], self.heads, self.kv_heads, self.dim
         position = self.lengths.view(rows, 1)
         x = self.inner.embed_tokens(tokens[:, 0])
         cos, sin = self.inner.rotary_emb(x, position)  # [B, 1, D]: one table for every head
         half, every = dim // 2, torch.arange(rows, device=tokens.device)
-        span = int(self.lengths.max()) + 1
+        runs = self.chunks()
         # each row reads its own positions: those it holds and the one it writes now
-        mask = torch.zeros(rows, 1, 1, span, device=x.device).masked_fill_(
-            torch.arange(span, device=x.device) > position.view(rows, 1, 1, 1), float("-inf"))
+        masks = [torch.zeros(end - first, 1, 1, span, device=x.device).masked_fill_(
+            torch.arange(span, device=x.device) > position[first:end].view(-1, 1, 1, 1), float("-inf"))
+            for first, end, span in runs]
         for i, (norm, qkv_proj, o_proj, scale, mlp_norm, gate_up, width, act, down) in enumerate(self.layers):
             qkv = qkv_proj(norm(x))
             qk = qkv[:, : (heads + kv_heads) * dim].view(rows, heads + kv_heads, dim)
             qk = qk * cos + torch.cat((-qk[..., half:], qk[..., :half]), dim=-1) * sin  # rotary, as transformers'
-            self.keys[i][every, :, self.lengths] = qk[:, heads:]
-            self.values[i][every, :, self.lengths] = qkv[:, (heads + kv_heads) * dim :].view(rows, kv_heads, dim)
+            keys, values = self.keys[i], self.values[i]
+            keys[every, :, self.lengths] = qk[:, heads:]
+            values[every, :, self.lengths] = qkv[:, (heads + kv_heads) * dim :].view(rows, kv_heads, dim)
             query = qk[:, :heads].view(rows, kv_heads, heads // kv_heads, dim)
-            scores = torch.matmul(query, self.keys[i][:, :, :span].transpose(-1, -2)).mul_(scale).add_(mask)
-            out = torch.matmul(scores.softmax(dim=-1), self.values[i][:, :, :span])
+            outs = []
+            for (first, end, span), mask in zip(runs, masks):
+                scores = torch.matmul(query[first:end], keys[first:end, :, :span].transpose(-1, -2))
+                outs.append(torch.matmul(scores.mul_(scale).add_(mask).softmax(dim=-1), values[first:end, :, :span]))
+            out = outs[0] if len(outs) == 1 else torch.cat(outs)
             x = x + o_proj(out.reshape(rows, heads * dim))
             hidden = gate_up(mlp_norm(x))
             x = x + down(act(hidden[:, :width]) * hidden[:, width:])
@@ -204,10 +262,13 @@ def sample(model: torch.nn.Module, prefixes: Sequence[Sequence[int]], sources: S
     :class:`Decoder`; rows start in order, and as rows finish, waiting rows take their slots
     (prefilled together once an eighth of the slots is free, or when nothing else runs), each
     distinct prefix of a refill encoded once, and the head all prefixes share (a chat template's
-    system prompt) encoded once for the whole call. Once no row waits, finished rows are dropped
-    from the batch as they accumulate. Row r's tokens come from its own uniforms
-    (:func:`hista.rollout.sampling.uniforms` of ``seeds[r]``), so they do not depend on which rows
-    it decodes beside."""
+    system prompt) encoded once for the whole call. At each refill the rows running move to the
+    first slots longest first and the new rows follow (:meth:`Decoder.move`), so that a step's
+    attention reads each run of slots about as far as its rows hold (:meth:`Decoder.chunks`);
+    since every running row grows by one token per step, the order holds between refills. Once
+    no row waits, finished rows are dropped from the batch as they accumulate. Row r's tokens
+    come from its own uniforms (:func:`hista.rollout.sampling.uniforms` of ``seeds[r]``), so they
+    do not depend on which rows it decodes beside or in which slot."""
     device = next(model.parameters()).device
     slots = min(batch_size, len(sources))
     decoder = Decoder(model, slots, max(len(p) for p in prefixes) + max_new_tokens)
@@ -221,12 +282,29 @@ def sample(model: torch.nn.Module, prefixes: Sequence[Sequence[int]], sources: S
 
     common = _common(decoder, prefixes) if len(prefixes) > 1 else None
 
-    def start(free: list[int]) -> None:
-        rows = [waiting.pop() for _ in free[: len(waiting)]]
+    def start() -> None:
+        # the rows running move to the first slots, longest first (each keeps its place when the
+        # order already holds), and the new rows follow, longest prompts first, so that a run of
+        # neighbouring slots holds rows of similar lengths (Decoder.chunks)
+        busy = [s for s in range(slots) if row_of[s] >= 0]
+        lengths = decoder.lengths.tolist()
+        order = sorted(busy, key=lambda s: -lengths[s])
+        kept = next((k for k, s in enumerate(order) if s != k), len(order))
+        if kept < len(order):
+            decoder.move(order[kept:], kept)
+            logits[kept : len(order)] = logits[torch.tensor(order[kept:], device=device)]
+            row_of[kept : len(order)] = [row_of[s] for s in order[kept:]]
+        row_of[len(order) :] = [-1] * (slots - len(order))
+        rows = [waiting.pop() for _ in range(min(slots - len(order), len(waiting)))]
         slots_of: dict[int, list[int]] = {}  # each distinct prefix of the refill: the slots of its rows
-        for row, slot in zip(rows, free):
-            slots_of.setdefault(sources[row], []).append(slot)
-            row_of[slot] = row
+        for row in rows:
+            slots_of.setdefault(sources[row], []).append(row)
+        slot = len(order)
+        for p in sorted(slots_of, key=lambda p: -len(prefixes[p])):
+            for k, row in enumerate(slots_of[p]):
+                row_of[slot], slots_of[p][k] = row, slot
+                slot += 1
+        decoder.lengths[slot:] = 0  # free slots: no positions to read
         used = sorted(slots_of, key=lambda p: len(prefixes[p]))
         for first in range(0, len(used), PREFILL_PREFIXES):  # prefixes of similar lengths together: little padding
             part = used[first : first + PREFILL_PREFIXES]
@@ -234,7 +312,7 @@ def sample(model: torch.nn.Module, prefixes: Sequence[Sequence[int]], sources: S
             for k, p in enumerate(part):
                 logits[slots_of[p]] = next_logits[k]
 
-    start(list(range(slots)))
+    start()
     while True:
         busy = [s for s in range(slots) if row_of[s] >= 0]
         if not busy:
@@ -244,7 +322,7 @@ def sample(model: torch.nn.Module, prefixes: Sequence[Sequence[int]], sources: S
         chosen, chosen_logp = pick(logits, temperature, top_p,
                                    uniforms([seeds[r] if r >= 0 else 0 for r in row_of],
                                             [len(tokens[r]) if r >= 0 else 0 for r in row_of], device))
-        feed, active = chosen, [False] * slots
+        feed, active, ended = chosen, [False] * slots, []
         picked, picked_logp = chosen[:, 0].tolist(), chosen_logp[:, 0].tolist()
         for slot in busy:
             row, t = row_of[slot], picked[slot]
@@ -256,8 +334,11 @@ def sample(model: torch.nn.Module, prefixes: Sequence[Sequence[int]], sources: S
                 if done:
                     done(row, *out[row])
                 row_of[slot] = -1
+                ended.append(slot)
             else:
                 active[slot] = True
+        if ended:
+            decoder.lengths[ended] = 0  # a free slot: no positions to read
         free = [s for s in range(slots) if row_of[s] < 0]
         if any(active):
             if not waiting and len(free) * 8 >= slots:  # no row waits: drop the finished ones
@@ -269,5 +350,5 @@ def sample(model: torch.nn.Module, prefixes: Sequence[Sequence[int]], sources: S
             # the next logits of every slot: stale for a free slot until a row starts there
             logits = decoder.step(feed, torch.tensor(active, device=device))
         if waiting and free and (len(free) * 8 >= slots or not any(active)):
-            start(free)
+            start()
     return out
