@@ -268,7 +268,8 @@ def sample(model: torch.nn.Module, prefixes: Sequence[Sequence[int]], sources: S
     since every running row grows by one token per step, the order holds between refills. Once
     no row waits, finished rows are dropped from the batch as they accumulate. Row r's tokens
     come from its own uniforms (:func:`hista.rollout.sampling.uniforms` of ``seeds[r]``), so they
-    do not depend on which rows it decodes beside or in which slot."""
+    do not depend on which rows it decodes beside or in which slot. ``done`` hears of the rows
+    finishing at one step in input order."""
     device = next(model.parameters()).device
     slots = min(batch_size, len(sources))
     decoder = Decoder(model, slots, max(len(p) for p in prefixes) + max_new_tokens)
@@ -322,7 +323,7 @@ def sample(model: torch.nn.Module, prefixes: Sequence[Sequence[int]], sources: S
         chosen, chosen_logp = pick(logits, temperature, top_p,
                                    uniforms([seeds[r] if r >= 0 else 0 for r in row_of],
                                             [len(tokens[r]) if r >= 0 else 0 for r in row_of], device))
-        feed, active, ended = chosen, [False] * slots, []
+        feed, active, ended, finished = chosen, [False] * slots, [], []
         picked, picked_logp = chosen[:, 0].tolist(), chosen_logp[:, 0].tolist()
         for slot in busy:
             row, t = row_of[slot], picked[slot]
@@ -331,14 +332,15 @@ def sample(model: torch.nn.Module, prefixes: Sequence[Sequence[int]], sources: S
             if len(tokens[row]) == max_new_tokens or (t in stop and not ignore_eos):
                 k = len(tokens[row]) if ignore_eos else completion_length(tokens[row], eos)
                 out[row] = (tokens[row][:k], logps[row][:k])
-                if done:
-                    done(row, *out[row])
                 row_of[slot] = -1
                 ended.append(slot)
+                finished.append(row)
             else:
                 active[slot] = True
         if ended:
             decoder.lengths[ended] = 0  # a free slot: no positions to read
+        for row in sorted(finished) if done else ():  # rows finishing together: in input order, whatever their slots
+            done(row, *out[row])
         free = [s for s in range(slots) if row_of[s] < 0]
         if any(active):
             if not waiting and len(free) * 8 >= slots:  # no row waits: drop the finished ones
