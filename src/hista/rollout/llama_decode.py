@@ -193,7 +193,7 @@ class Decoder:
         rows = self.lengths.shape[0]
         ends = list(range(CHUNK, rows, CHUNK)) + [rows]
         spans = [int(s) + 1 for s in torch.nn.functional.pad(self.lengths, (0, -rows % CHUNK))
-                 .view(-1, CHUNK).amax(dim=1).tolist()] if rows > CHUNK else [int(self.lengths.max()) + 1]
+                 .view(-1, CHUNK).amax(dim=1).tolist()]
         runs = [[0, ends[0], spans[0]]]
         for end, span in zip(ends[1:], spans[1:]):
             first, last, widest = runs[-1]
@@ -296,15 +296,16 @@ def sample(model: torch.nn.Module, prefixes: Sequence[Sequence[int]], sources: S
             logits[kept : len(order)] = logits[torch.tensor(order[kept:], device=device)]
             row_of[kept : len(order)] = [row_of[s] for s in order[kept:]]
         row_of[len(order) :] = [-1] * (slots - len(order))
-        rows = [waiting.pop() for _ in range(min(slots - len(order), len(waiting)))]
-        slots_of: dict[int, list[int]] = {}  # each distinct prefix of the refill: the slots of its rows
-        for row in rows:
-            slots_of.setdefault(sources[row], []).append(row)
+        rows_of: dict[int, list[int]] = {}  # each distinct prefix of the refill: its rows
+        for _ in range(min(slots - len(order), len(waiting))):
+            row = waiting.pop()
+            rows_of.setdefault(sources[row], []).append(row)
+        slots_of: dict[int, list[int]] = {}  # and the slots they take, longest prefixes first
         slot = len(order)
-        for p in sorted(slots_of, key=lambda p: -len(prefixes[p])):
-            for k, row in enumerate(slots_of[p]):
-                row_of[slot], slots_of[p][k] = row, slot
-                slot += 1
+        for p in sorted(rows_of, key=lambda p: -len(prefixes[p])):
+            slots_of[p] = list(range(slot, slot + len(rows_of[p])))
+            row_of[slot : slot + len(rows_of[p])] = rows_of[p]
+            slot += len(rows_of[p])
         decoder.lengths[slot:] = 0  # free slots: no positions to read
         used = sorted(slots_of, key=lambda p: len(prefixes[p]))
         for first in range(0, len(used), PREFILL_PREFIXES):  # prefixes of similar lengths together: little padding
