@@ -60,3 +60,30 @@ def test_changed_weights_are_packed_anew(tiny):
             after = _logits(model, ids)
     assert not torch.allclose(before, plain, atol=1e-3)
     torch.testing.assert_close(after, plain, atol=1e-5, rtol=0)
+
+
+def test_a_fused_optimiser_step_needs_forget(tiny):
+    """Fused AdamW (transformers' default optimiser) moves the weights in place without bumping
+    their version counters, so the packed copies cannot see it: ``forget`` drops them and the
+    next block multiplies with the new weights."""
+    from hista.models.packed import forget
+
+    model = copy.deepcopy(tiny.model)
+    ids = torch.tensor([[5, 6, 7, 8]])
+    optimiser = torch.optim.AdamW(model.parameters(), lr=1e-2, fused=True)
+    with torch.no_grad(), packed_linears(model):
+        before = _logits(model, ids)
+    _logits(model, ids).sum().backward()
+    versions = [p._version for p in model.parameters()]
+    optimiser.step()
+    with torch.no_grad():
+        plain = _logits(model, ids)
+        with packed_linears(model):
+            stale = _logits(model, ids)
+        forget(model)
+        with packed_linears(model):
+            after = _logits(model, ids)
+    assert [p._version for p in model.parameters()] == versions  # the step left no trace
+    assert not torch.allclose(before, plain, atol=1e-3)
+    assert not torch.allclose(stale, plain, atol=1e-3)  # the version check alone multiplies old linear weights
+    torch.testing.assert_close(after, plain, atol=1e-5, rtol=0)

@@ -58,6 +58,7 @@ def test_dr_grpo_defaults_to_unscaled_advantages():
     (["eval.suites=[]", "eval.every=2"], "eval.suites", "list of them"),
     (["eval.suits=builtin", "eval.every=2"], "eval.suits", "unknown key"),
     (["eval=3"], "eval", "must be"),
+    (["rollout_engine=vllm"], "rollout_engine", "auto, hista, trl"),
 ])
 def test_bad_recipes_name_the_field(overrides, field, needle):
     with pytest.raises(InputError) as err:
@@ -207,7 +208,8 @@ def test_grpo_estimator_with_dapo_loss_trains_exactly_like_trl(tmp_path):
 
     models = []
     for cls, extra in ((GRPOTrainer, {}),
-                       (HistaGRPOTrainer, {"advantage_estimator": {"name": "grpo"}, "loss": {"name": "dapo"}})):
+                       (HistaGRPOTrainer, {"advantage_estimator": {"name": "grpo"}, "loss": {"name": "dapo"},
+                                           "rollout_engine": "trl"})):
         lm = build_tiny()
         trainer = cls(model=lm.model, reward_funcs=[_parity_reward], args=_config(tmp_path, cls.__name__),
                       train_dataset=_dataset(), processing_class=lm.tokenizer, **extra)
@@ -756,3 +758,108 @@ def test_a_run_killed_anywhere_resumes_to_its_end(tmp_path):
             assert done.returncode == 0, done.stderr[-2000:]
             assert _steps(out) == [1, 2, 3, 4], (out, done.stdout[-1000:])
             assert load(str(out / "final"), device="cpu").model is not None
+
+
+# ---- rollouts from hista's engine (hista.train.rollouts) ------------------------------------
+
+def _engine_trainer(tmp_path, name, estimator="grpo", **kw):
+    from hista.models.loading import build_tiny
+    from hista.train.trainer import HistaGRPOTrainer
+
+    lm = build_tiny()
+    return HistaGRPOTrainer(model=lm.model, reward_funcs=[_parity_reward], train_dataset=_dataset(),
+                            processing_class=lm.tokenizer, args=_config(tmp_path, name, **kw),
+                            advantage_estimator={"name": estimator}, loss={"name": "dapo"})
+
+
+def test_engine_rollouts_pose_prompts_as_trl_and_give_forward_logprobs(tmp_path):
+    """The engine is the default on one process without vLLM. Its rollouts start from the
+    prompt ids TRL's own chat templating gives, stop at an EOS or max_completion_length, and
+    their log-probs equal a fresh forward pass's log_softmax(logits / T) within 1e-4."""
+    trainer = _engine_trainer(tmp_path, "e", max_completion_length=12, temperature=0.8)
+    assert trainer.engine_rollouts and trainer.rollout_source == "hista's engine"
+    prompts = [row["prompt"] for row in _dataset(3) for _ in range(4)]
+    out = trainer.rollout_func(prompts, trainer)
+    assert out["prompt_ids"] == [list(ids) for ids in trainer._tokenize_prompts(prompts)[0]]
+    assert len(out["completion_ids"]) == len(prompts)
+    eos = set(trainer.eos_token_ids)
+    model = trainer.model
+    for prompt, completion, logps in zip(out["prompt_ids"], out["completion_ids"], out["logprobs"]):
+        assert 1 <= len(completion) <= 12 and len(logps) == len(completion)
+        assert len(completion) == 12 or completion[-1] in eos
+        assert not eos & set(completion[:-1])
+        with torch.no_grad():
+            logits = model(input_ids=torch.tensor([prompt + completion])).logits[0].float() / 0.8
+        fresh = torch.log_softmax(logits[len(prompt) - 1: -1], -1).gather(-1, torch.tensor(completion)[:, None])[:, 0]
+        torch.testing.assert_close(torch.tensor(logps), fresh, atol=1e-4, rtol=0)
+    assert len({tuple(c) for c in out["completion_ids"]}) > 1  # rows of one prompt are sampled apart
+
+
+def test_engine_rollouts_draw_the_first_token_from_softmax_over_temperature(tmp_path):
+    """2,000 rows of one prompt, one token each, at the trainer's temperature and top-p: the
+    first tokens follow softmax(logits / T) after top-p (chi-square over 4 bins of tokens ranked
+    by probability, below the 0.1% critical value for 3 degrees of freedom, 16.27; seeds fixed)."""
+    from transformers.generation.logits_process import TopPLogitsWarper
+
+    trainer = _engine_trainer(tmp_path, "d", max_completion_length=1, temperature=0.3, top_p=0.9)
+    prompt = _dataset(1)[0]["prompt"]
+    n = 2000
+    out = trainer.rollout_func([prompt] * n, trainer)
+    ids = out["prompt_ids"][0]
+    with torch.no_grad():
+        logits = trainer.model(input_ids=torch.tensor([ids])).logits[0, -1].float() / 0.3
+    probs = torch.softmax(TopPLogitsWarper(0.9)(None, logits[None])[0], -1).double()
+    draws = torch.tensor([c[0] for c in out["completion_ids"]])
+    assert bool((probs[draws] > 0).all())
+    rank = torch.empty_like(probs, dtype=torch.long)
+    rank[probs.argsort(descending=True)] = torch.arange(probs.numel())
+    chi2, edges = 0.0, [0, 1, 3, 10, probs.numel()]
+    for lo, hi in zip(edges, edges[1:]):
+        expected = float(probs[(rank >= lo) & (rank < hi)].sum()) * n
+        observed = int(((rank[draws] >= lo) & (rank[draws] < hi)).sum())
+        if expected > 1e-9:
+            chi2 += (observed - expected) ** 2 / expected
+        else:
+            assert observed == 0
+    assert chi2 < 16.27, chi2
+
+
+def test_engine_rollouts_train_reproducibly_and_log_their_logprob_gap(tmp_path):
+    """Two runs from the same seed sample the same rollouts and end with the same weights; a
+    step's rows are seeded by (seed, step, row), so steps draw apart. With Hista, whose hidden
+    states come from an old-log-prob pass, the gap between the engine's log-probs and that
+    pass's is logged and below 1e-4."""
+    runs = []
+    for k in range(2):
+        trainer = _engine_trainer(tmp_path, f"r{k}", estimator="hista", max_steps=2, max_completion_length=10)
+        trainer.train()
+        runs.append(trainer)
+    for a, b in zip(runs[0].model.state_dict().values(), runs[1].model.state_dict().values()):
+        assert torch.equal(a, b)
+    logs = [row for row in runs[0].state.log_history if "loss" in row]
+    assert len(logs) == 2 and all(0 <= row["rollout/logprob_gap"] < 1e-4 for row in logs)
+    assert logs[0]["advantages/abs_max"] > 0
+    rollouts = runs[0].rollout_func
+    assert rollouts.seeds(0, 4) == rollouts.seeds(0, 4) and rollouts.seeds(0, 4) != rollouts.seeds(1, 4)
+
+
+def test_who_samples_the_rollouts():
+    """rollout_engine=auto takes hista's engine where it can serve the run and TRL's generation
+    otherwise, saying why; hista where it cannot is an error; trl always keeps TRL's."""
+    from types import SimpleNamespace
+
+    from hista.train.rollouts import choose
+
+    plain = SimpleNamespace(use_vllm=False, top_k=0, min_p=None, repetition_penalty=1.0, generation_kwargs=None)
+    assert choose("auto", plain, 1) == (True, "hista's engine")
+    assert choose("trl", plain, 1)[0] is False
+    for args, processes, needle in ((SimpleNamespace(**{**vars(plain), "use_vllm": True}), 1, "use_vllm"),
+                                    (plain, 2, "2 processes"),
+                                    (SimpleNamespace(**{**vars(plain), "top_k": 50}), 1, "trl.top_k=50"),
+                                    (SimpleNamespace(**{**vars(plain), "repetition_penalty": 1.1}), 1,
+                                     "repetition_penalty")):
+        use, why = choose("auto", args, processes)
+        assert not use and needle in why
+        with pytest.raises(ValueError, match=needle):
+            choose("hista", args, processes)
+    assert "tools" in choose("auto", plain, 1, tools=True)[1]

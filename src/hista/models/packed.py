@@ -68,6 +68,16 @@ def _packed(group: list[torch.nn.Linear]) -> tuple[torch.Tensor, torch.Tensor | 
     return cached[1], cached[2]
 
 
+def forget(model: torch.nn.Module) -> None:
+    """Drop the packed copies of ``model``'s linear layers (SPEC §12), so that the next block
+    packs the weights as they are now. A copy is remade when a weight's storage or version
+    counter changes, but fused optimizers (``torch.optim.AdamW(fused=True)``, transformers'
+    default ``adamw_torch_fused``) update weights in place without bumping the counter: code that
+    samples from a policy between optimiser steps calls this first."""
+    for module in model.modules():
+        _CACHE.pop(module, None)
+
+
 def product(group: list[torch.nn.Linear]) -> Callable[[torch.Tensor], torch.Tensor]:
     """``x -> [m(x) for m in group]`` side by side in one float32 product on the group's packed
     weights (SPEC §12): what :func:`packed_linears` computes for the group, without the modules.
@@ -116,8 +126,9 @@ def packed_linears(model: torch.nn.Module) -> Iterator[None]:
     of its weight packed for oneDNN when called without gradients, sibling projections of
     :data:`SIBLINGS` as one product (SPEC §7, §12); outside it, and on other devices or
     dtypes, nothing changes. A packed copy (about 0.15 s and 0.5 GB per 135M parameters) is
-    kept for later blocks while its module lives and is made anew once a weight changes
-    (training). Re-entrant: a nested block changes nothing."""
+    kept for later blocks while its module lives and is made anew once a weight's storage or
+    version counter changes; after a fused optimiser's step call :func:`forget`. Re-entrant: a
+    nested block changes nothing."""
     if getattr(model, _ACTIVE, False) or not available(model):
         yield
         return

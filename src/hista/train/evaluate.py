@@ -105,6 +105,7 @@ class EvaluateDuringTraining(TrainerCallback):
         step metrics. Files of an earlier attempt at the same step are replaced: they belong to
         weights that never reached a checkpoint (a resumed run trains that step again)."""
         from ..models import LoadedModel
+        from ..models.packed import forget
 
         trainer = self.trainer
         model = trainer.accelerator.unwrap_model(trainer.model)
@@ -116,6 +117,7 @@ class EvaluateDuringTraining(TrainerCallback):
                              {"output_dir": str(self.output_dir), "checkpoint": None, "step": step, "base_model": name})
         training = model.training
         model.eval()
+        forget(model)  # a fused optimiser moved the weights without a trace the packed copies see
         try:
             lm = LoadedModel(model, trainer.processing_class, name, f"{revision or name}, trained {step} steps in "
                              f"{self.output_dir}")

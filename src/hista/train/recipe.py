@@ -13,6 +13,8 @@ A recipe has these top-level keys (all but ``model`` and ``tasks`` optional)::
     advantage_estimator: {name: grpo, gae_lambda: 1.0, scale: group, ...}
     loss: {name: dapo, eps_low: 0.2, eps_high: 0.28, ...}
     trl: {...}                          # any other GRPOConfig field
+    rollout_engine: auto                # auto, hista or trl: who samples the rollouts
+                                        # (hista.train.rollouts)
     eval: {suites: builtin, every: 25}  # optional: evaluate the policy during training
                                         # (hista.train.evaluate)
     accelerate_config: configs/accelerate/zero2.yaml   # how to launch it on many GPUs
@@ -37,6 +39,7 @@ from ..errors import InputError
 from ..jsonio import read_input
 from ..rollout.config import SYSTEM_PROMPT
 from .limits import UNSUPPORTED, untrainable
+from .rollouts import ROLLOUT_ENGINES
 from .typecheck import kind, type_error
 
 #: GRPOConfig fields the recipe sets from its own sections; writing them under ``trl`` would
@@ -74,6 +77,8 @@ RECIPE_RANGES: dict[str, tuple[Callable[[Any], bool], str]] = {
     "output_dir": (lambda v: bool(v.strip()), "must not be empty"),
     "world_size": (lambda v: v >= 1, "must be a positive integer"),
     "accelerate_config": (lambda v: bool(v.strip()), "must be a file path (or null)"),
+    "rollout_engine": (lambda v: v in ROLLOUT_ENGINES, f"must be one of {', '.join(ROLLOUT_ENGINES)} "
+                       "(auto: hista's engine where it can serve the run)"),
 }
 
 #: Range checks of common GRPOConfig fields, applied after the type check: field -> (check, text).
@@ -142,6 +147,7 @@ class Recipe:
     system_prompt: str = SYSTEM_PROMPT
     resume: bool = False
     accelerate_config: Optional[str] = None
+    rollout_engine: str = "auto"
     advantage_estimator: dict = dataclasses.field(default_factory=lambda: {"name": "grpo"})
     loss: dict = dataclasses.field(default_factory=lambda: {"name": "dapo"})
     trl: dict = dataclasses.field(default_factory=dict)

@@ -124,6 +124,7 @@ def check_same_run(recipe: Recipe) -> None:
     if not isinstance(saved, dict):
         raise InputError("the earlier run's recipe is not a mapping", path=str(saved_path))
     saved.pop("versions", None)
+    saved.setdefault("rollout_engine", "trl")  # runs from before the engine sampled in training
     old, new = _flat(saved), _flat(recipe.to_dict())
     for key in sorted(old.keys() | new.keys()):
         if key in RESUMABLE_CHANGES or key == "output_dir" or old.get(key) == new.get(key):
@@ -237,7 +238,10 @@ def train(recipe: Recipe, overwrite: bool = False) -> dict:
     trainer = HistaGRPOTrainer(
         model=model, reward_funcs=[correct], args=config, train_dataset=dataset, processing_class=tokenizer,
         advantage_estimator=recipe.estimator_config(), loss=recipe.loss, policy=policy, callbacks=callbacks,
+        rollout_engine=recipe.rollout_engine,
     )
+    if trainer.accelerator.is_main_process:
+        print(f"rollouts: {trainer.rollout_source}", flush=True)
     if recipe.eval is not None:
         evaluation.trainer = trainer
     text = yaml.safe_dump({**recipe.to_dict(), "versions": {"trl": trl.__version__}}, sort_keys=False)

@@ -9,6 +9,9 @@ The subclass overrides only TRL's advantage path and its loss:
   runs; only when TRL skips that pass (fully on-policy steps) is it run here, once;
 * ``_compute_loss`` calls the configured :class:`hista.losses.Loss` (SPEC §5).
 
+Rollouts come from hista's engine through TRL's ``rollout_func`` where the engine can serve the
+run (:mod:`hista.train.rollouts`), and from TRL's own generation otherwise.
+
 An estimator whose critic trains with the policy (``trains_with_policy``: ``critic``, the PPO
 baseline, SPEC §4.5) gets one (:class:`hista.critic.online.OnlineCritic`), copied from the
 policy when the trainer is built and updated after each generation batch's advantages; it is
@@ -30,15 +33,17 @@ from .. import estimators, losses
 from ..models.capture import capture_logprob_pass
 from ..models.forward import decoder_layers
 from ..types import Rollout
-from . import checkpoints, split
+from . import checkpoints, rollouts, split
 from .batch import batch_to_groups, build_group, groups_to_batch, unpad
 from .limits import UNSUPPORTED, untrainable
 
 
 class HistaGRPOTrainer(GRPOTrainer):
     """GRPOTrainer whose advantages come from ``advantage_estimator`` and whose loss is
-    ``loss`` (SPEC §9). ``advantage_estimator``: ``{"name": ..., "gae_lambda": ..., "scale":
-    ..., **estimator parameters}``; ``loss``: ``{"name": ..., **policy_loss parameters}``.
+    ``loss`` (SPEC §9), whose rollouts come from hista's engine where it can serve the run
+    (``rollout_engine``: auto, hista or trl; :mod:`hista.train.rollouts`).
+    ``advantage_estimator``: ``{"name": ..., "gae_lambda": ..., "scale": ..., **estimator
+    parameters}``; ``loss``: ``{"name": ..., **policy_loss parameters}``.
     What is captured and passed on is decided by what the estimator and the loss declare
     (``needs_hidden`` and its layer, ``needs_text``, ``needs_entropy``, ``needs_ref_logp``,
     ``trains_with_policy``). ``policy``: (name, revision) of the policy as
@@ -47,7 +52,7 @@ class HistaGRPOTrainer(GRPOTrainer):
     group std for most)."""
 
     def __init__(self, *args: Any, advantage_estimator: dict, loss: dict,
-                 policy: Optional[tuple[str, Optional[str]]] = None, **kwargs: Any):
+                 policy: Optional[tuple[str, Optional[str]]] = None, rollout_engine: str = "auto", **kwargs: Any):
         est_cfg = dict(advantage_estimator)
         name = est_cfg.pop("name", "grpo")
         gae_lambda, scale = est_cfg.pop("gae_lambda", None), est_cfg.pop("scale", None)
@@ -60,6 +65,15 @@ class HistaGRPOTrainer(GRPOTrainer):
         if refusal is not None:
             raise ValueError(refusal[1])
         super().__init__(*args, **kwargs)
+        self.engine_rollouts = False
+        if self.rollout_func is None:
+            self.engine_rollouts, self.rollout_source = rollouts.choose(
+                rollout_engine, self.args, self.accelerator.num_processes,
+                tools=bool(self.tools) or self.environment_factories is not None, multimodal=self._is_vlm)
+            if self.engine_rollouts:
+                self.rollout_func = rollouts.EngineRollouts(self.args.seed)
+        else:
+            self.rollout_source = "the rollout_func passed to the trainer"
         for key, (neutral, why) in UNSUPPORTED.items():
             if getattr(self.args, key, neutral) != neutral:
                 raise ValueError(f"GRPOConfig.{key}={getattr(self.args, key)!r} has no effect here: {why}")
@@ -113,6 +127,9 @@ class HistaGRPOTrainer(GRPOTrainer):
                 if not record.calls:  # TRL skipped the old-log-prob pass (on-policy step): run it once here
                     out["old_per_token_logps"] = self.old_logprob_pass(out)
                 hidden, entropy = record.rows(out["completion_ids"].size(0))
+        if self.engine_rollouts and "old_per_token_logps" in out and "sampling_per_token_logps" in out:
+            self._metrics[mode]["rollout/logprob_gap"].append(rollouts.logprob_gap(
+                out["sampling_per_token_logps"], out["old_per_token_logps"], out["completion_mask"]))
         if entropy is not None:
             out["old_entropies"] = entropy[:, -out["completion_ids"].size(1):]
         if mode != "train":  # evaluation keeps TRL's per-response advantages
