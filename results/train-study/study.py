@@ -72,8 +72,9 @@ def finish(run: Path, hista: str) -> None:
     test = run / "test"
     test.mkdir(exist_ok=True)
     for name, extra in EVALS.items():
-        subprocess.run([hista, "eval", "--model", model, "--suite", TEST, "--max-new-tokens", "96", "--device", "cpu",
-                        "--out", str(test / name), *extra], check=True, cwd=ROOT)
+        with open(test / f"{name}.log", "a") as log:
+            subprocess.run([hista, "eval", "--model", model, "--suite", TEST, "--max-new-tokens", "96", "--device",
+                            "cpu", "--out", str(test / name), *extra], check=True, cwd=ROOT, stdout=log, stderr=log)
     target = RUNS / run.name
     target.mkdir(parents=True, exist_ok=True)
     shutil.copy(run / "metrics.jsonl", target / "metrics.jsonl")
