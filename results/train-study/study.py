@@ -60,6 +60,17 @@ def validation(rows: list[dict]) -> dict[int, float]:
     return out
 
 
+def train_seconds(rows: list[dict]) -> float:
+    """The run's training time: the sum of its steps' ``step_time`` (evaluations during training
+    included), a step longer than 5x the run's median counted at the median (a process paused
+    while something else had the machine, as during a CI check)."""
+    times = np.array([float(r["step_time"]) for r in rows if r.get("step_time") is not None])
+    if not len(times):
+        return 0.0
+    median = float(np.median(times))
+    return float(np.where(times > 5 * median, median, times).sum())
+
+
 def finish(run: Path, hista: str) -> None:
     rows = read_rows(run / "metrics.jsonl")
     val = validation(rows)
@@ -78,7 +89,7 @@ def finish(run: Path, hista: str) -> None:
     target = RUNS / run.name
     target.mkdir(parents=True, exist_ok=True)
     shutil.copy(run / "metrics.jsonl", target / "metrics.jsonl")
-    wall = sum(float(r.get("step_time", 0.0)) for r in rows)
+    wall = train_seconds(rows)
     (target / "selection.json").write_text(json.dumps(
         {"run": run.name, "best_step": best, "model": model, "validation": val, "train_seconds": wall}, indent=1))
     for name in EVALS:  # test-t07.json last: run.sh takes it as the mark of a finished run
