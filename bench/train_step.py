@@ -89,7 +89,8 @@ def run_path(recipe_path: str, overrides: list[str], engine: str, steps: int, sk
     trainer.train()
     kept = rows[skip:] or rows
     mean = {key: sum(r[key] for r in kept) / len(kept) for key in ("step", *PARTS)}
-    mean["length"] = sum(lengths[skip:] or lengths) / max(len(lengths[skip:] or lengths), 1)
+    lengths = lengths[skip:] or lengths
+    mean["length"] = sum(lengths) / max(len(lengths), 1)
     mean["source"] = trainer.rollout_source
     return mean
 

@@ -105,25 +105,19 @@ class EvaluateDuringTraining(TrainerCallback):
         step metrics. Files of an earlier attempt at the same step are replaced: they belong to
         weights that never reached a checkpoint (a resumed run trains that step again)."""
         from ..models import LoadedModel
-        from ..models.packed import forget
+        from .rollouts import sampling_policy
 
         trainer = self.trainer
-        model = trainer.accelerator.unwrap_model(trainer.model)
         out = self.output_dir / "eval" / f"step-{step}.json"
         for path in output_paths(out):
             path.unlink(missing_ok=True)
         name, revision = self.policy
         source = ModelSource(f"{self.output_dir}@step-{step}", self.system_prompt,
                              {"output_dir": str(self.output_dir), "checkpoint": None, "step": step, "base_model": name})
-        training = model.training
-        model.eval()
-        forget(model)  # a fused optimiser moved the weights without a trace the packed copies see
-        try:
+        with sampling_policy(trainer) as model:
             lm = LoadedModel(model, trainer.processing_class, name, f"{revision or name}, trained {step} steps in "
                              f"{self.output_dir}")
             result = evaluate(self.plan.config, out, lm=lm, source=source, progress=False, log=lambda _: None)
-        finally:
-            model.train(training)
         metrics = step_metrics(result["summary"])
         shown = ", ".join(f"{key.removeprefix('eval/')} {value:.3f}" for key, value in metrics.items())
         print(f"eval at step {step} ({result['timing']['wall_s']:.0f} s): {shown}", flush=True)

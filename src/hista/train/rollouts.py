@@ -20,7 +20,8 @@ TRL's own generation otherwise; ``hista`` requires the engine and ``trl`` keeps 
 
 from __future__ import annotations
 
-from typing import Any, Optional
+import contextlib
+from typing import Any, Iterator, Optional
 
 from ..sharding import derive_seed
 
@@ -65,21 +66,36 @@ def choose(setting: str, args: Any, num_processes: int, tools: bool = False,
     return False, f"TRL's generation ({refusal})"
 
 
-class EngineRollouts:
-    """TRL's ``rollout_func``: one completion per prompt row from hista's engine (module
-    docstring; SPEC §7, §9). ``seed``: the run's seed; ``batch_size``: rows decoded at once
-    (None: the whole generation batch)."""
+@contextlib.contextmanager
+def sampling_policy(trainer) -> Iterator[Any]:
+    """The trainer's policy, unwrapped and in eval mode, for sampling between optimiser steps
+    (SPEC §9): its oneDNN-packed weights are dropped first (:func:`hista.models.packed.forget`;
+    a fused optimiser moves the weights without a trace the packed copies see), and its training
+    mode is restored afterwards. Engine rollouts and evaluation during training sample so."""
+    from ..models.packed import forget
 
-    def __init__(self, seed: int, batch_size: Optional[int] = None):
+    model = trainer.accelerator.unwrap_model(trainer.model)
+    training = model.training
+    model.eval()
+    forget(model)
+    try:
+        yield model
+    finally:
+        model.train(training)
+
+
+class EngineRollouts:
+    """TRL's ``rollout_func``: one completion per prompt row from hista's engine, the whole
+    generation batch decoded together (module docstring; SPEC §7, §9). ``seed``: the run's seed."""
+
+    def __init__(self, seed: int):
         self.seed = int(seed)
-        self.batch_size = batch_size
 
     def seeds(self, step: int, rows: int) -> list[int]:
         """The sampling seed of each row of the generation batch drawn at optimiser ``step``."""
         return [derive_seed(self.seed, "rollout", step, r) for r in range(rows)]
 
     def __call__(self, prompts: list, trainer) -> dict:
-        from ..models.packed import forget
         from ..rollout.engine import sample_continuations
 
         prompt_ids, _, _ = trainer._tokenize_prompts(prompts)  # the chat template TRL would have used
@@ -88,25 +104,18 @@ class EngineRollouts:
         sources = [distinct.setdefault(tuple(ids), len(distinct)) for ids in prompt_ids]
         eos = list(trainer.eos_token_ids)
         pad = trainer._tokenizer.pad_token_id
-        model = trainer.accelerator.unwrap_model(trainer.model)
-        training = model.training
-        model.eval()
-        forget(model)  # the optimiser moved the weights in place since the last batch
-        try:
+        with sampling_policy(trainer) as model:
             out = sample_continuations(
                 model, [list(p) for p in distinct], sources, max_new_tokens=trainer.max_completion_length,
                 temperature=float(trainer.temperature), top_p=float(trainer.top_p), eos=eos,
-                pad=eos[0] if pad is None else pad, seeds=self.seeds(trainer.state.global_step, len(sources)),
-                batch_size=self.batch_size)
-        finally:
-            model.train(training)
+                pad=eos[0] if pad is None else pad, seeds=self.seeds(trainer.state.global_step, len(sources)))
         return {"prompt_ids": prompt_ids, "completion_ids": [tokens for tokens, _ in out],
                 "logprobs": [logps for _, logps in out]}
 
 
 def logprob_gap(sampled, forward, mask) -> float:
     """The largest absolute difference between the engine's log-probs and a forward pass's
-    (tensors [B, T]) over the completion tokens ``mask`` selects (SPEC §7: they agree up to float rounding); 0 when
-    there are none."""
+    (tensors [B, T]) over the completion tokens ``mask`` selects (SPEC §7: they agree up to
+    float rounding); 0 when there are none."""
     gap = (sampled - forward).abs()[mask.bool()]
     return float(gap.max()) if gap.numel() else 0.0

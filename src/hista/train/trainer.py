@@ -65,12 +65,11 @@ class HistaGRPOTrainer(GRPOTrainer):
         if refusal is not None:
             raise ValueError(refusal[1])
         super().__init__(*args, **kwargs)
-        self.engine_rollouts = False
         if self.rollout_func is None:
-            self.engine_rollouts, self.rollout_source = rollouts.choose(
+            use_engine, self.rollout_source = rollouts.choose(
                 rollout_engine, self.args, self.accelerator.num_processes,
                 tools=bool(self.tools) or self.environment_factories is not None, multimodal=self._is_vlm)
-            if self.engine_rollouts:
+            if use_engine:
                 self.rollout_func = rollouts.EngineRollouts(self.args.seed)
         else:
             self.rollout_source = "the rollout_func passed to the trainer"
@@ -87,6 +86,11 @@ class HistaGRPOTrainer(GRPOTrainer):
         self._cycle_start: Optional[float] = None
         self._estimator_seconds = 0.0
         self.critic = self._build_critic(policy) if self.estimator.trains_with_policy else None
+
+    @property
+    def engine_rollouts(self) -> bool:
+        """Whether hista's engine samples this trainer's rollouts (:mod:`hista.train.rollouts`)."""
+        return isinstance(self.rollout_func, rollouts.EngineRollouts)
 
     def _build_critic(self, policy: Optional[tuple[str, Optional[str]]]):
         """The estimator's critic (SPEC §4.5, §9): a copy of the policy as it is now (before any
