@@ -163,6 +163,20 @@ def report() -> None:
         steps = ", ".join(str(x["best_step"]) for x in sel)
         minutes = np.mean([x["train_seconds"] for x in sel]) / 60
         lines.append(f"| {e} | {','.join(map(str, seeds))} | {' | '.join(cells)} | {steps} | {minutes:.0f} |")
+    all_seeds = sorted({s for e in order for s in runs[e]})
+    lines += ["", "## Per seed: greedy test accuracy (%) and the best-validation step", "",
+              "A best step of 0 means the base model was tested.", "",
+              "| estimator | " + " | ".join(f"seed {s}" for s in all_seeds) + " |",
+              "|---|" + "---|" * len(all_seeds)]
+    for e in order:
+        cells = []
+        for s in all_seeds:
+            if s not in runs[e]:
+                cells.append("")
+                continue
+            best = json.loads((runs[e][s] / "selection.json").read_text())["best_step"]
+            cells.append(f"{pct(score(runs[e][s], 'greedy'))} (step {best})")
+        lines.append(f"| {e} | " + " | ".join(cells) + " |")
     if "grpo" in runs:
         lines += ["", "## Paired differences against GRPO (percentage points)", "",
                   "Over seeds: the mean of the per-seed differences with a t-interval (runs paired by seed: same "
