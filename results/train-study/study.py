@@ -1,7 +1,7 @@
 """The training study's two steps after training (README.md here; run.sh calls the first).
 
     python results/train-study/study.py finish runs/train-study/hista-s1 [--hista .venv/bin/hista]
-    python results/train-study/study.py report
+    python results/train-study/study.py report [--seeds 0 1 2 3]
 
 ``finish``: the run's best-validation step (greedy accuracy on the validation problems, logged
 by evaluation during training; ties go to the later step), ``hista eval`` of that checkpoint (the
@@ -130,11 +130,11 @@ def pct(x: float) -> str:
     return "n/a" if math.isnan(x) else f"{100 * x:.1f}"
 
 
-def report() -> None:
+def report(only: set[int] | None = None) -> None:
     runs: dict[str, dict[int, Path]] = {}
     for folder in sorted(RUNS.glob("*-s*")):
-        if (folder / "test-t07.json").is_file():
-            name, seed = folder.name.rsplit("-s", 1)
+        name, seed = folder.name.rsplit("-s", 1)
+        if (folder / "test-t07.json").is_file() and (only is None or int(seed) in only):
             runs.setdefault(name, {})[int(seed)] = folder
     order = [e for e in ESTIMATORS if e in runs]
     metrics = {"greedy": ("test-greedy.json", "avg"), "avg@8": ("test-t07.json", "avg"),
@@ -249,12 +249,13 @@ def main() -> None:
     f = sub.add_parser("finish")
     f.add_argument("run", type=Path)
     f.add_argument("--hista", default=str(ROOT / ".venv" / "bin" / "hista"))
-    sub.add_parser("report")
+    r = sub.add_parser("report")
+    r.add_argument("--seeds", type=int, nargs="+", help="report these seeds only (default: every finished run)")
     args = ap.parse_args()
     if args.command == "finish":
         finish(args.run, args.hista)
     else:
-        report()
+        report(set(args.seeds) if args.seeds else None)
 
 
 if __name__ == "__main__":
