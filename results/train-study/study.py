@@ -137,6 +137,8 @@ def report(only: set[int] | None = None) -> None:
         if (folder / "test-t07.json").is_file() and (only is None or int(seed) in only):
             runs.setdefault(name, {})[int(seed)] = folder
     order = [e for e in ESTIMATORS if e in runs]
+    selection = {e: {s: json.loads((folder / "selection.json").read_text()) for s, folder in runs[e].items()}
+                 for e in order}
     metrics = {"greedy": ("test-greedy.json", "avg"), "avg@8": ("test-t07.json", "avg"),
                "pass@8": ("test-t07.json", "pass")}
 
@@ -160,7 +162,7 @@ def report(only: set[int] | None = None) -> None:
         for metric in metrics:
             m, lo, hi = interval([score(runs[e][s], metric) for s in seeds])
             cells.append(f"{pct(m)} [{pct(lo)}, {pct(hi)}]")
-        sel = [json.loads((runs[e][s] / "selection.json").read_text()) for s in seeds]
+        sel = [selection[e][s] for s in seeds]
         steps = ", ".join(str(x["best_step"]) for x in sel)
         minutes = np.mean([x["train_seconds"] for x in sel]) / 60
         lines.append(f"| {e} | {','.join(map(str, seeds))} | {' | '.join(cells)} | {steps} | {minutes:.0f} |")
@@ -175,8 +177,7 @@ def report(only: set[int] | None = None) -> None:
             if s not in runs[e]:
                 cells.append("")
                 continue
-            best = json.loads((runs[e][s] / "selection.json").read_text())["best_step"]
-            cells.append(f"{pct(score(runs[e][s], 'greedy'))} (step {best})")
+            cells.append(f"{pct(score(runs[e][s], 'greedy'))} (step {selection[e][s]['best_step']})")
         lines.append(f"| {e} | " + " | ".join(cells) + " |")
     if "grpo" in runs:
         lines += ["", "## Paired differences against GRPO (percentage points)", "",
