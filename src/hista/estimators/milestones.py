@@ -23,7 +23,11 @@ Two parsers:
     letter, digit, ``_``, ``.`` or a closing bracket (``x-1`` and ``2-3`` are subtractions,
     ``(-3)``, ``= -3`` and ``is -3`` are negative numbers);
   * a number's position is its first character, sign and ``\\frac`` included; percent signs,
-    units and scientific notation are not interpreted (``1e5`` -> 1 and 5).
+    units and scientific notation are not interpreted (``1e5`` -> 1 and 5);
+  * keys are exact: an integer's key is its digits (any length); a decimal or fraction with
+    more than ``MAX_EXACT_DIGITS`` (400) significant digits keeps them as written (``0.`` and
+    500 ones is the key ``0.111…``, not a reduced ``p/q``), so parsing stays linear in the text
+    whatever its numbers.
 
 - ``"digits"``: maximal runs of ``\\d`` (Python's Unicode decimal digits), compared as the raw
   strings, no sign, no normalisation (``05`` and ``5`` differ): the reference
@@ -33,9 +37,11 @@ Two parsers:
 from __future__ import annotations
 
 import bisect
+import functools
+import hashlib
+import itertools
 import math
 import re
-from fractions import Fraction
 from typing import Iterable, NamedTuple, Optional, Sequence
 
 PARSERS = ("default", "digits")
@@ -61,41 +67,119 @@ _DEFAULT = re.compile(
 _DIGITS = re.compile(r"\d+")
 
 
-def _value(text: str) -> Fraction:
-    return Fraction(text.replace(",", ""))
+#: most significant digits of a decimal or fraction normalised exactly (an integer always is).
+MAX_EXACT_DIGITS = 400
 
 
-def _key(value: Fraction) -> str:
-    return str(value)
+def _parts(text: str) -> tuple[str, str]:
+    """A number's integer and fractional digits without separators, leading zeros of the
+    integer part or trailing zeros of the fractional part: ``"01,000.50"`` -> ``("1000", "5")``."""
+    whole, _, frac = text.replace(",", "").partition(".")
+    return whole.lstrip("0"), frac.rstrip("0")
+
+
+def _ratio(whole: str, frac: str) -> tuple[int, int]:
+    return int(whole + frac or "0"), 10 ** len(frac)
+
+
+def _text_key(whole: str, frac: str) -> str:
+    return (whole or "0") + ("." + frac if frac else "")
+
+
+def _signed(key: str, negative: bool) -> str:
+    return "-" + key if negative and key != "0" else key
+
+
+def _rational_key(num: int, den: int) -> str:
+    """``str(Fraction(num, den))`` for ``den != 0``, without building the Fraction."""
+    if den < 0:
+        num, den = -num, -den
+    g = math.gcd(num, den)
+    if g != 1:
+        num, den = num // g, den // g
+    return str(num) if den == 1 else f"{num}/{den}"
+
+
+def _number_key(text: str, negative: bool) -> str:
+    """The key of one plain number (SPEC §4.2): ``str`` of its exact value.  An integer's key
+    is written from its digits (any length, linear time); a decimal with more than
+    ``MAX_EXACT_DIGITS`` significant digits keeps its digits as written (``"1.25"``), since
+    normalising it exactly costs time quadratic in its length."""
+    whole, frac = _parts(text)
+    if not frac:
+        return _signed(whole or "0", negative)
+    if len(whole) + len(frac) > MAX_EXACT_DIGITS:
+        return _signed(_text_key(whole, frac), negative)
+    num, den = _ratio(whole, frac)
+    return _rational_key(-num if negative else num, den)
+
+
+def _fraction_key(num: str, den: str, negative: bool) -> str:
+    """The key of the fraction ``num/den`` (plain numbers, ``den`` not zero) with the sign
+    ``negative``: its reduced value, or past ``MAX_EXACT_DIGITS`` significant digits the two
+    numbers as written (``"1/3"`` style, not reduced)."""
+    nw, nf = _parts(num)
+    dw, df = _parts(den)
+    if len(nw) + len(nf) + len(dw) + len(df) > MAX_EXACT_DIGITS:
+        return _signed(_text_key(nw, nf), negative) + "/" + _text_key(dw, df)
+    n, nscale = _ratio(nw, nf)
+    d, dscale = _ratio(dw, df)
+    n, d = n * dscale, d * nscale
+    return _rational_key(-n if negative else n, d)
+
+
+def _is_zero(text: str) -> bool:
+    return not text.replace(",", "").replace(".", "").strip("0")
+
+
+_new = tuple.__new__  # Number(...) without the Python-level __new__ (a hot loop)
 
 
 def _default_numbers(text: str) -> list[Number]:
-    out = []
+    # Linear in ``text``: one regex pass (no nested repetition can re-read a span) and, per
+    # number, work linear in its length (integers and long numbers are keyed from their digits);
+    # a number written before (``1``, ``-2.5``, ``\frac{1}{2}``) is keyed by a dict lookup.
+    out: list[Number] = []
+    append = out.append
+    seen: dict[str, str] = {}  # key of each single number of this text, by its text (sign included)
     for m in _DEFAULT.finditer(text):
-        negative = bool(m.group("sign"))
-        if m.group("num") is not None:
-            num, den = m.group("num"), m.group("den")
-            if den is None or _value(den) == 0:
-                value = -_value(num) if negative else _value(num)
-                out.append(Number(_key(value), m.start(), m.end("num")))
-                if den is not None:  # x/0 is no fraction: two numbers
-                    out.append(Number(_key(_value(den)), m.start("den"), m.end()))
+        key = seen.get(m.group())
+        if key is None:
+            key = _match_key(m, append)
+            if key is None:  # two numbers (a zero denominator), appended
                 continue
-            value = _value(num) / _value(den)
-        else:
-            fn = m.group("fn") if m.group("fn") is not None else m.group("fn1")
-            fd = m.group("fd") if m.group("fd") is not None else m.group("fd1")
-            n = -_value(fn) if m.group("fs") else _value(fn)
-            d = -_value(fd) if m.group("ds") else _value(fd)
-            if d == 0:  # \frac{a}{0}: two numbers, where their digits are
-                nstart = m.start("fn") if m.group("fn") is not None else m.start("fn1")
-                dstart = m.start("fd") if m.group("fd") is not None else m.start("fd1")
-                out.append(Number(_key(-n if negative else n), m.start() if negative else nstart, nstart + len(fn)))
-                out.append(Number(_key(d), dstart, dstart + len(fd)))
-                continue
-            value = n / d
-        out.append(Number(_key(-value if negative else value), m.start(), m.end()))
+            seen[m.group()] = key
+        append(_new(Number, (key, m.start(), m.end())))
     return out
+
+
+def _match_key(m: re.Match, append) -> Optional[str]:
+    """The key of the number matched by ``m``; or, when it is two numbers (``x/0``,
+    ``\\frac{a}{0}``), None after appending both."""
+    sign, num, den = m.group("sign", "num", "den")
+    negative = bool(sign)
+    if num is not None:
+        if den is None:
+            if num.isdigit():
+                key = num.lstrip("0") or "0"
+                return "-" + key if negative and key != "0" else key
+            return _number_key(num, negative)
+        if not _is_zero(den):
+            return _fraction_key(num, den, negative)
+        append(Number(_number_key(num, negative), m.start(), m.end("num")))
+        append(Number(_number_key(den, False), m.start("den"), m.end()))
+        return None
+    fn, fd, fs, ds = m.group("fn", "fd", "fs", "ds")
+    nstart = m.start("fn") if fn is not None else m.start("fn1")
+    dstart = m.start("fd") if fd is not None else m.start("fd1")
+    if fn is None:
+        fn, fd = m.group("fn1", "fd1")
+    if not _is_zero(fd):
+        return _fraction_key(fn, fd, negative ^ bool(fs) ^ bool(ds))
+    # \frac{a}{0}: two numbers, where their digits are
+    append(Number(_number_key(fn, negative ^ bool(fs)), m.start() if negative else nstart, nstart + len(fn)))
+    append(Number(_number_key(fd, False), dstart, dstart + len(fd)))
+    return None
 
 
 def parse_numbers(text: str, parser: str = "default") -> list[Number]:
@@ -104,7 +188,7 @@ def parse_numbers(text: str, parser: str = "default") -> list[Number]:
     if parser == "default":
         return _default_numbers(text)
     if parser == "digits":
-        return [Number(m.group(0), m.start(), m.end()) for m in _DIGITS.finditer(text)]
+        return [_new(Number, (m.group(), m.start(), m.end())) for m in _DIGITS.finditer(text)]
     raise ValueError(f"unknown parser {parser!r}; valid: {', '.join(PARSERS)}")
 
 
@@ -112,11 +196,10 @@ def token_positions(char_positions: Iterable[int], offsets: Sequence[tuple[int, 
     """Milestone positions p (SPEC §4.2): for each character position, 1 + the index of the
     first completion token whose span ends after it (the token that holds that character),
     i.e. the number of tokens up to and including it; len(offsets) when no token does."""
-    running, ends = 0, []
-    for _, end in offsets:  # running maximum: "first token whose end > pos" by bisection
-        running = max(running, end)
-        ends.append(running)
-    return [bisect.bisect_right(ends, pos) + 1 if pos < running else len(offsets) for pos in char_positions]
+    # running maximum of the ends: "first token whose end > pos" by bisection
+    ends = list(itertools.accumulate((end for _, end in offsets), max, initial=0))[1:]
+    running, n, right = (ends[-1] if ends else 0), len(offsets), bisect.bisect_right
+    return [right(ends, pos) + 1 if pos < running else n for pos in char_positions]
 
 
 def merge_forward(positions: Sequence[int], merge: int) -> list[int]:
@@ -130,6 +213,73 @@ def merge_forward(positions: Sequence[int], merge: int) -> list[int]:
     return out
 
 
+#: A macro state's identity (SPEC §4.2): (number of keys, 64-bit sum, 64-bit xor of their
+#: keys' 128-bit BLAKE2 hashes). Equal sets have equal ids whatever the order their numbers came
+#: in, and a state's id follows from its parent's in O(1), so a chain of k states costs O(k)
+#: where k frozensets cost O(k²) time and memory (a completion of 12,000 distinct numbers).
+StateId = tuple[int, int, int]
+#: the id of the empty state ∅.
+EMPTY: StateId = (0, 0, 0)
+_MASK = (1 << 64) - 1
+
+
+@functools.lru_cache(maxsize=1 << 16)
+def _key_hash(key: str) -> tuple[int, int]:
+    digest = hashlib.blake2b(key.encode("utf-8", "surrogatepass"), digest_size=16).digest()
+    return int.from_bytes(digest[:8], "little"), int.from_bytes(digest[8:], "little")
+
+
+def _with_key(state: StateId, key: str) -> StateId:
+    """The id of ``state`` plus ``key``, a number not in it."""
+    a, b = _key_hash(key)
+    return state[0] + 1, (state[1] + a) & _MASK, state[2] ^ b
+
+
+def state_id(keys: Iterable[str]) -> StateId:
+    """The id of the macro state holding the numbers ``keys`` (a set; repeats count once)."""
+    state = EMPTY
+    for key in set(keys):
+        state = _with_key(state, key)
+    return state
+
+
+def _firsts(keys: Sequence[str]) -> list[int]:
+    """Indices of the first occurrence of every number of ``keys``."""
+    seen: set = set()
+    firsts = []
+    for k, key in enumerate(keys):
+        if key not in seen:
+            seen.add(key)
+            firsts.append(k)
+    return firsts
+
+
+def _merged_path(keys: Sequence[str], positions: Sequence[int], merge: int,
+                 merge_repeats: bool) -> list[tuple[int, int]]:
+    """[(p_k, number of distinct keys in S_k)] of :func:`macro_path`."""
+    firsts = _firsts(keys)
+    if merge_repeats:
+        merged = merge_forward(positions, merge)
+        pos = [merged[k] for k in firsts]
+    else:
+        pos = merge_forward([positions[k] for k in firsts], merge)
+    path: list[tuple[int, int]] = []
+    for size, p in enumerate(pos, 1):
+        if path and path[-1][0] == p:
+            path[-1] = (p, size)
+        else:
+            path.append((p, size))
+    return path
+
+
+def path_states(
+    keys: Sequence[str], positions: Sequence[int], merge: int, merge_repeats: bool = False
+) -> list[tuple[int, StateId]]:
+    """:func:`macro_path` with the states as ids (:data:`StateId`): linear time."""
+    chain = chain_states(keys)
+    return [(p, chain[size]) for p, size in _merged_path(keys, positions, merge, merge_repeats)]
+
+
 def macro_path(
     keys: Sequence[str], positions: Sequence[int], merge: int, merge_repeats: bool = False
 ) -> list[tuple[int, frozenset]]:
@@ -138,62 +288,87 @@ def macro_path(
     dropped). Only the first occurrence of a number is a milestone (a repeat leaves the set
     unchanged); milestones are merged forward (:func:`merge_forward`) and milestones that land
     on one position become one, holding the largest set. ``merge_repeats=True`` lets repeated
-    occurrences take part in the merging too (the reference implementation)."""
+    occurrences take part in the merging too (the reference implementation). The sets are
+    written out (quadratic in the number of distinct numbers): the estimator uses
+    :func:`path_states`."""
+    distinct = [keys[k] for k in _firsts(keys)]
+    return [(p, frozenset(distinct[:size])) for p, size in _merged_path(keys, positions, merge, merge_repeats)]
+
+
+def chain_states(keys: Iterable[str]) -> list[StateId]:
+    """:func:`state_chain` as ids (:data:`StateId`): linear time."""
+    chain = [EMPTY]
     seen: set = set()
-    firsts = []
-    for k, key in enumerate(keys):
+    for key in keys:
         if key not in seen:
             seen.add(key)
-            firsts.append(k)
-    if merge_repeats:
-        merged = merge_forward(positions, merge)
-        pos = [merged[k] for k in firsts]
-    else:
-        pos = merge_forward([positions[k] for k in firsts], merge)
-    path: list[tuple[int, frozenset]] = []
-    state: frozenset = frozenset()
-    for k, p in zip(firsts, pos):
-        state = state | {keys[k]}
-        if path and path[-1][0] == p:
-            path[-1] = (p, state)
-        else:
-            path.append((p, state))
-    return path
+            chain.append(_with_key(chain[-1], key))
+    return chain
 
 
 def state_chain(keys: Iterable[str]) -> list[frozenset]:
-    """[∅, S_1, S_2, ...]: the sets of distinct numbers after each new number."""
-    chain = [frozenset()]
-    for key in keys:
-        if key not in chain[-1]:
-            chain.append(chain[-1] | {key})
-    return chain
+    """[∅, S_1, S_2, ...]: the sets of distinct numbers after each new number (written out:
+    quadratic in their number; the estimator uses :func:`chain_states`)."""
+    distinct = list(dict.fromkeys(keys))
+    return [frozenset(distinct[:size]) for size in range(len(distinct) + 1)]
 
 
 class ValueTable:
     """Numca's value table (SPEC §4.2): for every macro state, how many responses reached it and
     the sum of their rewards. Each response adds its reward once to every state it passes
-    through (∅ included), whatever the merging."""
+    through (∅ included), whatever the merging. States are kept by id (:data:`StateId`), so
+    adding a response is linear in its numbers."""
 
     def __init__(self) -> None:
-        self.stats: dict[frozenset, list[float]] = {}
+        self._count: dict[StateId, float] = {}
+        self._total: dict[StateId, float] = {}
+        self._parent: dict[StateId, tuple[StateId, str]] = {}  # a state -> (its parent, the key added)
 
     def __len__(self) -> int:
-        return len(self.stats)
+        return len(self._count)
+
+    def _keys(self, state: StateId) -> frozenset:
+        keys = []
+        while state != EMPTY:
+            state, key = self._parent[state]
+            keys.append(key)
+        return frozenset(keys)
+
+    @property
+    def stats(self) -> dict[frozenset, list[float]]:
+        """``{state: [responses that reached it, sum of their rewards]}`` with the states
+        written out as frozensets (built on each access, for inspection)."""
+        return {self._keys(state): [n, self._total[state]] for state, n in self._count.items()}
 
     def add(self, keys: Iterable[str], reward: float) -> None:
         """Add one response's ``reward`` to every macro state of the chain of ``keys`` (SPEC
         §4.2); a NaN or infinite reward raises ValueError naming ``reward``."""
         if not math.isfinite(float(reward)):
             raise ValueError(f"reward is {float(reward)}; rewards must be finite")
-        for state in state_chain(keys):
-            entry = self.stats.setdefault(state, [0.0, 0.0])
-            entry[0] += 1.0
-            entry[1] += float(reward)
+        reward = float(reward)
+        count, total, parent = self._count, self._total, self._parent
+        state = EMPTY
+        count[state] = count.get(state, 0.0) + 1.0
+        total[state] = total.get(state, 0.0) + reward
+        seen: set = set()
+        for key in keys:
+            if key in seen:
+                continue
+            seen.add(key)
+            child = _with_key(state, key)
+            n = count.get(child)
+            if n is None:
+                count[child], total[child], parent[child] = 1.0, reward, (state, key)
+            else:
+                count[child], total[child] = n + 1.0, total[child] + reward
+            state = child
 
-    def get(self, state: frozenset) -> Optional[float]:
-        """Mean reward of the responses that reached ``state``; None if none did."""
-        entry = self.stats.get(state)
-        if entry is None or entry[0] == 0:
+    def get(self, state: "StateId | frozenset") -> Optional[float]:
+        """Mean reward of the responses that reached ``state`` (an id, :data:`StateId`, or a
+        set of keys); None if none did."""
+        if not isinstance(state, tuple):
+            state = state_id(state)
+        n = self._count.get(state)
+        if not n:
             return None
-        return entry[1] / entry[0]
+        return self._total[state] / n

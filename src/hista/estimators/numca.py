@@ -26,7 +26,7 @@ from ..types import Rollout, RolloutGroup, State
 from . import register
 from .base import Estimator, EstimatorConfig
 from .gae import segment_gae
-from .milestones import PARSERS, ValueTable, macro_path, parse_numbers, state_chain, token_positions
+from .milestones import EMPTY, PARSERS, StateId, ValueTable, chain_states, parse_numbers, path_states, token_positions
 
 UNREACHED = ("fallback", "zero")
 ANSWERED = ("reward", "table")
@@ -116,8 +116,8 @@ class Numca(Estimator):
         keys, chars = self._numbers(rollout.completion_text, drop_last)
         return keys, token_positions(chars, rollout.offsets or [])
 
-    def _path(self, keys: list[str], positions: list[int]) -> list[tuple[int, frozenset]]:
-        return macro_path(keys, positions, self.config.merge_tokens, self.config.merge_repeats)
+    def _path(self, keys: list[str], positions: list[int]) -> list[tuple[int, StateId]]:
+        return path_states(keys, positions, self.config.merge_tokens, self.config.merge_repeats)
 
     # -- value table ------------------------------------------------------------------------
 
@@ -127,7 +127,7 @@ class Numca(Estimator):
             table.add(k, r.reward)
         return table
 
-    def _value(self, table: ValueTable, chain: list[frozenset], j: int) -> float:
+    def _value(self, table: ValueTable, chain: list[StateId], j: int) -> float:
         """V(chain[j]); an unreached state falls back along the chain (or is 0, ``"zero"``)."""
         value = table.get(chain[j])
         if value is not None or self.config.unreached == "zero":
@@ -139,7 +139,7 @@ class Numca(Estimator):
         return 0.0  # an empty table (no rollout ever seen)
 
     @staticmethod
-    def _known(table: ValueTable, state: frozenset) -> float:
+    def _known(table: ValueTable, state: StateId) -> float:
         value = table.get(state)
         return 0.0 if value is None else value  # the states of a recorded response are known
 
@@ -166,7 +166,7 @@ class Numca(Estimator):
                                          gae_lambda, answer).to(torch.float32)
                 for (keys, positions, answer), r in zip(parsed, group.rollouts)]
 
-    def _rollout_advantages(self, path: list[tuple[int, frozenset]], length: int, width: int, table: ValueTable,
+    def _rollout_advantages(self, path: list[tuple[int, StateId]], length: int, width: int, table: ValueTable,
                             reward: float, gae_lambda: float, answer: Optional[int] = None) -> torch.Tensor:
         """One rollout's advantages [T] from its merged macro path (SPEC §4.2): segments
         [0, p_1), …, [p_K, T) with values V(∅), V(S_1) … V(S_K) and R at the end; ``answer``
@@ -174,7 +174,7 @@ class Numca(Estimator):
         there, so that every token after the answer's first one gets δ = 0. ``width``, the
         group's longest completion, is unused here (the reference pads to it)."""
         bounds = [0, *(p for p, _ in path)]
-        values = [self._known(table, frozenset()), *(self._known(table, s) for _, s in path)]
+        values = [self._known(table, EMPTY), *(self._known(table, s) for _, s in path)]
         if answer is not None:
             bounds.append(answer)
             values.append(reward)
@@ -237,8 +237,8 @@ class Numca(Estimator):
                 return float(rollout.reward)
             keys, pos = keys[:-1], pos[:-1]
         reached = [st for p, st in self._path(keys, pos) if p <= t]
-        current = reached[-1] if reached else frozenset()
-        chain = state_chain(keys)
+        current = reached[-1] if reached else EMPTY
+        chain = chain_states(keys)
         return self._value(table, chain, chain.index(current))
 
     def _state_rollout(self, group: RolloutGroup, s: State, k: int) -> tuple[Rollout, bool]:

@@ -24,7 +24,7 @@ import re
 from typing import Any, Optional
 
 from . import register
-from .math import boxed_contents
+from .math import last_boxed
 
 __all__ = ["extract_choice", "verify_choice"]
 
@@ -71,18 +71,21 @@ def _last(pattern: re.Pattern, text: str) -> Optional[str]:
 
 
 def _patterns(letters: str) -> dict[str, re.Pattern]:
+    # Linear time: no two ``\s*`` are adjacent (each optional token takes the blanks before
+    # it, and no token starts with a blank), so a run of whitespace is read a fixed number of
+    # times per match attempt, never split in all possible ways.
     up, low = letters, letters.lower()
     letter = (
-        rf"(?:\*\*|__|\$|\\textbf\{{|\\text\{{)?\s*"
+        rf"(?:\s*(?:\*\*|__|\$|\\textbf\{{|\\text\{{))?\s*"
         rf"(?:\(([{up}{low}])\)|\[([{up}])\]|([{up}])(?![A-Za-z0-9]))"
     )
     phrase = (
         r"(?i:\b(?:final\s+)?answer\b|\bcorrect\s+(?:option|choice|answer)\b|"
         r"\b(?:choose|select|pick)\b|答案(?:是|为)?)"
         r"(?:\s*(?i:is|would\s+be|will\s+be|should\s+be|must\s+be)\b)?"
-        r"\s*[:=\-：]?\s*(?i:(?:option|choice)\b\s*)?"
+        r"(?:\s*[:=\-：])?(?:\s*(?i:(?:option|choice)\b))?"
     )
-    option = r"(?i:\b(?:option|choice)\b)\s*"
+    option = r"(?i:\b(?:option|choice)\b)"
     return {
         "phrase": re.compile(phrase + letter),
         "option": re.compile(option + letter),
@@ -99,9 +102,9 @@ def extract_choice(completion: str, letters: str = "ABCDEFGHIJ") -> Optional[str
     the module docstring).  ``letters`` are the allowed option letters."""
     if not isinstance(completion, str) or not completion.strip():
         return None
-    boxes = boxed_contents(completion)
-    if boxes:
-        got = _from_box(boxes[-1][1], letters)
+    box = last_boxed(completion)
+    if box is not None:
+        got = _from_box(box, letters)
         if got:
             return got
     pats = _patterns(letters)

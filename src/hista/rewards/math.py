@@ -31,7 +31,10 @@ main thread (note that it cancels any ``alarm`` the caller had pending), and ``N
 elsewhere.  In all threads the verifier's own guards apply: inputs are capped in length
 and expressions that are known to make sympy run for minutes (power towers such as
 ``10^{10^{10}}``, exponents above 10^6, factorials/binomials of 5+ digit numbers) are not
-handed to sympy at all (numeric fallback only).
+handed to sympy at all (numeric fallback only).  The verifier's own work is linear in the
+completion (one pass finds the boxes, and only the chosen box's content is copied); math-verify
+is only ever handed the last ``FALLBACK_TAIL_CHARS`` characters or an answer of at most
+``MAX_EXPR_CHARS`` (the gold answer aside), so its cost is bounded whatever the length.
 
 A verifier never raises on model output: every failure is a 0.0 with a reason.
 """
@@ -66,11 +69,49 @@ FALLBACK_TAIL_CHARS = 2000
 #: longest answer string handed to sympy.
 MAX_EXPR_CHARS = 1000
 
-_BOX_RE = re.compile(r"\\(?:boxed|fbox)(?![A-Za-z])")
+_BOX_RE = re.compile(r"\\(?:boxed|fbox)(?![A-Za-z])([ \t]*)")
 _BRACE_RE = re.compile(r"\\[\\{}]|[{}]")
+_TOKEN_RE = re.compile(r"[^\s$]+")
 
 
 # --------------------------------------------------------------------------- extraction
+
+
+def _box_spans(text: str) -> list[tuple[int, int, int]]:
+    """``(start, content start, content end)`` of every complete box of ``text``, by start.
+
+    One linear pass: each ``\\boxed``/``\\fbox`` and the blanks after it are read once, the
+    braces once (one stack), and a ``\\boxed 42`` token within 200 characters.  Only positions
+    are kept, so nested boxes cost nothing more (their contents overlap).
+    """
+    if not isinstance(text, str) or "\\" not in text:
+        return []
+    openers: dict[int, int] = {}  # position of the box's "{" -> start of "\boxed"
+    spans: list[tuple[int, int, int]] = []
+    for m in _BOX_RE.finditer(text):
+        j = m.end()
+        if j < len(text) and text[j] == "{":
+            openers[j] = m.start()
+        elif j > m.start(1):  # "\boxed 42": the next token up to whitespace or "$"
+            tok = _TOKEN_RE.match(text, j, j + 200)
+            if tok:
+                spans.append((m.start(), tok.start(), tok.end()))
+    if openers:
+        stack: list[int] = []
+        for b in _BRACE_RE.finditer(text, min(openers)):
+            tok = b.group(0)
+            if tok == "{":
+                stack.append(b.start())
+            elif tok == "}" and stack:
+                o = stack.pop()
+                if o in openers:
+                    spans.append((openers[o], o + 1, b.start()))
+    spans.sort()
+    return spans
+
+
+def _box_content(text: str, lo: int, hi: int) -> str:
+    return text[lo:hi].strip().strip("$").strip()
 
 
 def boxed_contents(text: str) -> list[tuple[int, str]]:
@@ -78,48 +119,29 @@ def boxed_contents(text: str) -> list[tuple[int, str]]:
     ``(start, content)`` sorted by start position (SPEC §6).
 
     Braces are matched with one linear scan (escaped ``\\{``/``\\}`` do not count); unclosed
-    boxes are left out; contents are stripped of surrounding whitespace and ``$``.
+    boxes are left out; contents are stripped of surrounding whitespace and ``$``.  The
+    contents of nested boxes overlap, so the result can be longer than ``text``: the
+    verifiers use :func:`last_boxed`, which copies one content only.
     """
-    if not isinstance(text, str) or "\\" not in text:
-        return []
-    starts = list(_BOX_RE.finditer(text))
-    if not starts:
-        return []
-    openers: dict[int, int] = {}  # position of the box's "{" -> start of "\boxed"
-    found: list[tuple[int, str]] = []
-    for m in starts:
-        j = m.end()
-        while j < len(text) and text[j] in " \t":
-            j += 1
-        if j < len(text) and text[j] == "{":
-            openers[j] = m.start()
-        elif j > m.end():  # "\boxed 42": the next token up to whitespace or "$"
-            tok = re.match(r"[^\s$]+", text[j : j + 200])
-            if tok:
-                found.append((m.start(), tok.group(0)))
-    if openers:
-        stack: list[int] = []
-        first = min(openers)
-        for b in _BRACE_RE.finditer(text, first):
-            tok = b.group(0)
-            if tok == "{":
-                stack.append(b.start())
-            elif tok == "}" and stack:
-                o = stack.pop()
-                if o in openers:
-                    found.append((openers[o], text[o + 1 : b.start()]))
     out = []
-    for start, content in sorted(found):
-        content = content.strip().strip("$").strip()
+    for start, lo, hi in _box_spans(text):
+        content = _box_content(text, lo, hi)
         if content:
             out.append((start, content))
     return out
 
 
 def last_boxed(text: str) -> Optional[str]:
-    """Content of the last complete, non-empty box in ``text``, or None (SPEC §6)."""
-    boxes = boxed_contents(text)
-    return boxes[-1][1] if boxes else None
+    """Content of the last complete, non-empty box in ``text``, or None (SPEC §6).
+
+    Linear in ``text``: the boxes are found by :func:`_box_spans` and only the contents of
+    the last ones are copied (an empty box holds no other box, so those are disjoint).
+    """
+    for _, lo, hi in reversed(_box_spans(text)):
+        content = _box_content(text, lo, hi)
+        if content:
+            return content
+    return None
 
 
 def _tail(text: str, n: int) -> str:

@@ -1,0 +1,387 @@
+"""Host time linear in the completion (issue 41 item 2; SPEC §6, §4.2).
+
+Every piece of host-side work on model output -- fence extraction and body assembly (code
+verifiers), answer extraction (``math``: the last box, ``<answer>`` tags, the tail handed to
+math-verify, the numeric fallback; ``choice``: the letter), Numca's number parser and macro
+states -- must cost < 0.1 s of CPU time on a 64k-character adversarial completion.  Each case
+below is built to make a backtracking regex or a nested loop re-read the same span (runs of
+whitespace, unclosed or nested ``\\boxed{``, brace runs, digit, ``.``, ``,``, ``-`` and ``/``
+runs, ``<answer>`` without a close, ``(A)`` and ``**`` runs, Unicode digits, ...).
+
+Times are ``time.process_time`` (CPU time of this process, so a busy 2-core CI machine does not
+count other processes' work), the best of 3 runs; a run is stopped after ``GUARD_S`` seconds so
+that a quadratic case fails instead of hanging the suite.  math-verify is third-party: its own
+parsing may be superlinear, so the timing tests replace it with a stub, and
+``test_math_verify_sees_a_bounded_window`` checks that it is only ever handed a bounded window.
+"""
+
+from __future__ import annotations
+
+import json
+import signal
+import threading
+import time
+import types
+
+import pytest
+
+N = 65536
+LIMIT_S = 0.1
+GUARD_S = 5.0
+
+
+def _fill(unit: str, n: int = N) -> str:
+    return (unit * (n // len(unit) + 1))[:n]
+
+
+def _numbers(fmt, n: int = N) -> str:
+    return " ".join(fmt(i) for i in range(n))[:n]
+
+
+def _then_blanks(words: str, blanks: int = 16384, n: int = N) -> str:
+    """``words`` then a run of blanks, at the end of an ``n``-character text (inside any window
+    a parser keeps of the completion's end, such as the choice verifier's last 20,000)."""
+    return _fill("x. ", n - len(words) - blanks) + words + " " * blanks
+
+
+#: adversarial completions (64k characters; ``issue-41`` is the issue's own, 135k).
+FAMILIES = {
+    "issue-41": ("\n" + " " * 16 + "\n" + " " * 15) * 4096,
+    "spaces": " " * N,
+    "newlines": "\n" * N,
+    "crlf": _fill("\r\n"),
+    "tabs": _fill(" \t"),
+    "indent-lines": _fill("    \n"),
+    "boxed-unclosed": _fill("\\boxed{"),
+    "boxed-nested": "\\boxed{" * (N // 14) + "}" * (N // 14),
+    "boxed-nested-blank": "\\boxed{ " * (N // 16) + " }" * (N // 16),
+    "boxed-token": _fill("\\boxed "),
+    "boxed-then-blanks": "\\boxed" + " " * N,
+    "fbox-dollars": _fill("\\fbox{$}"),
+    "open-braces": "{" * N,
+    "nested-braces": "{" * (N // 2) + "}" * (N // 2),
+    "escaped-braces": _fill("\\{"),
+    "digits": "1" * N,
+    "dots": _fill("1."),
+    "commas": _fill("1,"),
+    "thousands": "1" + _fill(",111", N - 1),
+    "minus": "-" * N,
+    "minus-digits": _fill("-1"),
+    "slashes": _fill("1/"),
+    "frac-unclosed": _fill("\\frac{"),
+    "frac-blanks": "\\frac" + " " * N,
+    "frac-nested": _fill("\\frac{1}{"),
+    "fracs": _fill("\\frac{1}{2} "),
+    "distinct-integers": _numbers(str),
+    "distinct-decimals": _numbers(lambda i: f"{i}.{i % 7 + 1}"),
+    "distinct-fractions": _numbers(lambda i: f"{i}/{i + 1}"),
+    "distinct-latex-fractions": _numbers(lambda i: f"\\frac{{{i}}}{{{i + 1}}}"),
+    "long-decimal": "0." + "1" * (N - 2),
+    "unicode-digits": "٣" * N,
+    "answer-unclosed": _fill("<answer>"),
+    "answer-open-blanks": "<answer>" + " " * N,
+    "answer-closes": _fill("</answer>"),
+    "answer-blanks": _then_blanks("answer"),
+    "answer-is-blanks": _then_blanks("the answer is")[:-1] + ".",
+    "answer-colon-blanks": _then_blanks("Answer:") + "**",
+    "answer-words": _fill("answer "),
+    "final-answer": _fill("final answer is "),
+    "option-blanks": _then_blanks("option"),
+    "choose-blanks": _then_blanks("I choose") + "$",
+    "option-words": _fill("option "),
+    "paren-letters": _fill("(A) "),
+    "letter-parens": _fill("A) "),
+    "stars": "*" * N,
+    "bold-blanks": _fill("** "),
+    "bold-then-blanks": _then_blanks("**"),
+    "letter-line": " " * (N // 2) + "A" + " " * (N // 2) + "x",
+    "dollars": "$" * N,
+    "text-unclosed": _fill("\\text{"),
+    "text-blanks": "\\text" + " " * N,
+    "assignments": _fill("x = "),
+    "unit-words": "5" + _fill(" ab", N - 1),
+    "carets": "^" * N,
+    "parens": "(" * N,
+    "plus-chain": _fill("1+"),
+    "backticks": "`" * N,
+    "fences": _fill("```\n"),
+    "python-fences": _fill("```python\n"),
+    "fence-blank-lines": "```python\n" + _fill(" \n", N - 14) + "\n```",
+    "fence-indented": "```python\n" + _fill("    x = 1\n", N - 14) + "```",
+    "blanks-then-def": _fill("\n" + " " * 16 + "\n" + " " * 15, N - 6) + "def f(",
+    "defs": _fill("def f(\n"),
+    "async-blanks": _fill("async   \n"),
+    "mixed": _fill("The answer is \\boxed{1.1,000/2} (A) **B** option C <answer>-3</answer> {{ ```py\n"),
+}
+
+
+class _Slow(Exception):
+    pass
+
+
+def _raise_slow(signum, frame):
+    raise _Slow()
+
+
+def _cpu_time(fn, *args) -> float:
+    """Best of 3 CPU times of ``fn(*args)`` (fewer runs once it is clearly under or over the
+    limit); ``inf`` when a run is stopped after ``GUARD_S`` seconds."""
+    guard = hasattr(signal, "SIGALRM") and threading.current_thread() is threading.main_thread()
+    best = float("inf")
+    for _ in range(3):
+        previous = signal.signal(signal.SIGALRM, _raise_slow) if guard else None
+        if guard:
+            signal.setitimer(signal.ITIMER_REAL, GUARD_S)
+        start = time.process_time()
+        try:
+            fn(*args)
+        except _Slow:
+            return float("inf")
+        finally:
+            if guard:
+                signal.setitimer(signal.ITIMER_REAL, 0)
+                signal.signal(signal.SIGALRM, previous)
+        best = min(best, time.process_time() - start)
+        if best < LIMIT_S or best > 10 * LIMIT_S:
+            break
+    return best
+
+
+def _assert_linear(fn, cases=None):
+    """``fn`` on every adversarial completion (``cases``: name -> argument, by default
+    ``FAMILIES``) costs less than ``LIMIT_S`` of CPU time.  ``fn`` is run once on a short text
+    first, so that imports and first-call set-up are not timed."""
+    cases = FAMILIES if cases is None else cases
+    fn(FAMILIES["mixed"][:300] if cases is FAMILIES else next(iter(cases.values())))
+    slow = {}
+    for name, arg in cases.items():
+        t = _cpu_time(fn, arg)
+        if t >= LIMIT_S:
+            slow[name] = "stopped after %.0f s" % GUARD_S if t == float("inf") else "%.3f s" % t
+    assert not slow, f"over {LIMIT_S} s of CPU time on {len(slow)} 64k-character inputs: {slow}"
+
+
+# --------------------------------------------------------------------------- math, choice
+
+
+class _StubMathVerify:
+    """math-verify as hista.rewards.math calls it, recording the length of every text it is
+    handed (its own parsing is third-party and only ever sees a bounded window)."""
+
+    def __init__(self):
+        self.lengths: list[int] = []
+
+    @staticmethod
+    def LatexExtractionConfig(**kw):  # noqa: N802 (math-verify's name)
+        return ("latex", kw)
+
+    @staticmethod
+    def ExprExtractionConfig(**kw):  # noqa: N802
+        return ("expr", kw)
+
+    def parse(self, text, **kw):
+        self.lengths.append(len(text))
+        return [object(), text[-40:]]
+
+    def verify(self, gold, pred, **kw):
+        return False
+
+
+@pytest.fixture
+def stub_math_verify(monkeypatch):
+    from hista.rewards import math as math_rewards
+
+    stub = _StubMathVerify()
+    monkeypatch.setattr(math_rewards, "_mv", lambda: stub)
+    return stub
+
+
+def _window_bound():
+    from hista.rewards.math import FALLBACK_TAIL_CHARS, MAX_EXPR_CHARS
+
+    return max(FALLBACK_TAIL_CHARS, MAX_EXPR_CHARS + len("\\boxed{}"))
+
+
+def test_last_boxed_is_linear():
+    from hista.rewards.math import last_boxed
+
+    _assert_linear(last_boxed)
+
+
+def test_math_extraction_is_linear(stub_math_verify):
+    from hista.rewards.math import extract_math_answer
+
+    _assert_linear(extract_math_answer)
+    assert max(stub_math_verify.lengths) <= _window_bound()
+
+
+def test_math_verifier_is_linear(stub_math_verify):
+    from hista.rewards.math import verify_math
+
+    _assert_linear(lambda text: verify_math(text, "42"))
+    # a box content goes to the numeric fallback and math-verify too
+    _assert_linear(lambda text: verify_math("so \\boxed{" + text[:900] + "}", "42"))
+    _assert_linear(lambda text: verify_math(text + " so the answer is \\boxed{" + text[:900] + "}", "42"))
+    assert max(stub_math_verify.lengths) <= _window_bound()
+
+
+def test_math_verify_sees_a_bounded_window(monkeypatch):
+    """The real math-verify, wrapped: whatever the completion's length, it is handed at most
+    the last ~2,000 characters (or a box content capped at MAX_EXPR_CHARS)."""
+    import math_verify
+
+    from hista.rewards.math import verify_math
+
+    lengths = []
+    real = math_verify.parse
+
+    def parse(text, *args, **kw):
+        lengths.append(len(text))
+        return real(text, *args, **kw)
+
+    monkeypatch.setattr(math_verify, "parse", parse)
+    for name in ("issue-41", "answer-unclosed", "distinct-integers", "mixed", "dollars"):
+        verify_math(FAMILIES[name], "42")
+        verify_math(FAMILIES[name] + " \\boxed{" + FAMILIES[name][:5000] + "}", "42")
+    assert lengths and max(lengths) <= _window_bound()
+
+
+def test_choice_extraction_is_linear():
+    from hista.rewards.choice import extract_choice, verify_choice
+
+    _assert_linear(extract_choice)
+    _assert_linear(lambda text: verify_choice(text, "B"))
+    _assert_linear(lambda text: extract_choice(text, "ABCDEFGHIJKLMNOP"))
+    _assert_linear(lambda text: verify_choice("\\boxed{" + text + "}", "B"))  # a 64k box content
+
+
+# --------------------------------------------------------------------------- Numca
+
+
+@pytest.mark.parametrize("parser", ["default", "digits"])
+def test_numca_parser_is_linear(parser):
+    from hista.estimators.milestones import parse_numbers
+
+    _assert_linear(lambda text: parse_numbers(text, parser))
+
+
+def _parse(text: str) -> tuple[list[str], list[int], list[tuple[int, int]]]:
+    """A completion's number keys, their character positions and token offsets (4 characters
+    a token)."""
+    from hista.estimators.milestones import parse_numbers
+
+    numbers = parse_numbers(text)
+    return [n.key for n in numbers], [n.start for n in numbers], [(i, i + 4) for i in range(0, len(text), 4)]
+
+
+@pytest.fixture(scope="module")
+def parsed():
+    return {name: _parse(text) for name, text in FAMILIES.items()}
+
+
+def test_numca_milestone_positions_are_linear(parsed):
+    from hista.estimators.milestones import token_positions
+
+    _assert_linear(lambda numbers: token_positions(numbers[1], numbers[2]), parsed)
+
+
+def _macro_states(keys: list[str], positions: list[int]) -> None:
+    """Numca's work on one completion's numbers: the merged path, the value table (the
+    completion's chain of states) and a look-up of each state on the path."""
+    from hista.estimators.milestones import ValueTable, chain_states, path_states
+
+    table = ValueTable()
+    table.add(keys, 1.0)
+    for _, state in path_states(keys, positions, 1):
+        table.get(state)
+    chain_states(keys).index(chain_states(keys[:1])[-1])
+
+
+def test_numca_macro_states_are_linear(parsed):
+    from hista.estimators.milestones import token_positions
+
+    states = {name: (keys, token_positions(chars, offsets)) for name, (keys, chars, offsets) in parsed.items()}
+    _assert_linear(lambda numbers: _macro_states(*numbers), states)
+
+
+def test_numca_long_numbers_parse():
+    """Numbers of any length parse (an integer keeps its exact key; a decimal or fraction past
+    MAX_EXACT_DIGITS significant digits keeps its digits as written)."""
+    from hista.estimators.milestones import MAX_EXACT_DIGITS, parse_numbers
+
+    keys = [n.key for n in parse_numbers("0" + "7" * 5000 + " -" + "1" * 5000 + ".50 x 1.5" + "0" * 5000)]
+    assert keys == ["7" * 5000, "-" + "1" * 5000 + ".5", "3/2"]
+    big = "1" * (MAX_EXACT_DIGITS + 1)
+    assert [n.key for n in parse_numbers(f"0.{big}0 -{big}/{big}0 2/0.0")] == [
+        "0." + big, "-" + big + "/" + big + "0", "2", "0"]
+    assert [n.key for n in parse_numbers("0." + "1" * (MAX_EXACT_DIGITS - 1))][0].count("/") == 1
+
+
+def test_numca_macro_states_are_sets():
+    """Macro states are sets: the same numbers reached in another order are one state, looked
+    up alike by its id (StateId) or as a frozenset."""
+    from hista.estimators.milestones import EMPTY, ValueTable, chain_states, macro_path, state_chain
+
+    table = ValueTable()
+    table.add(["1", "2", "3", "2"], 1.0)
+    table.add(["3", "2", "1"], 0.0)
+    assert len(table) == 6  # ∅, {1}, {3}, {1,2}, {2,3}, {1,2,3}
+    assert table.get(frozenset({"1", "2", "3"})) == 0.5
+    assert table.get(chain_states(["3", "2", "1"])[-1]) == table.get(chain_states(["2", "1", "3"])[-1]) == 0.5
+    assert table.get(EMPTY) == table.get(frozenset()) == 0.5
+    assert table.get(frozenset({"9"})) is None
+    assert table.stats[frozenset({"1", "2"})] == [1.0, 1.0]
+    assert state_chain(["1", "2", "1"]) == [frozenset(), frozenset({"1"}), frozenset({"1", "2"})]
+    assert macro_path(["1", "2"], [3, 9], 1) == [(3, frozenset({"1"})), (9, frozenset({"1", "2"}))]
+
+
+# --------------------------------------------------------------------------- code verifiers
+
+PROMPT = 'def f(x):\n    """Return x."""\n'
+
+
+def _code(name: str):
+    from hista.rewards import code
+
+    fn = getattr(code, name, None)
+    if fn is None:
+        pytest.skip(f"hista.rewards.code.{name} no longer exists")
+    return fn
+
+
+def test_extract_code_is_linear():
+    _assert_linear(_code("extract_code"))
+
+
+def test_assemble_function_is_linear():
+    assemble = _code("assemble_function")
+    _assert_linear(lambda text: assemble(text, PROMPT, "f"))
+    _assert_linear(lambda text: assemble("```python\n" + text + "\n```", PROMPT, "f"))
+
+
+def test_parse_cases_is_linear():
+    parse_cases = _code("parse_cases")
+    _assert_linear(lambda text: parse_cases(json.dumps([{"input": text, "output": text}])))
+
+
+def test_outputs_match_is_linear():
+    outputs_match = _code("outputs_match")
+    _assert_linear(lambda text: outputs_match(text, text + "\nx"))
+
+
+def test_mismatch_reason_is_linear():
+    mismatch = _code("_mismatch")
+    _assert_linear(lambda text: mismatch(text, text + "\nx"))
+    _assert_linear(lambda text: mismatch(text, "expected"))
+
+
+def test_last_line_and_excerpt_are_linear():
+    _assert_linear(_code("_last_line"))
+    _assert_linear(_code("_excerpt"))
+
+
+def test_run_failure_reason_is_linear():
+    run_failure = _code("_run_failure")
+    result = lambda text: types.SimpleNamespace(timed_out=False, truncated=False, returncode=1,  # noqa: E731
+                                                stderr=text, stdout=text)
+    _assert_linear(lambda text: run_failure(result(text), " on case 1/1"))
