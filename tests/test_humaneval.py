@@ -4,10 +4,12 @@ hub mappings of HumanEval+ and MBPP+ (on local folders in their layout)."""
 
 from __future__ import annotations
 
+import ast
 import builtins
 import importlib.util
 import json
 import os
+import re
 import subprocess
 import sys
 
@@ -27,8 +29,8 @@ def _score(completion: str, record: dict) -> tuple[float, str]:
 
 
 def test_every_canonical_solution_passes_and_return_none_fails():
-    """All 164 problems, two sandboxed programs each (19 s on two cores, so not marked slow):
-    each canonical body scores 1.0 in the sandbox, the body ``return None`` 0.0."""
+    """All 164 problems, two verifications each (each a judge and a subject process; about 30 s on
+    two cores, so not marked slow): each canonical body scores 1.0, the body ``return None`` 0.0."""
     records = tasks.load("humaneval:all")
     assert len(records) == 164
     for record in records:
@@ -71,9 +73,50 @@ def test_completion_forms_models_write():
 
 
 @pytest.mark.parametrize("escape", ["import sys; sys.exit(0)", "import os; os._exit(0)", "raise SystemExit"])
-def test_a_program_that_exits_before_its_tests_does_not_pass(escape):
+def test_a_function_that_exits_does_not_pass(escape):
     record = tasks.load("humaneval:all", n=1)[0]
-    assert _score(f"    {escape}\n", record) == (0.0, "the program ended before its tests did")
+    assert _score(f"    {escape}\n", record) == (0.0, "call 1: the function's process ended (exit status 0)")
+
+
+def _forms(prompt: str, solution: str) -> dict[str, str]:
+    """A canonical body as models write it: bare, fenced at column 0 or indented, with tabs, a
+    whole function fenced or not, followed by prose."""
+    lines = solution.split("\n")
+    at_zero = "\n".join(line[4:] if line.startswith("    ") else line for line in lines)
+    tabs = "\n".join(re.sub(r"^((?:    )+)", lambda m: "\t" * (len(m.group(1)) // 4), line) for line in lines)
+    return {"body": solution, "fenced body at column 0": f"```python\n{at_zero}\n```",
+            "fenced indented body": f"Here:\n```python\n{solution}\n```",
+            "fenced body with tabs": f"```python\n{tabs}```",
+            "body with tabs": tabs, "fenced function": f"```python\n{prompt}{solution}\n```",
+            "function": prompt + solution, "body and prose": solution.rstrip() + "\n\nThis loops once.\n"}
+
+
+def _function(module: str, name: str) -> str:
+    """The function ``name`` of ``module`` as an AST dump, whitespace-only lines of its strings
+    emptied (a fenced block's dedent empties them in docstrings)."""
+    (node,) = [n for n in ast.parse(module).body if isinstance(n, ast.FunctionDef) and n.name == name][-1:]
+    for sub in ast.walk(node):
+        if isinstance(sub, ast.Constant) and isinstance(sub.value, str):
+            sub.value = re.sub(r"(?m)^[ \t]+$", "", sub.value)
+    return ast.dump(node)
+
+
+def test_every_canonical_body_assembles_in_every_form_models_write():
+    """Issue 41 item 3: any consistently indented body (spaces or tabs, column 0 or deeper), with
+    or without its def line, with or without a fence, assembles into the same function."""
+    for record in tasks.load("humaneval:all"):
+        answer = json.loads(record["answer"])
+        prompt, name, solution = answer["prompt"], answer["entry_point"], record["meta"]["canonical_solution"]
+        want = _function(prompt + solution, name)
+        for form, completion in _forms(prompt, solution).items():
+            assert _function(assemble_function(completion, prompt, name), name) == want, (record["id"], form)
+
+
+def test_forms_models_write_pass_in_the_sandbox():
+    for record in tasks.load("humaneval:all")[::16]:
+        answer = json.loads(record["answer"])
+        for form, completion in _forms(answer["prompt"], record["meta"]["canonical_solution"]).items():
+            assert _score(completion, record) == (1.0, "correct"), (record["id"], form)
 
 
 def test_generated_code_never_runs_in_the_hista_process():

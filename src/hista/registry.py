@@ -17,6 +17,7 @@ from __future__ import annotations
 import importlib
 import importlib.metadata
 import pkgutil
+import threading
 import types
 import warnings
 from typing import Any, Callable, Optional
@@ -38,7 +39,10 @@ class Registry:
         self.kind, self.package, self.group = kind, package, group
         self._build, self._adopt = build, adopt
         self._items: dict[str, Any] = {}
-        self._loaded = self._builtins_loaded = False
+        # what is loaded for good, and what this thread is loading (the others wait on the lock)
+        self._loaded: set[str] = set()
+        self._loading: set[str] = set()
+        self._lock = threading.RLock()
 
     def register(self, name: str, obj: Any = None, *, replace: bool = False) -> Any:
         """Register ``obj`` under ``name``; without ``obj``, a decorator. A taken name raises a
@@ -82,19 +86,33 @@ class Registry:
             raise InputError(f"{self.kind} {name!r} takes no parameters, got {', '.join(sorted(cfg))}")
         return obj
 
-    def _load_builtins(self) -> None:
-        if self._builtins_loaded:
+    def _once(self, part: str, load: Callable[[], None]) -> None:
+        """Run ``load`` once per registry, the first time any thread needs ``part``; a thread that
+        needs it meanwhile waits until it is done (imports may register from another thread)."""
+        if part in self._loaded:
             return
-        self._builtins_loaded = True
+        with self._lock:
+            if part in self._loaded or part in self._loading:  # done, or this very thread is at it
+                return
+            self._loading.add(part)
+            try:
+                load()
+            finally:
+                self._loaded.add(part)
+
+    def _load_builtins(self) -> None:
+        self._once("builtins", self._import_builtins)
+
+    def _import_builtins(self) -> None:
         package = importlib.import_module(self.package)
         for module in pkgutil.iter_modules(package.__path__):
             if not module.name.startswith("_"):
                 importlib.import_module(f"{self.package}.{module.name}")
 
     def _load(self) -> None:
-        if self._loaded:
-            return
-        self._loaded = True
+        self._once("all", self._load_all)
+
+    def _load_all(self) -> None:
         self._load_builtins()
         for entry in importlib.metadata.entry_points(group=self.group):
             try:

@@ -26,15 +26,16 @@ case 1/2 (exit status 1): ZeroDivisionError: division by zero``.
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import re
-import secrets
 import textwrap
+from pathlib import Path
 from typing import Any, Optional
 
-from . import register
-from .sandbox import SandboxUnavailable, run_sandboxed
+from . import boundary, register
+from .sandbox import SandboxUnavailable, run_judged, run_sandboxed
 
 __all__ = ["assemble_function", "extract_code", "outputs_match", "parse_cases", "parse_function_tests",
            "verify_code", "verify_python_tests"]
@@ -257,8 +258,8 @@ def parse_function_tests(answer: Any) -> dict:
     """The ``python-tests`` gold ``answer`` (SPEC §6): a JSON object (or the decoded dict) with
     ``prompt`` (the function's signature and docstring, after any imports and helpers it needs;
     may be empty), ``test`` (code defining ``check(candidate)``, or top-level asserts calling the
-    function by name) and ``entry_point`` (the function's name), as HumanEval's records have them.
-    Raises ``ValueError`` with a short message when malformed."""
+    function by name; not blank) and ``entry_point`` (the function's name), as HumanEval's records
+    have them. Raises ``ValueError`` with a short message when malformed."""
     data = answer
     if isinstance(answer, (str, bytes)):
         try:
@@ -272,46 +273,121 @@ def parse_function_tests(answer: Any) -> dict:
             raise ValueError(f"answer needs a string {key!r}")
     if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", data["entry_point"]):
         raise ValueError(f"entry_point {data['entry_point'][:40]!r} is not a Python name")
+    if not data["test"].strip():
+        raise ValueError("answer has no test code")
     return {key: data[key] for key in FUNCTION_KEYS}
 
 
-def _defines(code: str, name: str) -> bool:
-    return re.search(rf"^\s*(async\s+)?def\s+{re.escape(name)}\s*\(", code, re.M) is not None
+def _def_pattern(name: str, top_level: bool = False) -> re.Pattern:
+    """A line that starts the definition of function ``name`` (indented too, unless
+    ``top_level``). Matched line by line, anchored: a scan of a text is linear in its length."""
+    return re.compile(("" if top_level else "[ \t]*") + rf"(?:async[ \t]+)?def[ \t]+{re.escape(name)}[ \t]*\(")
+
+
+def _first_def(code: str, name: str, top_level: bool = False) -> Optional[int]:
+    """The index of the first line of ``code`` that defines ``name``, else None."""
+    pattern = _def_pattern(name, top_level)
+    return next((k for k, line in enumerate(code.split("\n")) if "def" in line and pattern.match(line)), None)
+
+
+def _indent(line: str) -> int:
+    """The column of ``line``'s first character, a tab advancing to the next multiple of 8 as
+    Python's tokenizer counts."""
+    white = line[: len(line) - len(line.lstrip(" \t"))]
+    return len(white.expandtabs(8))
+
+
+def _function_body(lines: list[str]) -> list[str]:
+    """``lines`` (a body in any consistent indentation, tabs expanded) re-indented by four
+    spaces under a ``def`` line: dedented to their least indented code line first."""
+    code = [ln for ln in lines if ln.strip()]
+    margin = min((_indent(ln) for ln in code), default=0)
+    out = []
+    for line in lines:
+        if not line.strip():
+            out.append("")
+            continue
+        white = len(line) - len(line.lstrip(" \t"))
+        out.append("    " + " " * (_indent(line) - margin) + line[white:])
+    return out
+
+
+def _body_lines(text: str, fenced: bool) -> list[str]:
+    """The lines of the function's body in ``text``: a fenced block whole; an unfenced
+    completion up to its first code line less indented than its first (prose after an indented
+    body), or whole when its first code line is at column 0."""
+    lines = text.split("\n")
+    first = next((_indent(ln) for ln in lines if ln.strip()), 0)
+    if fenced or first == 0:
+        return lines
+    for k, line in enumerate(lines):
+        if line.strip() and _indent(line) < first:
+            return lines[:k]
+    return lines
 
 
 def assemble_function(completion: str, prompt: str, entry_point: str) -> str:
     """The module that defines the completion's function (SPEC §6), as models write it: a
     fenced block (else the whole completion) that defines ``entry_point`` replaces the prompt's
     function and keeps what comes before it (imports, helper functions); otherwise the block or
-    completion is the function's body, put under the prompt (indented when it is not) and cut
-    at its first line back at column 0."""
+    completion is the function's body in any consistent indentation (spaces or tabs, at column 0
+    or deeper), put under the prompt re-indented by four spaces; an unfenced body ends at its
+    first line less indented than its first (the model's prose). Linear in the text's length."""
     block = extract_code(completion)
     text = block if block is not None else completion
-    if _defines(text, entry_point):
-        start = re.search(rf"^(async\s+)?def\s+{re.escape(entry_point)}\s*\(", prompt, re.M)
-        return (prompt[: start.start()] if start else prompt) + "\n" + text
-    lines = text.split("\n")
-    if block is not None and not any(line[:1].isspace() for line in lines if line.strip()):
-        lines = ["    " + line if line.strip() else line for line in lines]
-    body = []
-    for line in lines:
-        if body and line.strip() and not line[:1].isspace() and any(b.strip() for b in body):
-            break  # the function ended: what follows is the model's prose or other code
-        body.append(line)
-    return prompt + "\n".join(body) + "\n"
+    if _first_def(text, entry_point) is not None:
+        start = _first_def(prompt, entry_point, top_level=True)
+        return "\n".join(prompt.split("\n")[:start]) + "\n" + text
+    return prompt.rstrip("\n") + "\n" + "\n".join(_function_body(_body_lines(text, block is not None))) + "\n"
+
+
+@functools.lru_cache(maxsize=1)
+def _boundary_source() -> str:
+    """The source of :mod:`hista.rewards.boundary`, which both sides of the verifier run."""
+    return Path(boundary.__file__).read_text(encoding="utf-8")
+
+
+def _verdict(stdout: str) -> Optional[dict]:
+    """The judge's verdict: its last line of output, when that is a verdict object."""
+    try:
+        verdict = json.loads(_last_line(stdout))
+    except ValueError:
+        return None
+    return verdict if isinstance(verdict, dict) and verdict.get("verdict") in ("pass", "fail") else None
+
+
+def _function_failure(judge: Any, subject: Any) -> Optional[str]:
+    """Why the tests did not pass (None when they did): the judge's verdict, with the subject's
+    exit status and last line of stderr when its process ended; else a timeout, an output limit,
+    or the failed assertion or error of the tests (the code verifier's reasons, escaped)."""
+    verdict = _verdict(judge.stdout)
+    if verdict is not None and verdict["verdict"] == "pass" and judge.returncode == 0:
+        return None
+    if verdict is not None and verdict["verdict"] == "fail":
+        reason, cut = _excerpt(str(verdict.get("reason")), 2 * EXCERPT_CHARS)
+        reason += "..." if cut else ""
+        if subject is not None and reason.endswith("process ended") and subject.returncode is not None:
+            detail, cut = _excerpt(_last_line(subject.stderr))
+            detail = f": {detail}" + ("..." if cut else "") if detail else ""
+            reason += f" (exit status {subject.returncode}){detail}"
+        return reason
+    failure = _run_failure(judge, "", assertions=True)
+    return failure or "verifier error: the tests gave no verdict"
 
 
 @register("python-tests")
 def verify_python_tests(completion: Any, answer: Any, *, timeout_s: float = 10.0, memory_mb: int = 1024,
                         max_processes: int = 64, max_output_bytes: int = 65536) -> tuple[float, str]:
-    """Score a completion against function-call tests (SPEC §6): the completion's function
-    (:func:`assemble_function`), then the problem's ``test`` code and ``check(entry_point)`` when
-    it defines ``check`` (HumanEval; MBPP+'s tests are top-level asserts), run once in the sandbox
-    of ``hista.rewards.sandbox`` (never in this process), then a random token printed after the
-    tests. 1.0 only if the program exits with status 0 having printed that token (a program that
-    exits early does not pass); else 0.0 with a reason: the failed assertion or error (the last
-    line of stderr, escaped and cut as the ``code`` verifier's), a timeout, an output limit.
-    Never raises on malformed input."""
+    """Score a completion against function-call tests (SPEC §6) across a trust boundary: the
+    problem's ``prompt`` and ``test`` code (and ``check(entry_point)`` when the test defines
+    ``check``: HumanEval; MBPP+'s tests are top-level asserts) run in one sandbox, the judge of
+    :mod:`hista.rewards.boundary`; the completion's function (:func:`assemble_function`) runs in
+    another, which only ever receives the arguments of a call and returns plain data or an
+    exception (never in this process). 1.0 only if the tests end without an error having called
+    the function; else 0.0 with a reason: the failed assertion or error (the last line of the
+    tests' stderr, escaped and cut as the ``code`` verifier's), a reply that is not plain data,
+    the function's process ending (with its exit status and last line of stderr), a timeout, an
+    output limit. A row without test code scores 0. Never raises on malformed input."""
     try:
         if not isinstance(completion, str):
             return 0.0, "completion is not a string"
@@ -319,18 +395,15 @@ def verify_python_tests(completion: Any, answer: Any, *, timeout_s: float = 10.0
             spec = parse_function_tests(answer)
         except ValueError as exc:
             return 0.0, f"malformed function tests: {exc}"
-        token = secrets.token_hex(16)
-        call = f"check({spec['entry_point']})\n" if re.search(r"^def check\s*\(", spec["test"], re.M) else ""
-        program = (assemble_function(completion, spec["prompt"], spec["entry_point"]) + "\n\n" + spec["test"]
-                   + f"\n\n{call}print({token!r})\n")
-        res = run_sandboxed(program, "", timeout_s=timeout_s, memory_mb=memory_mb, max_processes=max_processes,
-                            max_output_bytes=max_output_bytes)
-        failure = _run_failure(res, "", assertions=True)
-        if failure:
-            return 0.0, failure
-        if _last_line(res.stdout) != token:
-            return 0.0, "the program ended before its tests did"
-        return 1.0, "correct"
+        problem = {**spec, "check": _first_def(spec["test"], "check", top_level=True) is not None}
+        module = assemble_function(completion, spec["prompt"], spec["entry_point"])
+        source = _boundary_source()
+        judge, subject = run_judged(source + "\njudge()\n", json.dumps(problem),
+                                    source + f"\nserve({spec['entry_point']!r})\n", module,
+                                    timeout_s=timeout_s, memory_mb=memory_mb, max_processes=max_processes,
+                                    max_output_bytes=max_output_bytes)
+        failure = _function_failure(judge, subject)
+        return (0.0, failure) if failure else (1.0, "correct")
     except SandboxUnavailable as exc:
         return 0.0, f"sandbox error: {exc}"
     except Exception as exc:  # never let model output crash training

@@ -79,14 +79,25 @@ shows machine-wide kernel facts (``/proc/cpuinfo``, ``/proc/meminfo``), not host
 
 Fallback
 --------
-Where ``bwrap`` is missing or cannot start (e.g. user namespaces disabled), the backend is
-``"subprocess"``: the same wrapper, rlimits, fresh working directory, process-group kill and
-(when root) the drop to ``nobody``, but **no** filesystem, network or PID isolation: the
-program can read every host file its user can read (``/etc/passwd``, world-readable parts of
-the repository and home folders; root-only files such as ``/root`` stay closed when the
-caller is root, as the program then runs as ``nobody``) and list the host's folders.  A
-``RuntimeWarning`` says so once per process.  ``HISTA_SANDBOX_BACKEND=bwrap|subprocess``
-forces a backend (``bwrap`` then fails loudly if it cannot start).
+Only when ``HISTA_SANDBOX_BACKEND=subprocess`` asks for it, the backend is ``"subprocess"``: the
+same wrapper, rlimits, fresh working directory, process-group kill and (when root) the drop to
+``nobody``, but **no** filesystem, network or PID isolation: the program can read every host file
+its user can read (``/etc/passwd``, world-readable parts of the repository and home folders, a
+dataset with its reference solutions, which a completion can copy to score without solving;
+root-only files such as ``/root`` stay closed when the caller is root, as the program then runs
+as ``nobody``) and list the host's folders.  A ``RuntimeWarning`` says so once per process.
+Where bubblewrap is missing or cannot start and the fallback was not asked for (``auto``, the
+default, or ``bwrap``), no program runs: ``SandboxUnavailable`` says why and the verifiers give
+0.0 with that reason.
+
+Two programs, one boundary
+--------------------------
+:func:`run_judged` runs a trusted program (the *judge*) and an untrusted one (the *subject*) in
+two sandboxes of their own, connected only by two pipes: the ``python-tests`` verifier's trust
+boundary (:mod:`hista.rewards.boundary`).  Under bubblewrap each has its own namespaces, root and
+``/tmp``; the subject never sees the judge's process, files or input.  The judge reads its input
+from stdin (never a file) and makes itself non-dumpable, so that in the fallback the subject,
+started only after the judge has read it, cannot open the judge's ``/proc`` files either.
 
 Known limits: memory is limited per process (``RLIMIT_AS``), so a program may use up to
 ``max_processes * memory_mb`` in total, plus ``TMPFS_BYTES + SHM_BYTES`` of files in its
@@ -112,10 +123,11 @@ import threading
 import time
 import warnings
 from dataclasses import dataclass
-from typing import Optional, Sequence
+from typing import Callable, Optional, Sequence
 
 __all__ = [
     "SandboxResult",
+    "run_judged",
     "run_sandboxed",
     "sandbox_backend",
     "sandbox_python",
@@ -133,13 +145,15 @@ LIB_DIRS = ("/usr/lib", "/usr/lib64", "/lib", "/lib64")
 #: the only host files of ``/etc`` bound (read-only, when present): the loader's cache.
 ETC_FILES = ("/etc/ld.so.cache",)
 _PROGRAM = "main.py"
+#: how long a judged run waits, once the judge failed, for the subject to exit by itself
+SUBJECT_GRACE_S = 0.25
 _READ_CHUNK = 65536
 
-# Runs inside the sandbox (``python3 -I -S -c _WRAPPER cpu mem nproc fsize argv...``):
-# lower the rlimits (soft = hard, so the program cannot raise them again) and exec.
-_WRAPPER = r"""
+# Runs first inside the sandbox, in the interpreter that then runs the program: ``limit(cpu,
+# mem, nproc, fsize)`` lowers the rlimits (soft = hard, so the program cannot raise them again).
+_LIMITS = r"""
 import os, resource, sys
-def lim(name, soft, hard=None):
+def _lim(name, soft, hard=None):
     r = getattr(resource, name, None)
     if r is None:
         return
@@ -149,15 +163,18 @@ def lim(name, soft, hard=None):
         hard = min(hard, old_hard)
         soft = min(soft, hard)
     resource.setrlimit(r, (soft, hard))
-cpu, mem, nproc, fsize = (int(x) for x in sys.argv[1:5])
-lim("RLIMIT_CPU", cpu, cpu + 1)
-if mem > 0:
-    lim("RLIMIT_AS", mem)
-lim("RLIMIT_NPROC", nproc)
-lim("RLIMIT_FSIZE", fsize)
-lim("RLIMIT_CORE", 0)
-os.execv(sys.argv[5], sys.argv[5:])
+def limit(cpu, mem, nproc, fsize):
+    _lim("RLIMIT_CPU", cpu, cpu + 1)
+    if mem > 0:
+        _lim("RLIMIT_AS", mem)
+    _lim("RLIMIT_NPROC", nproc)
+    _lim("RLIMIT_FSIZE", fsize)
+    _lim("RLIMIT_CORE", 0)
+limit(*(int(x) for x in sys.argv[1:5]))
+del sys.argv[1:5]
 """
+# ``python3 -I -S -c _WRAPPER cpu mem nproc fsize argv...``: the limits, then exec ``argv``.
+_WRAPPER = _LIMITS + "os.execv(sys.argv[1], sys.argv[1:])\n"
 
 
 class SandboxUnavailable(RuntimeError):
@@ -197,6 +214,7 @@ _backend: Optional[str] = None
 _python: Optional[str] = None
 _bwrap_extra: tuple[str, ...] = ()  # version-dependent bwrap flags, then the filesystem binds
 _warned = False
+_failure: Optional[SandboxUnavailable] = None  # why no backend can run, kept until reset_backend()
 
 # Asked of each candidate on the host (``python -I -S -c _DESCRIBE``): the interpreter to run
 # (a venv's base interpreter) and the prefixes whose ``lib`` folders it loads from.
@@ -313,10 +331,12 @@ def _select_backend() -> tuple[str, str, tuple[str, ...]]:
             for py, fs in described:
                 if _probe("bwrap", py, flags + fs):
                     return "bwrap", py, flags + fs
-    if forced == "bwrap":
+    if forced != "subprocess":
         raise SandboxUnavailable(
-            "HISTA_SANDBOX_BACKEND=bwrap but bubblewrap is missing or cannot start here "
-            "(install the 'bubblewrap' package and allow user namespaces)"
+            f"bubblewrap is missing or cannot start here (HISTA_SANDBOX_BACKEND={forced}): install the "
+            "'bubblewrap' package and allow user namespaces; HISTA_SANDBOX_BACKEND=subprocess runs code "
+            "without file-system isolation, where a program can read the host's files (datasets with "
+            "their reference solutions) and game its reward"
         )
     for py in dict.fromkeys([py for py, _ in described] + candidates):
         if _probe("subprocess", py, ()):
@@ -327,17 +347,23 @@ def _select_backend() -> tuple[str, str, tuple[str, ...]]:
 
 
 def _ensure_backend() -> tuple[str, str, tuple[str, ...]]:
-    global _backend, _python, _bwrap_extra, _warned
+    global _backend, _python, _bwrap_extra, _warned, _failure
     with _lock:
+        if _failure is not None:
+            raise _failure
         if _backend is None:
-            _backend, _python, _bwrap_extra = _select_backend()
+            try:
+                _backend, _python, _bwrap_extra = _select_backend()
+            except SandboxUnavailable as exc:
+                _failure = exc
+                raise
         if _backend != "bwrap" and not _warned:
             _warned = True
             warnings.warn(
-                "hista sandbox: bubblewrap (bwrap) is unavailable or disabled "
-                "(HISTA_SANDBOX_BACKEND=subprocess); generated code runs as a plain "
+                "hista sandbox: HISTA_SANDBOX_BACKEND=subprocess; generated code runs as a plain "
                 "subprocess with rlimits and a fresh working directory only -- no filesystem, "
-                "network or PID isolation: it can read every host file its user can read "
+                "network or PID isolation: it can read every host file its user can read, "
+                "datasets and their reference solutions included, so its rewards can be gamed "
                 "(install 'bubblewrap' for the full sandbox, SPEC §6)",
                 RuntimeWarning,
                 stacklevel=3,
@@ -348,16 +374,18 @@ def _ensure_backend() -> tuple[str, str, tuple[str, ...]]:
 def reset_backend() -> None:
     """Forget the probed backend (SPEC §6), so that the next run probes again: after installing
     bubblewrap or changing ``HISTA_SANDBOX_BACKEND``."""
-    global _backend, _python, _bwrap_extra, _warned
+    global _backend, _python, _bwrap_extra, _warned, _failure
     with _lock:
-        _backend, _python, _bwrap_extra, _warned = None, None, (), False
+        _backend, _python, _bwrap_extra, _warned, _failure = None, None, (), False, None
 
 
 def sandbox_backend() -> str:
     """Name of the sandbox backend in use, ``"bwrap"`` or ``"subprocess"`` (SPEC §6).
 
-    Probed once per process (a trivial program is run); the weaker ``"subprocess"`` fallback
-    emits a ``RuntimeWarning`` once.
+    Probed once per process (a trivial program is run); ``"subprocess"`` only when
+    ``HISTA_SANDBOX_BACKEND=subprocess`` asks for it, with a ``RuntimeWarning`` once. Raises
+    ``SandboxUnavailable`` (again on every call, until :func:`reset_backend`) when bubblewrap
+    cannot run and that was not asked for.
     """
     return _ensure_backend()[0]
 
@@ -413,10 +441,14 @@ def _inside(workdir: str) -> str:
 
 
 def _bwrap_prefix(workdir: str, extra: Sequence[str]) -> list[str]:
+    """bwrap and its arguments up to the command: the namespaces, the read-only root of ``extra``,
+    and the working directory on the private ``/tmp`` with ``main.py`` in it when there is one."""
     def tmpfs(path: str, size: int) -> list[str]:
         return (["--size", str(size)] if bwrap_caps_tmpfs() else []) + ["--tmpfs", path]
 
     inside = _inside(workdir)
+    file = os.path.join(workdir, _PROGRAM)
+    program = ["--ro-bind", file, os.path.join(inside, _PROGRAM)] if os.path.exists(file) else []
     return [
         "bwrap",
         *extra,  # flags (any position) and the read-only binds, which come first
@@ -424,7 +456,8 @@ def _bwrap_prefix(workdir: str, extra: Sequence[str]) -> list[str]:
         *tmpfs("/dev/shm", SHM_BYTES),
         "--proc", "/proc",
         *tmpfs("/tmp", TMPFS_BYTES),
-        "--ro-bind", os.path.join(workdir, _PROGRAM), os.path.join(inside, _PROGRAM),
+        "--dir", inside,
+        *program,
         "--remount-ro", "/dev",
         "--remount-ro", "/",
         "--chdir", inside,
@@ -472,111 +505,133 @@ def _kill_group(proc: subprocess.Popen) -> None:
         pass
 
 
-def _run_in(
-    backend: str,
-    python: str,
-    extra: Sequence[str],
-    workdir: str,
-    code: str,
-    stdin: str,
-    *,
-    timeout_s: float,
-    memory_mb: int,
-    max_processes: int,
-    max_output_bytes: int,
-    cpu_s: int,
-    file_size_mb: int,
-) -> SandboxResult:
-    prog = os.path.join(workdir, _PROGRAM)
-    with open(prog, "w", encoding="utf-8", errors="surrogatepass") as fh:
-        fh.write(code)
-    os.chmod(prog, 0o644)
-
-    limits = [
-        str(max(1, int(cpu_s))),
-        str(int(memory_mb) * 1024 * 1024 if memory_mb else 0),
-        str(max(1, int(max_processes))),
-        str(max(1, int(file_size_mb)) * 1024 * 1024),
-    ]
-    inner = [python, "-I", "-S", "-c", _WRAPPER, *limits, python, "-s", _PROGRAM]
-    cmd = _bwrap_prefix(workdir, extra) + inner if backend == "bwrap" else inner
-
-    drop: dict = {}
-    if _is_root():
-        drop = {"user": NOBODY_ID, "group": NOBODY_ID, "extra_groups": []}
-
-    # stdin comes from an unlinked temporary file: no pipe to feed, no deadlock.
-    stdin_file = tempfile.TemporaryFile()
-    try:
+def _launch(backend: str, python: str, extra: Sequence[str], workdir: str, inner: Sequence[str], stdin: str,
+            pass_fds: Sequence[int] = ()) -> subprocess.Popen:
+    """Start ``inner`` (the interpreter's command line) in the sandbox of ``backend`` with ``stdin``
+    (an unlinked temporary file: no pipe to feed, no deadlock), in its own session, with no file
+    descriptor of this process but ``pass_fds``; as ``nobody`` when the caller is root."""
+    cmd = _bwrap_prefix(workdir, extra) + list(inner) if backend == "bwrap" else list(inner)
+    drop: dict = {"user": NOBODY_ID, "group": NOBODY_ID, "extra_groups": []} if _is_root() else {}
+    with tempfile.TemporaryFile() as stdin_file:
         stdin_file.write(stdin.encode("utf-8", errors="replace"))
         stdin_file.seek(0)
-        start = time.monotonic()
-        proc = subprocess.Popen(
-            cmd,
-            stdin=stdin_file,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            cwd=workdir,
-            env=_env(_inside(workdir) if backend == "bwrap" else workdir),
-            start_new_session=True,
-            close_fds=True,
-            **drop,
-        )
-    finally:
-        stdin_file.close()
+        return subprocess.Popen(cmd, stdin=stdin_file, stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=workdir,
+                                env=_env(_inside(workdir) if backend == "bwrap" else workdir),
+                                start_new_session=True, close_fds=True, pass_fds=tuple(pass_fds), **drop)
 
-    deadline = start + float(timeout_s)
-    out_fd, err_fd = proc.stdout.fileno(), proc.stderr.fileno()
-    bufs = {out_fd: bytearray(), err_fd: bytearray()}
-    timed_out = truncated = False
-    sel = selectors.DefaultSelector()
-    try:
-        for fd in (out_fd, err_fd):
-            sel.register(fd, selectors.EVENT_READ)
-        while sel.get_map():
+
+class _Streams:
+    """The stdout and stderr of running sandboxed processes, read as they come into buffers of at
+    most ``max_bytes`` each; ``truncated`` once one overflowed."""
+
+    def __init__(self, max_bytes: int) -> None:
+        self.max_bytes = max_bytes
+        self.truncated = False
+        self.sel = selectors.DefaultSelector()
+        self.bufs: dict[int, bytearray] = {}  # by file descriptor
+        self.fds: dict[int, tuple[int, int]] = {}  # by process id: stdout's and stderr's
+
+    def add(self, proc: subprocess.Popen) -> None:
+        self.fds[proc.pid] = (proc.stdout.fileno(), proc.stderr.fileno())
+        for fd in self.fds[proc.pid]:
+            self.bufs[fd] = bytearray()
+            self.sel.register(fd, selectors.EVENT_READ)
+
+    def open(self, proc: subprocess.Popen) -> bool:
+        """Whether ``proc`` may still write: one of its streams has not reached its end."""
+        registered = self.sel.get_map()
+        return any(fd in registered for fd in self.fds[proc.pid])
+
+    def stdout(self, proc: subprocess.Popen) -> bytes:
+        return bytes(self.bufs[self.fds[proc.pid][0]])
+
+    def read_until(self, done: Callable[[], bool], deadline: float) -> bool:
+        """Read until ``done()`` or an overflow; False when ``deadline`` (monotonic) came first."""
+        while not (done() or self.truncated):
             remaining = deadline - time.monotonic()
             if remaining <= 0:
-                timed_out = True
-                break
-            for key, _ in sel.select(timeout=min(remaining, 0.25)):
+                return False
+            for key, _ in self.sel.select(timeout=min(remaining, 0.25)):
                 try:
                     chunk = os.read(key.fd, _READ_CHUNK)
                 except OSError:
                     chunk = b""
                 if not chunk:
-                    sel.unregister(key.fd)
+                    self.sel.unregister(key.fd)
                     continue
-                buf = bufs[key.fd]
-                room = max_output_bytes - len(buf)
+                buf = self.bufs[key.fd]
+                room = self.max_bytes - len(buf)
+                buf += chunk[: max(room, 0)]
                 if len(chunk) > room:
-                    buf += chunk[: max(room, 0)]
-                    truncated = True
+                    self.truncated = True
                     break
-                buf += chunk
-            if truncated:
-                break
-        if not timed_out and not truncated:
+        return True
+
+    def result(self, proc: subprocess.Popen, timed_out: bool, start: float, backend: str) -> SandboxResult:
+        """The outcome of ``proc``, which has ended."""
+        out, err = (bytes(self.bufs[fd]).decode("utf-8", errors="replace") for fd in self.fds[proc.pid])
+        return SandboxResult(returncode=proc.returncode, stdout=out, stderr=err,
+                             timed_out=timed_out, truncated=self.truncated, elapsed_s=time.monotonic() - start,
+                             backend=backend)
+
+
+def _reap(proc: subprocess.Popen, deadline: float) -> None:
+    """Wait for ``proc`` to exit until ``deadline`` (monotonic), no longer."""
+    try:
+        proc.wait(timeout=max(deadline - time.monotonic(), 0.0))
+    except subprocess.TimeoutExpired:
+        pass
+
+
+def _end(proc: subprocess.Popen) -> None:
+    """Kill ``proc``'s whole group (background children must not outlive a run) and reap it."""
+    _kill_group(proc)
+    proc.wait()
+    proc.stdout.close()
+    proc.stderr.close()
+
+
+def _limit_args(memory_mb: int, max_processes: int, cpu_s: int, file_size_mb: int) -> list[str]:
+    return [str(max(1, int(cpu_s))), str(int(memory_mb) * 1024 * 1024 if memory_mb else 0),
+            str(max(1, int(max_processes))), str(max(1, int(file_size_mb)) * 1024 * 1024)]
+
+
+def _write_program(workdir: str, code: str) -> None:
+    prog = os.path.join(workdir, _PROGRAM)
+    with open(prog, "w", encoding="utf-8", errors="surrogatepass") as fh:
+        fh.write(code)
+    os.chmod(prog, 0o644)
+
+
+def _run_in(backend: str, python: str, extra: Sequence[str], workdir: str, code: str, stdin: str, *,
+            timeout_s: float, memory_mb: int, max_processes: int, max_output_bytes: int, cpu_s: int,
+            file_size_mb: int) -> SandboxResult:
+    _write_program(workdir, code)
+    limits = _limit_args(memory_mb, max_processes, cpu_s, file_size_mb)
+    start = time.monotonic()
+    proc = _launch(backend, python, extra, workdir, [python, "-I", "-S", "-c", _WRAPPER, *limits, python, "-s",
+                                                     _PROGRAM], stdin)
+    deadline = start + float(timeout_s)
+    streams = _Streams(max_output_bytes)
+    try:
+        streams.add(proc)
+        timed_out = not streams.read_until(lambda: not streams.open(proc), deadline)
+        if not timed_out and not streams.truncated:
             try:
                 proc.wait(timeout=max(deadline - time.monotonic(), 0.0))
             except subprocess.TimeoutExpired:
                 timed_out = True
     finally:
-        sel.close()
-        # Always kill the whole group: background children must not outlive the run.
-        _kill_group(proc)
-        proc.wait()
-        proc.stdout.close()
-        proc.stderr.close()
-    elapsed = time.monotonic() - start
-    return SandboxResult(
-        returncode=proc.returncode,
-        stdout=bytes(bufs[out_fd]).decode("utf-8", errors="replace"),
-        stderr=bytes(bufs[err_fd]).decode("utf-8", errors="replace"),
-        timed_out=timed_out,
-        truncated=truncated,
-        elapsed_s=elapsed,
-        backend=backend,
-    )
+        streams.sel.close()
+        _end(proc)
+    return streams.result(proc, timed_out, start, backend)
+
+
+def _check_limits(timeout_s: float, max_output_bytes: int) -> None:
+    if not timeout_s > 0:
+        raise ValueError(f"timeout_s must be > 0, got {timeout_s!r}")
+    if max_output_bytes < 0:
+        raise ValueError(f"max_output_bytes must be >= 0, got {max_output_bytes!r}")
 
 
 def run_sandboxed(
@@ -606,27 +661,77 @@ def run_sandboxed(
         raise TypeError(f"code must be a str, not {type(code).__name__}")
     if not isinstance(stdin, str):
         raise TypeError(f"stdin must be a str, not {type(stdin).__name__}")
-    if not timeout_s > 0:
-        raise ValueError(f"timeout_s must be > 0, got {timeout_s!r}")
-    if max_output_bytes < 0:
-        raise ValueError(f"max_output_bytes must be >= 0, got {max_output_bytes!r}")
+    _check_limits(timeout_s, max_output_bytes)
     backend, python, extra = _ensure_backend()
     cpu = int(math.ceil(cpu_s if cpu_s is not None else timeout_s + 1))
     workdir = _make_workdir()
     try:
-        return _run_in(
-            backend,
-            python,
-            extra,
-            workdir,
-            code,
-            stdin,
-            timeout_s=timeout_s,
-            memory_mb=memory_mb,
-            max_processes=max_processes,
-            max_output_bytes=max_output_bytes,
-            cpu_s=cpu,
-            file_size_mb=file_size_mb,
-        )
+        return _run_in(backend, python, extra, workdir, code, stdin, timeout_s=timeout_s, memory_mb=memory_mb,
+                       max_processes=max_processes, max_output_bytes=max_output_bytes, cpu_s=cpu,
+                       file_size_mb=file_size_mb)
     finally:
         _remove_tree(workdir)
+
+
+def run_judged(judge: str, judge_input: str, subject: str, module: str, *, timeout_s: float = 10.0,
+               memory_mb: int = 1024, max_processes: int = 64, max_output_bytes: int = 65536,
+               ) -> tuple[SandboxResult, Optional[SandboxResult]]:
+    """Run a trusted program and an untrusted one, each in a sandbox of its own, connected only by
+    two pipes (SPEC §6): the *judge* (Python source; ``judge_input`` on its stdin) and the
+    *subject* (Python source run with ``module`` as ``main.py`` in its working folder, stdin
+    empty). Each is run as ``python -s -c SOURCE RFD WFD`` after the limits are set: it reads the
+    other's messages from file descriptor RFD and writes its own to WFD. The subject shares no
+    process, file, folder or namespace with the judge (under bubblewrap: separate user, PID, IPC
+    and mount namespaces); in the rlimit-only fallback the judge first reads its input and
+    prints a line, and the subject starts after that line. The run ends when the judge's output
+    ends, on ``timeout_s`` wall-clock seconds or an overflow of ``max_output_bytes`` in any
+    stream; both process groups are then killed (when the judge failed, once the subject exited
+    by itself or ``SUBJECT_GRACE_S`` passed, so that its exit status is its own). Returns the
+    judge's and the subject's outcomes (None when the subject never started). Limits as
+    :func:`run_sandboxed`'s, per process."""
+    _check_limits(timeout_s, max_output_bytes)
+    backend, python, extra = _ensure_backend()
+    limits = _limit_args(memory_mb, max_processes, int(math.ceil(timeout_s + 1)), 16)
+    judge_dir, subject_dir = _make_workdir(), _make_workdir()
+    to_subject, to_judge = os.pipe(), os.pipe()  # (read, write) each
+    procs: list[subprocess.Popen] = []
+    streams = _Streams(max_output_bytes)
+    timed_out = False
+    start = time.monotonic()
+    deadline = start + float(timeout_s)
+    try:
+        _write_program(subject_dir, module)
+        ends = (to_judge[0], to_subject[1])
+        procs.append(_launch(backend, python, extra, judge_dir,
+                             [python, "-s", "-c", _LIMITS + judge, *limits, *map(str, ends)], judge_input, ends))
+        streams.add(procs[0])
+        if backend != "bwrap":  # the subject could see the judge in /proc before it has read its input
+            timed_out = not streams.read_until(lambda: b"\n" in streams.stdout(procs[0])
+                                               or not streams.open(procs[0]), deadline)
+        if not timed_out and not streams.truncated and streams.open(procs[0]):
+            ends = (to_subject[0], to_judge[1])
+            procs.append(_launch(backend, python, extra, subject_dir,
+                                 [python, "-s", "-c", _LIMITS + subject, *limits, *map(str, ends)], "", ends))
+            streams.add(procs[1])
+        for fd in (*to_subject, *to_judge):
+            os.close(fd)
+        to_subject = to_judge = ()
+        timed_out = timed_out or not streams.read_until(lambda: not streams.open(procs[0]), deadline)
+        if not timed_out and not streams.truncated:
+            try:
+                procs[0].wait(timeout=max(deadline - time.monotonic(), 0.0))
+            except subprocess.TimeoutExpired:
+                timed_out = True
+        if not timed_out and len(procs) > 1 and procs[0].returncode != 0:  # the subject's own exit status
+            streams.read_until(lambda: not streams.open(procs[1]), min(deadline, time.monotonic() + SUBJECT_GRACE_S))
+            _reap(procs[1], min(deadline, time.monotonic() + SUBJECT_GRACE_S))
+    finally:
+        streams.sel.close()
+        for fd in (*to_subject, *to_judge):
+            os.close(fd)
+        for proc in procs:
+            _end(proc)
+        _remove_tree(judge_dir)
+        _remove_tree(subject_dir)
+    results = [streams.result(proc, timed_out, start, backend) for proc in procs]
+    return results[0], (results[1] if len(results) > 1 else None)
