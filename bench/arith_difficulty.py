@@ -12,6 +12,8 @@ from __future__ import annotations
 import argparse
 import time
 
+from arguments import POSITIVE, TEMPERATURE, checked, comma_list, seed
+
 from hista import tasks
 from hista.models import load
 from hista.rollout import GenerateEngine, SamplingConfig
@@ -24,18 +26,21 @@ DEFAULT_SETTINGS = ("style=expr&steps=1&max_value=10,style=expr&steps=2&max_valu
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--model", default="smollm2-135m-instruct")
-    ap.add_argument("--problems", type=int, default=8)
-    ap.add_argument("--rollouts", type=int, default=8)
-    ap.add_argument("--max-new-tokens", type=int, default=128)
-    ap.add_argument("--temperature", type=float, default=0.7)
-    ap.add_argument("--settings", default=DEFAULT_SETTINGS)
-    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--problems", type=POSITIVE, default=8)
+    ap.add_argument("--rollouts", type=POSITIVE, default=8)
+    ap.add_argument("--max-new-tokens", type=POSITIVE, default=128)
+    ap.add_argument("--temperature", type=TEMPERATURE, default=0.7)
+    ap.add_argument("--settings", type=comma_list(str), default=DEFAULT_SETTINGS)
+    ap.add_argument("--seed", type=seed, default=0)
     args = ap.parse_args()
+    for setting in args.settings:
+        checked(ap, tasks.check_spec, f"builtin:arith?{setting}")
 
-    lm = load(args.model)
-    engine = GenerateEngine(lm, SamplingConfig(temperature=args.temperature, max_new_tokens=args.max_new_tokens))
+    lm = checked(ap, load, args.model)
+    engine = checked(ap, GenerateEngine, lm, SamplingConfig(temperature=args.temperature,
+                                                            max_new_tokens=args.max_new_tokens))
     rows = []
-    for setting in args.settings.split(","):
+    for setting in args.settings:
         spec = f"builtin:arith?{setting}"
         problems = tasks.load(spec, n=args.problems, seed=args.seed)
         start = time.time()

@@ -23,6 +23,7 @@ import argparse
 import time
 
 import torch
+from arguments import NON_NEGATIVE, POSITIVE, checked
 
 from hista.critic.config import FitConfig
 from hista.critic.fit import FrozenFeatures, fit
@@ -46,15 +47,15 @@ def make_groups(groups: int, G: int, prompt: int, T: int, vocab: int, seed: int 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--model", default="smollm2-135m-instruct")
-    parser.add_argument("--groups", type=int, default=4)
-    parser.add_argument("--G", type=int, default=16)
-    parser.add_argument("--prompt", type=int, default=80)
-    parser.add_argument("--T", type=int, default=40)
-    parser.add_argument("--layers", type=int, default=2)
-    parser.add_argument("--batch-size", type=int, default=8)
+    parser.add_argument("--groups", type=POSITIVE, default=4)
+    parser.add_argument("--G", type=POSITIVE, default=16)
+    parser.add_argument("--prompt", type=POSITIVE, default=80)
+    parser.add_argument("--T", type=POSITIVE, default=40)
+    parser.add_argument("--layers", type=NON_NEGATIVE, default=2)
+    parser.add_argument("--batch-size", type=POSITIVE, default=8)
     args = parser.parse_args()
 
-    lm = load(args.model, device="cpu")
+    lm = checked(parser, load, args.model, device="cpu")
     groups = make_groups(args.groups, args.G, args.prompt, args.T, lm.tokenizer.vocab_size)
     rows = [r for g in groups for r in g.rollouts]
     tokens = sum(len(r.prompt_ids) + len(r.completion_ids) for r in rows)

@@ -33,6 +33,8 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from arguments import POSITIVE, checked, existing_file, override
+
 from hista import estimators
 from hista.train import load_recipe
 
@@ -82,18 +84,19 @@ def traffic(path: Path, prompt_tokens: int, overrides: list[str]) -> dict:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("recipes", nargs="*", type=Path)
-    parser.add_argument("--prompt-tokens", type=int, default=512)
-    parser.add_argument("--set", nargs="*", default=[], metavar="KEY=VALUE", help="recipe overrides")
+    parser.add_argument("recipes", nargs="*", type=existing_file)
+    parser.add_argument("--prompt-tokens", type=POSITIVE, default=512)
+    parser.add_argument("--set", nargs="*", type=override, default=[], metavar="KEY=VALUE", help="recipe overrides")
     args = parser.parse_args()
-    paths = args.recipes or sorted(p for p in (ROOT / "recipes" / "gpu").glob("*/*.yaml") if p.name != "base.yaml")
+    paths = [Path(p) for p in args.recipes] or sorted(p for p in (ROOT / "recipes" / "gpu").glob("*/*.yaml")
+                                                      if p.name != "base.yaml")
     print(f"per process and generation batch; sequences padded to {args.prompt_tokens} prompt tokens + "
           "max_completion_length; GB = 1e9 bytes")
     print("| recipe | estimator | processes x rows (G) | H | group-local | received, old | received, new | "
           "hidden states held, old | held, new |")
     print("|---|---|---|---|---|---|---|---|---|")
     for path in paths:
-        t = traffic(path.resolve(), args.prompt_tokens, args.set)
+        t = checked(parser, traffic, path.resolve(), args.prompt_tokens, args.set)
         print(f"| {t['recipe']} | {t['estimator']} | {t['world']} x {t['rows']} ({t['G']}) | {t['H']} | "
               f"{'yes' if t['local'] else 'no'} | {t['old_in'] / GB:.2f} GB | {t['new_in'] / GB:.2f} GB | "
               f"{t['old_mem'] / GB:.2f} GB | {t['new_mem'] / GB:.2f} GB |")

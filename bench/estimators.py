@@ -24,6 +24,7 @@ import threading
 import time
 
 import torch
+from arguments import POSITIVE, comma_list, device, grid_cell
 
 from hista.estimators import get
 from hista.types import Rollout, RolloutGroup
@@ -121,14 +122,15 @@ def probe_step(probe, group: RolloutGroup, other: RolloutGroup) -> None:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--full", action="store_true", help="G 8/16/32 x T 512..4096 at H 576, and the default cells")
-    ap.add_argument("--grid", default=None, help="comma list of G:T[:H] cells, e.g. 16:2048,32:4096:1536")
-    ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
-    ap.add_argument("--repeat", type=int, default=2, help="best of N runs (default 2)")
+    ap.add_argument("--grid", type=comma_list(grid_cell), default=None,
+                    help="comma list of G:T[:H] cells, e.g. 16:2048,32:4096:1536")
+    ap.add_argument("--device", type=device, default="cuda" if torch.cuda.is_available() else "cpu")
+    ap.add_argument("--repeat", type=POSITIVE, default=2, help="best of N runs (default 2)")
     args = ap.parse_args()
 
     cells = [(16, 256, 576), (32, 4096, 1536)]
     if args.grid:
-        cells = [tuple(int(x) for x in c.split(":")) for c in args.grid.split(",")]
+        cells = args.grid
     elif args.full:
         cells = [(G, T) for G in (8, 16, 32) for T in (512, 1024, 2048, 4096)] + cells
     cells = [c if len(c) == 3 else (*c, 576) for c in cells]

@@ -32,6 +32,7 @@ import time
 from pathlib import Path
 
 import torch
+from arguments import POSITIVE, TEMPERATURE, checked, existing_folder
 
 from hista.evaluation import EvalConfig, evaluate, suites
 from hista.models import load
@@ -87,26 +88,27 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--model", default="smollm2-135m-instruct")
     ap.add_argument("--suite", default="builtin")
-    ap.add_argument("--limit", type=int, default=32, help="problems per benchmark")
-    ap.add_argument("--temperature", type=float, default=None)
-    ap.add_argument("--k", type=int, default=None)
-    ap.add_argument("--batch-size", type=int, default=64)
-    ap.add_argument("--max-new-tokens", type=int, default=None)
-    ap.add_argument("--compare", metavar="OLD/src", default=None,
+    ap.add_argument("--limit", type=POSITIVE, default=32, help="problems per benchmark")
+    ap.add_argument("--temperature", type=TEMPERATURE, default=None)
+    ap.add_argument("--k", type=POSITIVE, default=None)
+    ap.add_argument("--batch-size", type=POSITIVE, default=64)
+    ap.add_argument("--max-new-tokens", type=POSITIVE, default=None)
+    ap.add_argument("--compare", metavar="OLD/src", type=existing_folder, default=None,
                     help="time hista eval with that library and this one, side by side")
-    ap.add_argument("--repeat", type=int, default=2, help="--compare: runs of each, taken in turn (best counts)")
+    ap.add_argument("--repeat", type=POSITIVE, default=2, help="--compare: runs of each, taken in turn (best counts)")
     ap.add_argument("--eval-only", action="store_true", help=argparse.SUPPRESS)  # one run, as JSON (--compare)
     args = ap.parse_args()
+    config = checked(ap, EvalConfig, model=args.model, suites=args.suite.split(","), k=args.k,
+                     temperature=args.temperature, max_new_tokens=args.max_new_tokens, limit=args.limit,
+                     batch_size=args.batch_size)
+    benchmarks, cap, _ = checked(ap, suites.resolve, config.suites, temperature=config.temperature, k=config.k)
     if args.compare:
         compare(args, args.compare)
         return
 
-    config = EvalConfig(model=args.model, suites=args.suite.split(","), k=args.k, temperature=args.temperature,
-                        max_new_tokens=args.max_new_tokens, limit=args.limit, batch_size=args.batch_size)
-    benchmarks, cap, _ = suites.resolve(config.suites, temperature=config.temperature, k=config.k)
     max_new_tokens = config.max_new_tokens or cap
-    problems = {b.name: suites.load_problems(b, config.limit) for b in benchmarks}
-    lm = load(args.model)
+    problems = checked(ap, lambda: {b.name: suites.load_problems(b, config.limit) for b in benchmarks})
+    lm = checked(ap, load, args.model)
     print(f"model {lm.name} on {lm.device}, torch {torch.__version__}, threads {torch.get_num_threads()}; suite "
           f"{args.suite}, {sum(map(len, problems.values()))} problems, batch {config.batch_size}, max_new_tokens "
           f"{max_new_tokens}, " + ", ".join(f"{b.name} T={b.temperature:g} n={b.samples}" for b in benchmarks))

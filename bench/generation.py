@@ -32,6 +32,7 @@ import inspect
 import time
 
 import torch
+from arguments import POSITIVE, checked, comma_list, real
 
 from hista.models import forward, load
 from hista.rollout import prompt_ids
@@ -51,17 +52,18 @@ def _best(runs: list[tuple[float, object]]) -> tuple[float, object]:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--model", default="smollm2-135m-instruct")
-    ap.add_argument("--new-tokens", type=int, default=32)
-    ap.add_argument("--batches", default="1,16,64")
-    ap.add_argument("--temperature", type=float, default=0.7)
-    ap.add_argument("--repeat", type=int, default=3, help="runs per figure; the fastest counts")
+    ap.add_argument("--new-tokens", type=POSITIVE, default=32)
+    ap.add_argument("--batches", type=comma_list(POSITIVE), default="1,16,64")
+    ap.add_argument("--temperature", type=real(0.0, low_open=True), default=0.7,
+                    help="sampling temperature, > 0 (transformers' generate samples)")
+    ap.add_argument("--repeat", type=POSITIVE, default=3, help="runs per figure; the fastest counts")
     ap.add_argument("--continuous-batching", action="store_true",
                     help="also time transformers' generate_batch (continuous batching, paged cache)")
-    ap.add_argument("--distinct", type=int, default=None, metavar="N",
+    ap.add_argument("--distinct", type=POSITIVE, default=None, metavar="N",
                     help="N distinct problems, one completion each, through the engine's generate")
     args = ap.parse_args()
 
-    lm = load(args.model)
+    lm = checked(ap, load, args.model)
     if args.distinct:
         distinct(lm, args)
         return
@@ -71,7 +73,7 @@ def main() -> None:
     print(f"prompt {len(prompt)} tokens, {n} new tokens per row, temperature {args.temperature}\n")
     print(f"{'batch':>5s} {'engine tok/s':>13s} {'generate tok/s':>15s} {'prefill tok/s':>14s} "
           f"{'engine/prefill':>15s} {'engine/generate':>16s}{' cb tok/s' if args.continuous_batching else ''}")
-    for batch in [int(b) for b in args.batches.split(",")]:
+    for batch in args.batches:
         def engine_run(batch=batch):
             if "seeds" in inspect.signature(sample_continuations).parameters:
                 rng = {"seeds": list(range(batch))}

@@ -14,10 +14,13 @@ the check also requires a nonzero advantage.
 
 from __future__ import annotations
 
+import argparse
 import json
 import sys
 import time
 from pathlib import Path
+
+from arguments import checked, existing_file, override
 
 
 def parity(completions: list, **_) -> list[float]:
@@ -25,24 +28,29 @@ def parity(completions: list, **_) -> list[float]:
 
 
 def main(argv: list[str]) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--parity-reward", action="store_true", help="reward the parity of the completion's length")
+    ap.add_argument("--overwrite", action="store_true", help="passed on to hista train")
+    ap.add_argument("recipe", type=existing_file, help="the recipe YAML")
+    ap.add_argument("overrides", nargs="*", type=override, metavar="KEY=VALUE", help="recipe overrides")
+    args = ap.parse_args(argv)
+
     import torch
 
     import hista.train.run as run
     from hista.cli import main as hista_main
     from hista.train import load_recipe
 
-    signal = "--parity-reward" in argv
-    argv = [a for a in argv if a != "--parity-reward"]
+    recipe = checked(ap, load_recipe, args.recipe, args.overrides)
+    signal = args.parity_reward
     if signal:
         parity.__name__ = run.correct.__name__  # TRL logs rewards/<name>/...
         run.correct = parity
         print("[gpu_check] reward: parity of the completion's length (not the verifier)", flush=True)
 
-    overrides = [a for a in argv[1:] if not a.startswith("--")]
-    recipe = load_recipe(argv[0], overrides)
     out = Path(recipe.output_dir)
     start = time.perf_counter()
-    rc = hista_main(["train", *argv])
+    rc = hista_main(["train", args.recipe, *args.overrides, *(["--overwrite"] if args.overwrite else [])])
     seconds = time.perf_counter() - start
     print(f"[gpu_check] hista train: exit {rc} in {seconds:.1f} s", flush=True)
     if rc != 0:

@@ -17,6 +17,8 @@ import resource
 import time
 from pathlib import Path
 
+from arguments import checked, existing_file, new_path
+
 from hista.rollout import GenerateEngine
 from hista.sveb.build import build
 from hista.sveb.eval import evaluate
@@ -37,19 +39,18 @@ def _timed(method, key):
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--out", required=True, help="a folder that does not exist yet")
-    ap.add_argument("--eval-only", metavar="CASES", help="skip the build: time sveb eval on this case file")
+    ap.add_argument("--out", type=new_path, required=True, help="a folder that does not exist yet")
+    ap.add_argument("--eval-only", metavar="CASES", type=existing_file,
+                    help="skip the build: time sveb eval on this case file")
     args = ap.parse_args()
     if args.eval_only:
         start = time.perf_counter()
-        results = evaluate(args.eval_only, DEFAULT_METHODS, progress=False)
+        results = checked(ap, evaluate, args.eval_only, DEFAULT_METHODS, progress=False)
         cases = len(results["cases"])
         print(f"eval: {time.perf_counter() - start:.0f} s for {cases} cases, "
               f"{(time.perf_counter() - start) / cases:.2f} s per case")
         return
     out = Path(args.out)
-    if out.exists():
-        raise SystemExit(f"{out} exists; give a new folder so that nothing is resumed")
     # generate() calls generate_from_ids(): continuations = time in generate_from_ids - rollouts
     GenerateEngine.generate = _timed(GenerateEngine.generate, "rollouts")
     GenerateEngine.generate_from_ids = _timed(GenerateEngine.generate_from_ids, "continuations")

@@ -20,6 +20,7 @@ import time
 from pathlib import Path
 
 import torch
+from arguments import POSITIVE, checked, device, existing_file
 
 from hista.models import load
 from hista.sveb import sweep as sweep_module
@@ -32,17 +33,18 @@ GRID = "layer=-1,-2;interval=10,25,50;stride=1,5;max_k=8,66"
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("cases", help="a cases JSONL written by sveb build")
+    ap.add_argument("cases", type=existing_file, help="a cases JSONL written by sveb build")
     ap.add_argument("--grid", default=GRID, help="the sweep's grid (default: %(default)s)")
-    ap.add_argument("--device", default=None, help="cpu or cuda (default: cuda if available)")
-    ap.add_argument("--threads", type=int, default=None,
+    ap.add_argument("--device", type=device, default=None, help="cpu or cuda (default: cuda if available)")
+    ap.add_argument("--threads", type=POSITIVE, default=None,
                     help="torch CPU threads (default: torch's; 1 on a machine busy with other work)")
     args = ap.parse_args()
     if args.threads:
         torch.set_num_threads(args.threads)
-    records, model, _ = read_cases(args.cases)
+    grid = checked(ap, parse_grid, args.grid)
+    records, model, _ = checked(ap, read_cases, args.cases)
     points = 1
-    for values in parse_grid(args.grid).values():
+    for values in grid.values():
         points *= len(values)
     start = time.perf_counter()
     lm = load(model, device=args.device)

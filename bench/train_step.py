@@ -27,6 +27,8 @@ import collections
 import tempfile
 import time
 
+from arguments import NON_NEGATIVE, POSITIVE, checked, existing_file, override
+
 PARTS = ("generation", "scoring", "loss forward", "backward + optimiser")
 
 
@@ -97,13 +99,17 @@ def run_path(recipe_path: str, overrides: list[str], engine: str, steps: int, sk
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--recipe", default="recipes/cpu-compare.yaml")
-    ap.add_argument("--steps", type=int, default=4)
-    ap.add_argument("--skip", type=int, default=1, help="first steps left out of the means (warm-up)")
+    ap.add_argument("--recipe", type=existing_file, default="recipes/cpu-compare.yaml")
+    ap.add_argument("--steps", type=POSITIVE, default=4)
+    ap.add_argument("--skip", type=NON_NEGATIVE, default=1, help="first steps left out of the means (warm-up)")
     ap.add_argument("--estimator", default="grpo")
-    ap.add_argument("overrides", nargs="*", help="recipe overrides, key=value")
+    ap.add_argument("overrides", nargs="*", type=override, help="recipe overrides, key=value")
     args = ap.parse_args()
     overrides = [f"advantage_estimator.name={args.estimator}", *args.overrides]
+    from hista.train.recipe import load_recipe
+
+    for engine in ("trl", "hista"):  # both paths' recipes, as run_path loads them
+        checked(ap, load_recipe, args.recipe, [*overrides, f"rollout_engine={engine}"])
     results = {engine: run_path(args.recipe, overrides, engine, args.steps, args.skip) for engine in ("trl", "hista")}
     trl, hista = results["trl"], results["hista"]
     print(f"\n{args.recipe} {' '.join(overrides)}: {args.steps} steps, mean of steps {args.skip + 1}-{args.steps}")

@@ -40,11 +40,11 @@ def cmd_train(args: argparse.Namespace) -> int:
     """`hista train`: validate a recipe and train with it (SPEC §9, §11). A dry run makes the
     checks a run makes before it loads anything, the output folder's included."""
     from ..train import load_recipe, train
-    from ..train.recipe import check_hidden_layer
+    from ..train.recipe import check_model
     from ..train.run import check_output_dir
 
     recipe = load_recipe(args.recipe, args.overrides)
-    note = check_hidden_layer(recipe)
+    note = check_model(recipe)
     if note:
         print(note)
     layout = recipe.batch_layout()

