@@ -2,7 +2,8 @@
 resume of a training run (tests/bad_inputs_41_resume.py): ``rollout_engine: hista`` with a
 setting the engine does not have, a corrupt HumanEval data file, a local ``hf:`` folder that is
 not UTF-8 or holds code problems without tests, a completion cap beyond the model's context,
-and prompts longer than it. Each exits 2 with a located message and changes or creates no file
+and prompts longer than it (in ``eval``, ``sample``, ``tasks filter``, ``sveb build``, a resumed
+one included, and ``sveb run``). Each exits 2 with a located message and changes or creates no file
 (tests/test_bad_inputs.py). The bench scripts' bad arguments are in tests/test_bench_arguments.py.
 
 A HumanEval data file reaches ``humaneval:`` through ``HISTA_HUMANEVAL_FILE``; the file also
@@ -12,8 +13,12 @@ variable reads it when ``pkg`` is put on its PYTHONPATH (tests/helpers/bad_input
 
 from __future__ import annotations
 
+import contextlib
 import gzip
+import io
 import json
+import os
+from pathlib import Path
 
 from bad_inputs import BUILD, FILTER, RECIPE, SAMPLE, Case, _with
 
@@ -66,6 +71,33 @@ def _prompts(*problems: tuple[str, str]) -> dict[str, bytes]:
     """A task file ``t.jsonl`` of (id, problem) pairs, all answered 5."""
     return {"t.jsonl": b"".join(json.dumps({"id": i, "problem": p, "answer": "5"}).encode() + b"\n"
                                 for i, p in problems)}
+
+
+#: a task file with a short problem and one of 2 MB (about 400,000 tokens), and one whose second
+#: problem's 4,049 tokens fit the context of tiny (4,096) only with fewer than 48 new tokens
+SMALL = ("small", "What is 2 + 3?")
+HUGE_PROMPT = _prompts(SMALL, ("huge", "What is 2 + 3? " + "word " * 400_000))
+LONG_PROMPT = _prompts(SMALL, ("long", "What is 2 + 3? " + "word " * 4_000))
+SAMPLE_FILE = _with(_with(SAMPLE, "--tasks", "jsonl:t.jsonl"), "--problems", "2")
+FILTER_FILE = [*FILTER[:2], "jsonl:t.jsonl", *_with(FILTER[3:], "-n", "2")]
+BUILD_FILE = _with(_with(BUILD, "--tasks", "jsonl:t.jsonl"), "--problems", "2")
+SVEB_RUN_FILE = ["sveb", "run", "--model", "tiny", "--tasks", "jsonl:t.jsonl", "--problems", "2", "--rollouts", "2",
+                 "--continuations", "2", "--max-new-tokens", "4", "--out", "sv"]
+
+
+def _built_before_huge(root: Path) -> None:
+    """``cases.jsonl`` of a build (BUILD_FILE, one problem) of a task file that then held only
+    the short problem, ended by a line a crash cut short; the task file then grew by the 2 MB
+    problem, which the resumed build has left to sample."""
+    (root / "t.jsonl").write_bytes(_prompts(SMALL)["t.jsonl"])
+    from hista.cli import main
+
+    with contextlib.chdir(root), contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
+        assert main(_with(BUILD_FILE, "--problems", "1")) == 0
+    (root / "t.jsonl").write_bytes(HUGE_PROMPT["t.jsonl"])
+    with open(root / "cases.jsonl", "ab") as f:
+        f.write(b'{"kind": "ca')
+        os.fsync(f.fileno())
 
 
 def cases() -> list[Case]:
@@ -140,4 +172,13 @@ def cases() -> list[Case]:
              _prompts(("small", "What is 2 + 3?"), ("long", "What is 2 + 3? " + "word " * 4_000))),
         Case("41 eval --max-new-tokens 4096 (the context: no room for a prompt)",
              EVAL + ["--max-new-tokens", "4096"], ("builtin:arith/", "tokens", "4096")),
+        # ... in the other commands that sample task problems (the check of hista eval)
+        Case("41 sample with a 2 MB prompt", SAMPLE_FILE, ("jsonl:t.jsonl/huge", "tokens", "4096"), HUGE_PROMPT),
+        Case("41 sample with a prompt that passes the context with its completion",
+             _with(SAMPLE_FILE, "--max-new-tokens", "64"), ("jsonl:t.jsonl/long", "tokens", "4096"), LONG_PROMPT),
+        Case("41 tasks filter with a 2 MB prompt", FILTER_FILE, ("jsonl:t.jsonl/huge", "tokens", "4096"), HUGE_PROMPT),
+        Case("41 sveb build with a 2 MB prompt", BUILD_FILE, ("jsonl:t.jsonl/huge", "tokens", "4096"), HUGE_PROMPT),
+        Case("41 sveb build resumed with a 2 MB prompt left (an unterminated last line)", BUILD_FILE,
+             ("jsonl:t.jsonl/huge", "tokens", "4096"), setup=_built_before_huge),
+        Case("41 sveb run with a 2 MB prompt", SVEB_RUN_FILE, ("jsonl:t.jsonl/huge", "tokens", "4096"), HUGE_PROMPT),
     ]

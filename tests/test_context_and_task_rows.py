@@ -1,6 +1,6 @@
 """Issue 41 through the library: HumanEval data files and code rows without tests are refused
-when they load (SPEC §7), a completion that cannot fit the model's context is refused before
-anything is sampled (SPEC §7, §10), and a recipe refuses ``rollout_engine: hista`` where the
+when they load (SPEC §7), a completion or a posed problem that cannot fit the model's context is
+refused before anything is sampled (SPEC §7, §10, §11), and a recipe refuses ``rollout_engine: hista`` where the
 engine cannot serve the run (SPEC §9). The command-line cases are in tests/bad_inputs_41.py."""
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from hista import tasks
 from hista.errors import InputError
 from hista.models import LoadedModel
 from hista.rollout import GenerateEngine, SamplingConfig
-from hista.rollout.engine import check_context
+from hista.rollout.engine import check_context, check_prompts, prompt_ids
 from hista.train import load_recipe
 from hista.train.recipe import check_model
 
@@ -75,6 +75,29 @@ def test_a_completion_must_fit_the_models_context(tiny):
     check_context(tiny, 96, {"a": 4000, "b": 10})
     with pytest.raises(InputError, match="problem 'b' has a prompt of 4000 tokens"):
         check_context(tiny, 97, {"a": 10, "b": 4000})
+
+
+def test_problems_are_posed_as_the_engine_poses_them_before_the_check(tiny):
+    """``check_prompts`` (eval, sample, tasks filter, sveb build) counts a problem's tokens as
+    the engine poses it (chat template, system prompt): a cap that leaves exactly its prompt's
+    tokens is accepted, one more refused naming the problem; without a known context (the vllm
+    engine) nothing is posed (SPEC §7, §11)."""
+    text = "What is 2 + 3? " + "word " * 50
+    tokens = len(prompt_ids(tiny, text)[1])
+    bare = len(prompt_ids(tiny, text, "")[1])
+    assert bare < tokens
+    check_prompts(tiny, 4096 - tokens, [("short", "What is 2 + 3?"), ("p", text)])
+    with pytest.raises(InputError, match=f"problem 'p' has a prompt of {tokens} tokens, which with {4097 - tokens} "):
+        check_prompts(tiny, 4097 - tokens, [("short", "What is 2 + 3?"), ("p", text)])
+    check_prompts(tiny, 4097 - tokens, [("p", text)], "")
+    with pytest.raises(InputError, match="4097 new tokens"):
+        check_prompts(tiny, 4097, [])
+
+    def unposable():
+        raise AssertionError("posed without a context to check against")
+        yield
+
+    check_prompts(LoadedModel(None, tiny.tokenizer, "tokenizer only", "r"), 10**9, unposable())
 
 
 def test_recipe_checks_of_the_engine_and_the_completion_length(tmp_path):

@@ -48,16 +48,23 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def cmd_sample(args: argparse.Namespace) -> int:
-    """`hista sample`: sample and verify rollouts, print accuracies, write them as JSONL (SPEC §7, §11)."""
+    """`hista sample`: sample and verify rollouts, print accuracies, write them as JSONL (SPEC §7, §11).
+    A problem whose prompt with ``--max-new-tokens`` passes the model's context is refused, named,
+    before anything is sampled."""
     from .. import tasks
     from ..jsonio import check_not_inputs, check_output_file, write_jsonl_atomic
+    from ..rollout.engine import check_prompts
     from ..rollout.sample import sample_groups
 
     check_not_inputs([args.out], tasks.input_files(args.tasks))
     check_output_file(args.out, "jsonl")
     config = sampling_config(args)
-    problems = [p for spec in args.tasks for p in tasks.load(spec, n=args.problems, seed=args.seed, split=args.split)]
+    loaded = [(spec, p) for spec in args.tasks for p in tasks.load(spec, n=args.problems, seed=args.seed,
+                                                                     split=args.split)]
+    problems = [p for _, p in loaded]
     lm, engine = sampler(args, config)
+    check_prompts(lm, config.max_new_tokens, [(f"{spec}/{p['id']}", p["problem"]) for spec, p in loaded],
+                  config.system_prompt)
     start = time.time()
     groups = sample_groups(engine, problems, args.rollouts, seed=args.seed)
     elapsed = time.time() - start
@@ -121,9 +128,11 @@ def cmd_tasks(args: argparse.Namespace) -> int:
 
 def filter_tasks(args: argparse.Namespace) -> int:
     """`hista tasks filter`: keep the problems whose accuracy under the policy lies in [--lo,
-    --hi] and write them as JSONL (SPEC §7)."""
+    --hi] and write them as JSONL (SPEC §7); a problem whose prompt with ``--max-new-tokens``
+    passes the model's context is refused, named, before anything is sampled (SPEC §11)."""
     from .. import tasks
     from ..jsonio import check_not_inputs, check_output_file, write_jsonl_atomic
+    from ..rollout.engine import check_prompts
     from ..rollout.sample import policy_accuracy
 
     if args.lo > args.hi:
@@ -133,6 +142,8 @@ def filter_tasks(args: argparse.Namespace) -> int:
     config = sampling_config(args)
     problems = tasks.load(args.spec, n=args.n, seed=args.seed, split=args.split)
     lm, engine = sampler(args, config)
+    check_prompts(lm, config.max_new_tokens, [(f"{args.spec}/{p['id']}", p["problem"]) for p in problems],
+                  config.system_prompt)
     accuracies = policy_accuracy(engine, problems, args.samples, seed=args.seed)
     kept = tasks.filter_by_accuracy([dict(p, accuracy=a) for p, a in zip(problems, accuracies)],
                                     accuracies, args.lo, args.hi)

@@ -31,7 +31,7 @@ from ..jsonio import check_not_inputs, check_output_file, cut_unterminated, load
 from ..models import EMBEDDED, LoadedModel
 from ..rewards import verify_with_reason
 from ..rollout import SamplingConfig
-from ..rollout.engine import check_context, eos_ids, prompt_ids
+from ..rollout.engine import check_prompts, eos_ids
 from ..rollout.engines import check_engine, load_model, make_engine
 from ..schema import Where, is_int, require, short, text
 from ..sharding import chunks_of, derive_seed
@@ -294,7 +294,7 @@ def evaluate(config: EvalConfig, out: str | Path, *, lm: Optional[LoadedModel] =
     output files (none may be a ``jsonl:`` task file the suites read), and the settings of an
     earlier evaluation in ``out``, which must equal these (an InputError names the fields that
     differ); once the model is loaded, that every prompt left to do fits its context with the
-    completion cap (:func:`hista.rollout.engine.check_context`: an InputError names the problem
+    completion cap (:func:`hista.rollout.engine.check_prompts`: an InputError names the problem
     and its token count); a crash's unterminated last line of the per-problem file is cut off
     only once every check has passed. ``lm`` replaces loading ``config.model`` (it
     must be that model). ``source`` replaces what ``config.model`` names, for an ``lm`` held in
@@ -344,9 +344,8 @@ def evaluate(config: EvalConfig, out: str | Path, *, lm: Optional[LoadedModel] =
             raise InputError(f"problem {r['key']!r} is not among this evaluation's problems", path=str(samples_file),
                              field="key")
         done[r["key"]] = r
-    left = [(problem_key(b.name, p), p["problem"]) for b, chunk in plan for p in chunk
-            if problem_key(b.name, p) not in done]
-    check_context(lm, max_new_tokens, {key: len(prompt_ids(lm, text, source.system_prompt)[1]) for key, text in left})
+    check_prompts(lm, max_new_tokens, [(problem_key(b.name, p), p["problem"]) for b, chunk in plan for p in chunk
+                                       if problem_key(b.name, p) not in done], source.system_prompt)
     # every check has passed: only now is a crash's unterminated last line cut off the file
     cut_unterminated(samples_file)
     if header is None:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Callable, Mapping, Optional, Sequence
+from typing import Callable, Iterable, Mapping, Optional, Sequence
 
 import torch
 
@@ -59,6 +59,22 @@ def check_context(lm: LoadedModel, max_new_tokens: int, prompts: Mapping[str, in
             raise InputError(f"problem {name!r} has a prompt of {tokens} tokens, which with {max_new_tokens} new "
                              f"tokens (--max-new-tokens) passes the context of {lm.name}: {context} positions "
                              "(max_position_embeddings); shorten the problem, leave it out, or lower --max-new-tokens")
+
+
+def check_prompts(lm: LoadedModel, max_new_tokens: int, problems: Iterable[tuple[str, str]],
+                  system_prompt: str = SYSTEM_PROMPT) -> None:
+    """Refuse, before anything is sampled or written, problems that cannot be sampled within the
+    model's context (SPEC §7, §11): each ``(name, problem text)`` is posed as the engine poses it
+    (:func:`prompt_ids`, chat template and ``system_prompt``) and :func:`check_context` refuses
+    the cap alone, or the first problem whose prompt's tokens plus ``max_new_tokens`` pass
+    ``lm.context``, naming it (e.g. ``SPEC/ID``) and its token count. A prompt is never
+    truncated. Nothing is posed when the context is unknown (the vllm engine). Shared by
+    ``hista eval``, ``sample``, ``tasks filter`` and ``sveb build``."""
+    check_context(lm, max_new_tokens)
+    if lm.context is None:
+        return
+    for name, problem in problems:
+        check_context(lm, max_new_tokens, {name: len(prompt_ids(lm, problem, system_prompt)[1])})
 
 
 def _reserved_cache(config, capacity: int):

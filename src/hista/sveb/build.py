@@ -18,6 +18,7 @@ from ..errors import InputError
 from ..jsonio import check_not_inputs, check_output_file, cut_unterminated
 from ..models import LoadedModel
 from ..rewards import verify
+from ..rollout.engine import check_prompts
 from ..rollout.engines import Engine, load_model, make_engine
 from ..rollout.sample import score
 from ..sharding import chunks_of, derive_seed
@@ -35,7 +36,9 @@ def build(config: BuildConfig, out: str | Path, *, lm: Optional[LoadedModel] = N
     steps are amortised. The chunks and their seeds depend only on the problem list, so a
     resumed build regenerates an unfinished chunk exactly and appends only its missing
     records. ``shard`` (K, N) builds only the chunks of shard K of N
-    (:mod:`hista.sveb.shards`) and writes its manifest beside ``out``.
+    (:mod:`hista.sveb.shards`) and writes its manifest beside ``out``. Before anything is
+    created, cut or appended, every problem of a chunk left to sample must fit the model's
+    context with ``max_new_tokens`` (:func:`hista.rollout.engine.check_prompts`, SPEC §11).
     """
     out = Path(out)
     check_not_inputs([out, *([shards.manifest_path(out)] if shard else [])], tasks.input_files(config.tasks))
@@ -43,8 +46,9 @@ def build(config: BuildConfig, out: str | Path, *, lm: Optional[LoadedModel] = N
     if out.name.endswith(".gz"):
         raise InputError("build appends plain JSON lines: give a .jsonl name and compress the finished file",
                          path=str(out))
-    problems = [p for spec in config.tasks
-                for p in tasks.load(spec, n=config.problems, seed=config.seed, split=config.split)]
+    loaded = [(spec, p) for spec in config.tasks
+              for p in tasks.load(spec, n=config.problems, seed=config.seed, split=config.split)]
+    problems = [p for _, p in loaded]
     existing = cases.read(out, partial=True)  # checked whole before anything is cut or appended
     lm = lm or load_model(config.engine, config.model)
     engine = make_engine(config.engine, lm, config.sampling(), tensor_parallel_size=config.tensor_parallel_size)
@@ -56,20 +60,25 @@ def build(config: BuildConfig, out: str | Path, *, lm: Optional[LoadedModel] = N
             raise InputError(f"was built with other settings ({', '.join(changed)} differ); "
                              "use another --out or the same settings", path=str(out), line=number)
     done = {r["key"] for r in existing}
+    per_chunk = max(1, config.batch_size // config.rollouts)
+    chunks = [problems[k : k + per_chunk] for k in range(0, len(problems), per_chunk)]
+    picked = chunks_of(len(chunks), shard) if shard is not None else range(len(chunks))
+    keys = {p["id"]: [f"{p['id']}#s{k}" for k in range(config.states_per_problem)] for p in problems}
+    todo = {c for c in picked if not all(p["id"] in done or all(k in done for k in keys[p["id"]]) for p in chunks[c])}
+    # every problem this run will sample (a chunk is sampled whole) fits the context with the cap
+    check_prompts(lm, engine.config.max_new_tokens, [(f"{spec}/{p['id']}", p["problem"])
+                                                     for k, (spec, p) in enumerate(loaded) if k // per_chunk in todo],
+                  engine.config.system_prompt)
     out.parent.mkdir(parents=True, exist_ok=True)
     cut_unterminated(out)  # every check has passed: the line a crash cut short goes
     counts = {"cases": 0, "skipped": 0, "present": len(existing)}
-    per_chunk = max(1, config.batch_size // config.rollouts)
-    chunks = [problems[k : k + per_chunk] for k in range(0, len(problems), per_chunk)]
     if shard is not None:
-        picked = chunks_of(len(chunks), shard)
         order = [(c * per_chunk + j, p["id"]) for c in picked for j, p in enumerate(chunks[c])]
         shards.write_manifest(out, shards.manifest(shard, settings, len(problems), order))
-        chunks = [chunks[c] for c in picked]
-    bar = tqdm(total=sum(map(len, chunks)), desc="sveb build", unit="problem", disable=not progress)
-    for chunk in chunks:
-        keys = {p["id"]: [f"{p['id']}#s{k}" for k in range(config.states_per_problem)] for p in chunk}
-        if all(p["id"] in done or all(k in done for k in keys[p["id"]]) for p in chunk):
+    bar = tqdm(total=sum(len(chunks[c]) for c in picked), desc="sveb build", unit="problem", disable=not progress)
+    for c in picked:
+        chunk = chunks[c]
+        if c not in todo:
             bar.update(len(chunk))
             continue
         for record in _chunk_records(engine, config, settings, chunk, keys):
