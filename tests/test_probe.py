@@ -97,6 +97,40 @@ def test_for_batch_fits_each_group_on_the_others_and_keeps_a_bounded_history():
     torch.testing.assert_close(nxt.fit.w, ridge(total([probe.data(g) for g in groups] * 2), probe.config.ridge).w)
 
 
+def test_the_history_comes_back_from_its_state_and_a_foreign_state_is_refused():
+    """SPEC §9 (issue 41, item 5): load_state_dict(state_dict()) restores the history exactly;
+    a state that is not what the probe writes (another width, a missing or extra field, NaN,
+    more batches than the buffer) is an InputError naming the field, and the history stays."""
+    from hista.errors import InputError
+
+    groups = [_group(s, [1.0, 0.0, 0.0, 1.0], [5, 6, 7, 4]) for s in range(3)]
+    probe = get("probe", buffer=2)
+    probe.for_batch(groups)
+    probe.for_batch(groups[:1])
+    width = probe.history[0].x.numel()
+    copy = get("probe", buffer=2)
+    copy.load_state_dict(probe.state_dict(), hidden_size=width)
+    for a, b in zip(probe.history, copy.history, strict=True):
+        assert torch.equal(a.xx, b.xx) and a.weight == b.weight and (a.low, a.high) == (b.low, b.high)
+
+    def damaged(change) -> dict:
+        state = probe.state_dict()
+        change(state["history"][0])
+        return state
+
+    for state, field in [(damaged(lambda d: d.pop("xy")), "history[0].xy"),
+                         (damaged(lambda d: d.update(extra=1)), "history[0].extra"),
+                         (damaged(lambda d: d["x"].__setitem__(0, float("nan"))), "history[0].x"),
+                         (damaged(lambda d: d.update(y=float("inf"))), "history[0].y"),
+                         ({"history": probe.state_dict()["history"] * 2}, "history"), ({}, "history")]:
+        with pytest.raises(InputError) as caught:
+            copy.load_state_dict(state, hidden_size=width)
+        assert caught.value.field == field
+    with pytest.raises(InputError, match=f"{width + 1} features"):
+        copy.load_state_dict(probe.state_dict(), hidden_size=width + 1)
+    assert len(copy.history) == 2
+
+
 BUILD = ["sveb", "build", "--model", "tiny", "--tasks", "builtin:arith?steps=1", "--rollouts", "4",
          "--continuations", "2", "--max-new-tokens", "6", "--no-filter"]
 

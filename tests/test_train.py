@@ -863,3 +863,128 @@ def test_who_samples_the_rollouts():
         with pytest.raises(ValueError, match=needle):
             choose("hista", args, processes)
     assert "tools" in choose("auto", plain, 1, tools=True)[1]
+
+
+# ---- exact resume past an epoch (issue 41, item 4) -------------------------------------------
+
+def recording_trainer(folder: Path):
+    """The probe on the tiny model for 6 steps into ``folder``: 8 problems, 2 prompts × 2
+    rollouts a step (an epoch is 4 steps), rewards that vary (the weights move), a checkpoint
+    every step. Returns it and what it draws: step -> (prompts, completion ids).
+    tests/helpers/probe_run.py trains it in a process of its own."""
+    from hista.models.loading import build_tiny
+    from hista.train.trainer import HistaGRPOTrainer
+
+    lm = build_tiny()
+    trainer = HistaGRPOTrainer(
+        model=lm.model, reward_funcs=[_parity_reward], train_dataset=_dataset(8), processing_class=lm.tokenizer,
+        args=_config(folder.parent, folder.name, per_device_train_batch_size=4, num_generations=2, max_steps=6,
+                     save_strategy="steps", save_steps=1),
+        advantage_estimator={"name": "probe"}, loss={"name": "dapo"})
+    drawn, engine = {}, trainer.rollout_func
+
+    def record(prompts, trainer):
+        out = engine(prompts, trainer)
+        drawn[trainer.state.global_step] = ([p[-1]["content"] for p in prompts], out["completion_ids"])
+        return out
+
+    trainer.rollout_func = record
+    return trainer, drawn
+
+
+@pytest.fixture(scope="module")
+def uninterrupted(tmp_path_factory):
+    """The recording trainer's run of 6 steps, uninterrupted: (trainer, what it drew)."""
+    trainer, drawn = recording_trainer(tmp_path_factory.mktemp("uninterrupted") / "full")
+    trainer.train()
+    return trainer, drawn
+
+
+def _resumed_like(uninterrupted, folder: Path, checkpoint: int) -> None:
+    """Resume the recording trainer in ``folder`` from ``checkpoint-N``: every step it trains
+    draws the prompts and completions the uninterrupted run drew, and it ends with that run's
+    weights and probe history, bit for bit."""
+    full, expected = uninterrupted
+    resumed, drawn = recording_trainer(folder)
+    resumed.train(resume_from_checkpoint=str(folder / f"checkpoint-{checkpoint}"))
+    assert sorted(drawn) == list(range(checkpoint, 6))
+    for step in drawn:
+        assert drawn[step] == expected[step], step
+    for a, b in zip(full.model.state_dict().values(), resumed.model.state_dict().values()):
+        assert torch.equal(a, b)
+    for a, b in zip(full.estimator.state_dict()["history"], resumed.estimator.state_dict()["history"], strict=True):
+        assert a.keys() == b.keys()
+        assert all(torch.equal(a[k], b[k]) if torch.is_tensor(a[k]) else a[k] == b[k] for k in a)
+
+
+@pytest.mark.parametrize("checkpoint", [4, 5])
+def test_a_resume_past_an_epoch_draws_what_an_uninterrupted_run_drew(uninterrupted, tmp_path, checkpoint):
+    """Issue 41, item 4: 6 steps, an epoch of 4; resumed from checkpoint-4 (the epoch boundary) or
+    checkpoint-5 (inside epoch 2) of a copy of the run, each later step draws what the
+    uninterrupted run drew and the run ends as it did (epoch 2 used to replay epoch 1's prompt
+    order, and the probe's history followed)."""
+    import shutil
+
+    full, expected = uninterrupted
+    assert [expected[s][0] for s in (4, 5)] != [expected[s][0] for s in (0, 1)]  # epoch 2 is reshuffled
+    shutil.copytree(Path(full.args.output_dir), tmp_path / "run")
+    for step in range(checkpoint + 1, 7):
+        shutil.rmtree(tmp_path / "run" / f"checkpoint-{step}")
+    _resumed_like(uninterrupted, tmp_path / "run", checkpoint)
+
+
+def test_a_run_killed_past_an_epoch_resumes_to_what_it_would_have_drawn(uninterrupted, tmp_path):
+    """Issue 41, item 4: the same run in a process of its own (tests/helpers/probe_run.py), killed
+    (SIGKILL) in the step after checkpoint-4, resumes from its newest complete checkpoint to what
+    the uninterrupted run drew and ends as it did."""
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    from hista.train.checkpoints import scan
+
+    out = tmp_path / "killed"
+    run = subprocess.Popen([sys.executable, str(ROOT / "tests" / "helpers" / "probe_run.py"), str(out)],
+                           stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    while not (out / "checkpoint-4" / "hista-checkpoint.json").exists() and run.poll() is None:
+        time.sleep(0.01)
+    run.send_signal(signal.SIGKILL)
+    assert run.wait() == -signal.SIGKILL, run.stderr.read()[-2000:]
+    complete, _ = scan(out, ("estimator-0.pt",))
+    assert complete[-1][0] in (4, 5)
+    _resumed_like(uninterrupted, out, complete[-1][0])
+
+
+def test_the_prompt_order_of_an_epoch_is_trls_computed_from_seed_and_epoch():
+    """Epoch e draws the (e + 1)-th permutation of a generator seeded with the run's seed (TRL's
+    order in an uninterrupted run), computed from (seed, e) alone; set_epoch picks it."""
+    from trl.trainer.utils import RepeatSampler
+
+    from hista.train.sampler import EpochSampler, epoch_order
+
+    data = list(range(7))
+    trl_sampler = RepeatSampler(data, mini_repeat_count=2, batch_size=3, repeat_count=2, seed=5)
+    ours = EpochSampler(data, mini_repeat_count=2, batch_size=3, repeat_count=2, seed=5)
+    for epoch in range(3):
+        ours.set_epoch(epoch)
+        assert list(ours) == list(trl_sampler)
+    ours.set_epoch(1)
+    first = list(ours)
+    assert first[:12] == [i for i in epoch_order(7, 5, 1)[:3] for i in (i, i)] * 2 and list(ours) == first
+
+
+def test_a_checkpoint_cut_short_before_its_estimator_state_is_skipped(tmp_path):
+    """Issue 41, item 5: a checkpoint without the marker whose ``trainer_state.json`` names its
+    step but which lacks the probe's ``estimator-0.pt`` was cut short (killed between TRL's files
+    and hista's state): it is incomplete, not resumed with an empty history."""
+    from hista.train.checkpoints import problem, scan
+
+    folder = tmp_path / "checkpoint-3"
+    folder.mkdir()
+    (folder / "trainer_state.json").write_text('{"global_step": 3}')
+    assert problem(folder) is None  # a run whose estimator keeps no state
+    assert "no estimator-0.pt" in problem(folder, ("estimator-0.pt",))
+    assert scan(tmp_path, ("estimator-0.pt",))[0] == []
+    torch.save({"history": []}, folder / "estimator-0.pt")
+    assert problem(folder, ("estimator-0.pt",)) is None

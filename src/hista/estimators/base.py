@@ -196,9 +196,12 @@ class Estimator(abc.ABC):
         recent batches); None for an estimator that keeps nothing (the default)."""
         return None
 
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        """Restore what :meth:`state_dict` gave (SPEC §9); the default keeps nothing, and a
-        ValueError says so for a non-empty ``state`` (another estimator's)."""
+    def load_state_dict(self, state: dict[str, Any], *, hidden_size: Optional[int] = None) -> None:
+        """Restore what :meth:`state_dict` gave (SPEC §9), read back from a checkpoint and so
+        checked first: a state that is not exactly what this estimator writes is an InputError
+        naming the field; ``hidden_size``, when given, is the width of the policy's hidden states
+        (what a probe's features must have). The default keeps nothing, and a ValueError says so
+        for a non-empty ``state`` (another estimator's)."""
         if state:
             raise ValueError(f"estimator {self.name!r} keeps no state, got one with {', '.join(sorted(state))}")
 

@@ -26,6 +26,7 @@ from typing import Optional, Sequence
 
 import torch
 
+from ..errors import InputError
 from ..types import RolloutGroup, State
 from . import register
 from .base import Estimator, EstimatorConfig, check_finite, state_length
@@ -134,6 +135,60 @@ def total(data: Sequence[ProbeData]) -> ProbeData:
     for d in data:
         out = out + d
     return out
+
+
+def checked_data(entry: object, field: str, hidden_size: Optional[int] = None) -> ProbeData:
+    """``entry``, a ProbeData's fields as :meth:`Probe.state_dict` wrote them, as ProbeData
+    (SPEC §9), or an InputError naming ``field`` and the key at fault: exactly the fields of
+    ProbeData; ``weight`` (≥ 0) and ``y`` finite numbers, ``low`` and ``high`` numbers (±inf
+    for no rollouts); ``x``, ``xy`` [H] and ``xx`` [H, H] finite float64 tensors, or all three
+    None (a batch without fitted states), H = ``hidden_size`` when given, else the width of
+    ``x``."""
+    names = [f.name for f in dataclasses.fields(ProbeData)]
+    if not isinstance(entry, dict):
+        raise InputError(f"expected a mapping of {', '.join(names)}, got {type(entry).__name__}", field=field)
+    extra = sorted(map(str, set(entry) - set(names)))
+    if extra:
+        raise InputError("not a field of the probe's data", field=f"{field}.{extra[0]}")
+    missing = [key for key in names if key not in entry]
+    if missing:
+        raise InputError("missing", field=f"{field}.{missing[0]}")
+    for key in ("weight", "y", "low", "high"):
+        _check_number(entry[key], f"{field}.{key}", finite=key in ("weight", "y"), minimum=key == "weight")
+    if all(entry[key] is None for key in ("x", "xx", "xy")):
+        return ProbeData(**entry)
+    x = entry["x"]
+    width = hidden_size if hidden_size is not None else x.shape[0] if isinstance(x, torch.Tensor) and x.dim() else 0
+    for key, shape in (("x", [width]), ("xx", [width, width]), ("xy", [width])):
+        _check_tensor(entry[key], f"{field}.{key}", shape)
+    return ProbeData(**entry)
+
+
+def _check_number(value: object, field: str, *, finite: bool, minimum: bool) -> None:
+    """An InputError about ``field`` unless ``value`` is a number (not NaN; finite when
+    ``finite``; ≥ 0 when ``minimum``)."""
+    try:
+        number = float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else math.nan
+    except OverflowError:  # an integer beyond any float
+        number = math.nan
+    if math.isnan(number):
+        shown = repr(value)[:60] if isinstance(value, (float, str)) else type(value).__name__
+        raise InputError(f"expected a number, got {shown}", field=field)
+    if (finite and not math.isfinite(number)) or (minimum and number < 0):
+        raise InputError(f"expected a finite number{' >= 0' if minimum else ''}, got {value!r}", field=field)
+
+
+def _check_tensor(value: object, field: str, shape: list[int]) -> None:
+    """An InputError about ``field`` unless ``value`` is a finite float64 tensor of ``shape``
+    (its last size: the policy's hidden-state width)."""
+    if (not isinstance(value, torch.Tensor) or value.layout != torch.strided or value.dtype != torch.float64
+            or list(value.shape) != shape):
+        got = (f"a {value.dtype} {str(value.layout).replace('torch.', '')} tensor of shape {list(value.shape)}"
+               if isinstance(value, torch.Tensor) else type(value).__name__)
+        raise InputError(f"expected a float64 strided tensor of shape {shape} (the policy's hidden states have "
+                         f"{shape[-1]} features), got {got}", field=field)
+    if not bool(torch.isfinite(value).all()):
+        raise InputError("holds NaN or infinite values", field=field)
 
 
 # --- 3. the ridge solution ------------------------------------------------------------------------
@@ -278,9 +333,24 @@ class Probe(Estimator):
         run fits as an uninterrupted one does)."""
         return {"history": [dataclasses.asdict(d) for d in self.history]}
 
-    def load_state_dict(self, state: dict) -> None:
-        """Restore the history :meth:`state_dict` gave."""
-        self.history = [ProbeData(**d) for d in state["history"]]
+    def load_state_dict(self, state: dict, *, hidden_size: Optional[int] = None) -> None:
+        """Restore the history :meth:`state_dict` gave (SPEC §9), checked strictly first (it is
+        read back from a checkpoint): ``{"history": [...]}`` with at most ``buffer`` batches, each
+        exactly ProbeData's fields (:func:`checked_data`). Anything else is an InputError naming
+        the field, and the history is left as it was."""
+        if not isinstance(state, dict):
+            raise InputError(f"expected {{'history': [...]}}, got {type(state).__name__}", field="history")
+        extra = sorted(map(str, set(state) - {"history"}))
+        if extra:
+            raise InputError("not a field of the probe's state (it holds only 'history')", field=extra[0])
+        history = state.get("history")
+        if not isinstance(history, list):
+            what = "missing" if "history" not in state else f"expected a list of batches, got {type(history).__name__}"
+            raise InputError(what, field="history")
+        if len(history) > self.config.buffer:
+            raise InputError(f"holds {len(history)} batches, more than the probe's buffer of {self.config.buffer}",
+                             field="history")
+        self.history = [checked_data(entry, f"history[{i}]", hidden_size) for i, entry in enumerate(history)]
 
     # -- values and advantages
 

@@ -8,19 +8,27 @@ any moment loses no more than the steps since the last checkpoint).
 - ``final/`` is written beside itself and renamed into place, so it is whole or absent.
 - On resume, ``metrics.jsonl`` keeps the rows of the steps the checkpoint holds: the steps
   trained after it and lost are logged again, once.
+- What a resume reads of the checkpoint is checked before the run writes anything: the fields of
+  ``trainer_state.json`` (:func:`check_trainer_state`) and hista's state files, read without
+  unpickling code (:func:`read_state`); a bad one is an InputError naming the file and field.
 """
 
 from __future__ import annotations
 
+import io
 import json
+import math
 import os
 import re
 import shutil
 import zipfile
 from pathlib import Path
-from typing import Callable, Optional
+from typing import Any, Callable, Optional
 
-from ..jsonio import write_atomic, write_json_atomic
+import torch
+
+from ..errors import InputError
+from ..jsonio import read_input, write_atomic, write_json_atomic
 from ..models.loading import safetensors_problem
 
 #: TRL's checkpoint folders, as transformers' ``get_last_checkpoint`` recognises them.
@@ -37,10 +45,13 @@ def mark_complete(folder: Path, step: int) -> None:
     write_json_atomic(folder / MARKER, {"step": int(step)})
 
 
-def problem(folder: Path) -> Optional[str]:
+def problem(folder: Path, state_files: tuple[str, ...] = ()) -> Optional[str]:
     """Why the checkpoint ``folder`` cannot be resumed from (SPEC §9), or None when it can:
     with the marker, a step that matches the folder's name; without it, a ``trainer_state.json``
-    that names its step, and every safetensors file and torch archive in it whole."""
+    that names its step, the ``state_files`` of hista's state the run writes (a probe's
+    ``estimator-0.pt``), and every safetensors file and torch archive in it whole. (A marked
+    checkpoint without its state files is refused when it is resumed: see the trainer's
+    ``check_checkpoint``.)"""
     step = int(CHECKPOINT.match(folder.name).group(1))
     marker = folder / MARKER
     if marker.is_file():
@@ -58,6 +69,9 @@ def problem(folder: Path) -> Optional[str]:
         return f"trainer_state.json cannot be read ({exc})"
     if not isinstance(data, dict) or data.get("global_step") != step:
         return f"trainer_state.json does not name step {step}"
+    for name in state_files:
+        if not (folder / name).is_file():
+            return f"no {name} (the save was cut short)"
     for file in sorted(folder.iterdir()):
         if file.suffix == ".safetensors" and (why := safetensors_problem(file)) is not None:
             return f"{file.name} {why}"
@@ -66,15 +80,16 @@ def problem(folder: Path) -> Optional[str]:
     return None
 
 
-def scan(out: Path) -> tuple[list[tuple[int, Path]], list[tuple[Path, str]]]:
+def scan(out: Path, state_files: tuple[str, ...] = ()) -> tuple[list[tuple[int, Path]], list[tuple[Path, str]]]:
     """The checkpoints of the run folder ``out`` (SPEC §9): the complete ones as (step, folder)
-    in step order, and the incomplete ones as (folder, why)."""
+    in step order, and the incomplete ones as (folder, why); ``state_files``: see
+    :func:`problem`."""
     complete, incomplete = [], []
     if not out.is_dir():
         return complete, incomplete
     folders = [p for p in out.iterdir() if CHECKPOINT.match(p.name) and p.is_dir() and not p.is_symlink()]
     for folder in sorted(folders, key=lambda p: int(CHECKPOINT.match(p.name).group(1))):
-        why = problem(folder)
+        why = problem(folder, state_files)
         if why is None:
             complete.append((int(CHECKPOINT.match(folder.name).group(1)), folder))
         else:
@@ -144,3 +159,88 @@ def trim_metrics(path: Path, step: int) -> int:
     if dropped:
         write_atomic(path, lambda fh: fh.writelines(kept), kind="jsonl")
     return dropped
+
+
+def _count(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
+
+
+def _number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value) and value >= 0
+
+
+def _maybe(check: Callable[[Any], bool]) -> Callable[[Any], bool]:
+    return lambda value: value is None or check(value)
+
+
+#: the fields of transformers' ``trainer_state.json``: field -> (check, what it must be); a
+#: resume rebuilds TrainerState from them (an unknown field fails there) and continues from them
+TRAINER_STATE = {
+    "epoch": (_number, "a number >= 0"), "global_step": (_count, "an integer >= 0"),
+    "max_steps": (_count, "an integer >= 0"), "logging_steps": (_number, "a number >= 0"),
+    "eval_steps": (_number, "a number >= 0"), "save_steps": (_number, "a number >= 0"),
+    "train_batch_size": (_maybe(_count), "an integer >= 0 or null"), "num_train_epochs": (_count, "an integer >= 0"),
+    "num_input_tokens_seen": (_count, "an integer >= 0"), "total_flos": (_number, "a number >= 0"),
+    "log_history": (lambda v: isinstance(v, list) and all(isinstance(row, dict) for row in v), "a list of objects"),
+    "best_metric": (_maybe(lambda v: isinstance(v, (int, float)) and not isinstance(v, bool)), "a number or null"),
+    "best_global_step": (_maybe(_count), "an integer >= 0 or null"),
+    "best_model_checkpoint": (_maybe(lambda v: isinstance(v, str)), "a string or null"),
+    "is_local_process_zero": (lambda v: isinstance(v, bool), "true or false"),
+    "is_world_process_zero": (lambda v: isinstance(v, bool), "true or false"),
+    "is_hyper_param_search": (lambda v: isinstance(v, bool), "true or false"),
+    "trial_name": (_maybe(lambda v: isinstance(v, str)), "a string or null"),
+    "trial_params": (_maybe(lambda v: isinstance(v, dict)), "an object or null"),
+    "stateful_callbacks": (_maybe(lambda v: isinstance(v, dict)), "an object or null"),
+}
+
+
+def check_trainer_state(folder: Path, step: int) -> None:
+    """That ``trainer_state.json`` of the checkpoint ``folder`` of ``step`` is one a resume can
+    continue from (SPEC §9, §11): a JSON object of transformers' TrainerState fields
+    (:data:`TRAINER_STATE`), each of its type, whose ``global_step`` is ``step``; an InputError
+    naming the file and the field otherwise. Reads only."""
+    path = folder / "trainer_state.json"
+    raw = read_input(path, "the checkpoint's trainer state")
+    try:
+        data = json.loads(raw.decode("utf-8"))  # NaN is allowed: transformers logs a NaN loss as NaN
+    except (UnicodeDecodeError, ValueError, RecursionError) as exc:
+        raise InputError(f"bad JSON ({str(exc)[:100]})", path=str(path)) from None
+    if not isinstance(data, dict):
+        raise InputError(f"expected a JSON object, got {type(data).__name__}", path=str(path))
+    for key, value in sorted(data.items()):
+        if key not in TRAINER_STATE:
+            raise InputError("not a field of transformers' TrainerState", path=str(path), field=key)
+        check, what = TRAINER_STATE[key]
+        if not check(value):
+            raise InputError(f"expected {what}, got {json.dumps(value)[:60]}", path=str(path), field=key)
+    if "global_step" not in data:
+        raise InputError("missing", path=str(path), field="global_step")
+    if data["global_step"] != step:
+        raise InputError(f"is {data['global_step']}, but the checkpoint is {folder.name} (step {step})",
+                         path=str(path), field="global_step")
+
+
+def read_state(path: Path) -> Any:
+    """What hista saved with ``torch.save`` into a checkpoint (``estimator-<process>.pt``; SPEC
+    §9, §11), loaded with ``weights_only=True`` so that no pickled code runs: tensors, numbers,
+    strings and containers of them. An InputError naming the file when it is missing, not a
+    regular file, empty, or not such a torch archive."""
+    raw = read_input(path, "the estimator state of the checkpoint")
+    if not raw:
+        raise InputError("is empty (a torch archive of the estimator's state was expected)", path=str(path))
+    try:
+        return torch.load(io.BytesIO(raw), map_location="cpu", weights_only=True)
+    except Exception as exc:  # torch raises many types for a damaged or foreign archive
+        raise InputError(f"cannot be read as a torch archive of tensors and numbers ({_torch_reason(exc)}); nothing "
+                         "in it was run", path=str(path)) from None
+
+
+#: the lines torch adds to every refusal of ``weights_only`` loading
+_TORCH_BOILERPLATE = ("Weights only load failed", "Please file an issue", "Check the documentation")
+
+
+def _torch_reason(exc: Exception) -> str:
+    """The first sentence of ``torch.load``'s error that says what is wrong with the file."""
+    lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
+    said = [line for line in lines if not line.startswith(_TORCH_BOILERPLATE)] or [type(exc).__name__]
+    return said[0].split(". ")[0].rstrip(".")[:120]

@@ -171,7 +171,7 @@ def check_output_dir(recipe: Recipe, overwrite: bool = False) -> list[Path]:
         return []
     names = ", ".join(p.name for p in found)
     if recipe.resume:
-        complete, _ = checkpoints.scan(out)
+        complete, _ = checkpoints.scan(out, state_files(recipe))
         if complete:
             check_same_run(recipe)
             return []
@@ -180,6 +180,16 @@ def check_output_dir(recipe: Recipe, overwrite: bool = False) -> list[Path]:
         raise recipe.error("output_dir", f"{out} holds an earlier run ({names}): set resume=true to continue it, "
                            "pass --overwrite to replace it, or choose another output_dir")
     return found
+
+
+def state_files(recipe: Recipe) -> tuple[str, ...]:
+    """The files of hista's state a complete checkpoint of this recipe's run holds besides
+    TRL's (SPEC §9): process 0's ``estimator-0.pt`` when the estimator keeps a state (the
+    probe's history); a checkpoint without the marker and without them was cut short."""
+    from .. import estimators
+
+    cfg = {k: v for k, v in recipe.estimator_config().items() if k not in ("gae_lambda", "scale")}
+    return ("estimator-0.pt",) if estimators.get(cfg.pop("name"), **cfg).state_dict() is not None else ()
 
 
 class ReplaceEarlierRun(TrainerCallback):
@@ -244,6 +254,8 @@ def train(recipe: Recipe, overwrite: bool = False) -> dict:
         print(f"rollouts: {trainer.rollout_source}", flush=True)
     if recipe.eval is not None:
         evaluation.trainer = trainer
+    if checkpoint is not None:  # what the resume reads is checked before anything is written
+        trainer.check_checkpoint(checkpoint[1])
     text = yaml.safe_dump({**recipe.to_dict(), "versions": {"trl": trl.__version__}}, sort_keys=False)
     write_atomic(out / "recipe.yaml", lambda fh: fh.write(text), kind="yaml")
     if checkpoint is not None:
@@ -259,10 +271,11 @@ def train(recipe: Recipe, overwrite: bool = False) -> dict:
 
 def _resume_point(recipe: Recipe, out: Path) -> Optional[tuple[int, Path]]:
     """The (step, folder) of the newest complete checkpoint a ``resume: true`` run continues
-    from (SPEC §9), naming every incomplete checkpoint it skips; None to start from step 0."""
+    from (SPEC §9), naming every incomplete checkpoint it skips, its ``trainer_state.json``
+    checked (:func:`hista.train.checkpoints.check_trainer_state`); None to start from step 0."""
     if not recipe.resume:
         return None
-    complete, incomplete = checkpoints.scan(out)
+    complete, incomplete = checkpoints.scan(out, state_files(recipe))
     for folder, why in incomplete:
         if not complete or int(CHECKPOINT.match(folder.name).group(1)) > complete[-1][0]:
             print(f"resume: skipping {folder} ({why})", flush=True)
@@ -270,6 +283,7 @@ def _resume_point(recipe: Recipe, out: Path) -> Optional[tuple[int, Path]]:
         print(f"resume: no complete checkpoint in {out}; starting from step 0 (an earlier run's files there are "
               "replaced once training starts)", flush=True)
         return None
+    checkpoints.check_trainer_state(complete[-1][1], complete[-1][0])
     return complete[-1]
 
 

@@ -30,12 +30,14 @@ from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
 from trl import GRPOTrainer
 
 from .. import estimators, losses
+from ..errors import InputError
 from ..models.capture import capture_logprob_pass
 from ..models.forward import decoder_layers
 from ..types import Rollout
 from . import checkpoints, rollouts, split
 from .batch import batch_to_groups, build_group, groups_to_batch, unpad
 from .limits import UNSUPPORTED, untrainable
+from .sampler import EpochSampler
 
 
 class HistaGRPOTrainer(GRPOTrainer):
@@ -108,6 +110,16 @@ class HistaGRPOTrainer(GRPOTrainer):
             checkpointing=bool(self.args.activation_checkpointing), bf16=bool(self.args.bf16))
         self.estimator.use_critic(critic)
         return critic
+
+    def _get_train_sampler(self, dataset=None):
+        """TRL's sampler, with each epoch's prompt order a function of (seed, epoch)
+        (:class:`hista.train.sampler.EpochSampler`; SPEC §9: a resumed run draws what an
+        uninterrupted one drew, past the first epoch too)."""
+        return EpochSampler(dataset if dataset is not None else self.train_dataset,
+                            mini_repeat_count=self.num_generations,
+                            batch_size=self.args.generation_batch_size // self.num_generations,
+                            repeat_count=self.num_iterations * self.args.steps_per_generation,
+                            shuffle=self.shuffle_dataset, seed=self.args.seed)
 
     # ---- advantage hook ------------------------------------------------------------------
     def _calculate_rewards(self, inputs, prompts, completions, completion_ids_list):
@@ -279,6 +291,7 @@ class HistaGRPOTrainer(GRPOTrainer):
         if state is not None:  # every process its own (a probe's history holds the groups it estimated)
             folder.mkdir(parents=True, exist_ok=True)
             torch.save(state, folder / f"estimator-{self.accelerator.process_index}.pt")
+        self.accelerator.wait_for_everyone()  # every process's state is written before the marker
         if self.args.should_save:  # last: a checkpoint without it was cut short (hista.train.checkpoints)
             checkpoints.mark_complete(folder, self.state.global_step)
 
@@ -291,9 +304,30 @@ class HistaGRPOTrainer(GRPOTrainer):
         super()._load_optimizer_and_scheduler(checkpoint)
         if checkpoint is not None and self.critic is not None:
             self.critic.load(Path(checkpoint) / "critic")
-        saved = None if checkpoint is None else Path(checkpoint) / f"estimator-{self.accelerator.process_index}.pt"
-        if saved is not None and saved.is_file():
-            self.estimator.load_state_dict(torch.load(saved, map_location="cpu", weights_only=True))
+        if checkpoint is not None and self.estimator.state_dict() is not None:
+            self._load_estimator_state(self.estimator, Path(checkpoint), self.accelerator.process_index)
+
+    def check_checkpoint(self, folder: Path) -> None:
+        """That the checkpoint ``folder`` holds the estimator state a resume continues from
+        (SPEC §9, §11): for an estimator that keeps one (the probe's history), every process's
+        ``estimator-<process>.pt``, read without unpickling code and checked strictly by a fresh
+        estimator of this configuration. A missing, damaged or foreign state is an InputError
+        naming the file and field. Reads only: ``hista train`` calls it before it writes."""
+        if self.estimator.state_dict() is None:
+            return
+        for process in range(self.accelerator.num_processes):
+            self._load_estimator_state(type(self.estimator)(self.estimator.config), folder, process)
+
+    def _load_estimator_state(self, estimator, folder: Path, process: int) -> None:
+        """Load ``estimator-<process>.pt`` of ``folder`` into ``estimator`` (its checks see the
+        policy's hidden-state width); an InputError names the file."""
+        path = folder / f"estimator-{process}.pt"
+        config = self.accelerator.unwrap_model(self.model).config
+        hidden_size = (config.get_text_config() if hasattr(config, "get_text_config") else config).hidden_size
+        try:
+            estimator.load_state_dict(checkpoints.read_state(path), hidden_size=int(hidden_size))
+        except InputError as exc:
+            raise InputError(exc.message, path=str(path), field=exc.field) from None
 
     # ---- loss ----------------------------------------------------------------------------
     def _compute_loss(self, model, inputs):
