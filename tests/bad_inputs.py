@@ -261,10 +261,11 @@ def cases() -> list[Case]:
     ]
     from bad_inputs_29 import cases as issue_29_cases
     from bad_inputs_41 import cases as issue_41_cases
+    from bad_inputs_41_resume import cases as issue_41_resume_cases
     from bad_inputs_critic import cases as critic_cases  # issue 29: these modules build on this one
     from bad_inputs_evaluation import cases as evaluation_cases
 
-    return table + issue_29_cases() + evaluation_cases() + critic_cases() + issue_41_cases()
+    return table + issue_29_cases() + evaluation_cases() + critic_cases() + issue_41_cases() + issue_41_resume_cases()
 
 
 def make_files(root: Path, case: Case) -> None:
