@@ -41,7 +41,7 @@ def tok(request, tiny):
 
 
 def _byte_level_id(tok, byte: int) -> int:
-    char = {b: c for c, b in offsets_module._BYTE_LEVEL.items()}[byte]
+    char = {b: c for c, b in offsets_module.BYTE_LEVEL_CHARS.items()}[byte]
     return tok.backend_tokenizer.token_to_id(char)
 
 
@@ -205,7 +205,7 @@ def test_same_offsets_as_before_on_normal_text(tok):
     for ids in _normal_samples(tok, rng, 400):
         text, offsets = decode_with_offsets(tok, ids)
         _assert_tiles(tok, ids, text, offsets)
-        assert offsets_module._emulated(tok, ids, text) == offsets
+        assert offsets_module.emulated_offsets(tok, ids, text) == offsets
         if "\ufffd" not in text:
             compared += 1
             assert (text, offsets) == _before(tok, ids), ids
@@ -234,7 +234,7 @@ def test_spans_are_the_characters_each_token_completes(tok):
                 ids.append(tok.eos_token_id)
         text, offsets = decode_with_offsets(tok, ids)
         _assert_tiles(tok, ids, text, offsets)
-        chunks = [offsets_module._plan(tok).cache[i] for i in ids]
+        chunks = offsets_module.token_bytes(tok, ids)
         assert [e for _, e in offsets] == _reference_ends(chunks), ids
 
 
@@ -276,7 +276,7 @@ def test_sentencepiece_byte_fallback(sp_tok):
             ids = [rng.randrange(vocab) for _ in range(rng.randrange(1, 40))]
         text, offsets = decode_with_offsets(sp_tok, ids)
         _assert_tiles(sp_tok, ids, text, offsets)
-        assert offsets_module._emulated(sp_tok, ids, text) == offsets, ids
+        assert offsets_module.emulated_offsets(sp_tok, ids, text) == offsets, ids
         if "\ufffd" not in text:
             assert (text, offsets) == _before(sp_tok, ids), ids
 
@@ -295,7 +295,7 @@ def test_cleanup_of_tokenization_spaces_is_followed(tiny):
     decoded, offsets = decode_with_offsets(tok, ids)
     assert decoded != tiny.tokenizer.decode(ids, skip_special_tokens=True)  # cleaned up
     _assert_tiles(tok, ids, decoded, offsets)
-    assert offsets_module._emulated(tok, ids, decoded) == offsets
+    assert offsets_module.emulated_offsets(tok, ids, decoded) == offsets
     assert decoded == "Yes, it is. I'm sure they're here! Isn 't it? x'y,a."
     assert [decoded[s:e] for s, e in offsets] == [
         "Yes", ",", " it", " is", ".", " I", "'", "m", " sure", " they", "'", "re", " here", "!", " Isn", " '",

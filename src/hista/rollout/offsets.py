@@ -54,7 +54,7 @@ def decode_with_offsets(tokenizer, ids: Sequence[int], window: int = 8) -> tuple
     text = _decode(tokenizer, ids)
     if not ids:
         return text, []
-    offsets = _emulated(tokenizer, ids, text)
+    offsets = emulated_offsets(tokenizer, ids, text)
     if offsets is None:
         offsets = _windowed(tokenizer, ids, text, window)
     return text, offsets
@@ -85,11 +85,12 @@ def _byte_level_chars() -> dict[str, int]:
     return chars
 
 
-_BYTE_LEVEL = _byte_level_chars()
+#: GPT-2's byte-to-unicode table, inverted: the character of a byte-level vocabulary -> its byte
+BYTE_LEVEL_CHARS = _byte_level_chars()
 #: str.translate table: a byte-level character to the latin-1 character of its byte; characters
 #: below 256 that are not byte-level characters map to one that latin-1 cannot encode
-_TO_LATIN1 = {ord(c): chr(b) for c, b in _BYTE_LEVEL.items()}
-_TO_LATIN1.update({c: "\uffff" for c in range(256) if chr(c) not in _BYTE_LEVEL})
+_TO_LATIN1 = {ord(c): chr(b) for c, b in BYTE_LEVEL_CHARS.items()}
+_TO_LATIN1.update({c: "\uffff" for c in range(256) if chr(c) not in BYTE_LEVEL_CHARS})
 _BYTE_TOKEN = re.compile(r"<0x(\+?[0-9A-Fa-f]|[0-9A-Fa-f]{2})>")
 _REPLACEMENT = "\ufffd".encode()
 _BYTES = [bytes((b,)) for b in range(256)]
@@ -304,10 +305,17 @@ def _plan(tokenizer, stale=None):
     return plan
 
 
-def _emulated(tokenizer, ids: list[int], text: str):
-    """Offsets from the emulated decoder, or None when the tokenizer is not emulated or the
-    emulation does not reproduce ``text`` (tried again with a new plan if tokens were added or
-    the decoder changed since the plan was made)."""
+def token_bytes(tokenizer, ids: Sequence[int]):
+    """The bytes each token id stands for under the tokenizer's emulated decoder (module
+    docstring), or None when its decoder is not emulated."""
+    plan = _plan(tokenizer)
+    return [plan.cache[int(i)] for i in ids] if plan else None
+
+
+def emulated_offsets(tokenizer, ids: list[int], text: str):
+    """Offsets from the emulated decoder (module docstring), or None when the tokenizer is not
+    emulated or the emulation does not reproduce ``text``, its decode of ``ids`` (tried again
+    with a new plan if tokens were added or the decoder changed since the plan was made)."""
     stale = None
     for _ in range(2):
         plan = _plan(tokenizer, stale)
