@@ -13,14 +13,19 @@ nearest built-in class the completion's exception derives from, so a test that e
 ``ValueError`` still passes; a reply that is not plain data, a process that ends or a call that
 never returns ends the judge at once with a verdict no test code can catch.
 
-This module is the source both sides run (the sandbox's interpreter, standard library only):
-the verifier ships it with the call ``judge()`` or ``serve()`` appended. It imports nothing of
-hista, so hista's own tests import it to check the encoding.
+The encoding is hista's own, read by a strict decoder in linear time: a tag byte, then
+``N``/``T``/``F`` (None, True, False); ``i<hex>;`` (int); ``d<float.hex()>;`` (float);
+``u<n>:<n bytes of UTF-8>`` (str, lone surrogates kept); ``b<n>:<n bytes>`` (bytes);
+``[``, ``(``, ``{``, ``<`` and ``/`` with ``<n>:`` and n items (list, tuple, set, frozenset;
+n key-value pairs for a dict). A message is 8 bytes of length, then one encoded value.
+
+This module is the source both sides run (the sandbox's interpreter, with nothing to import but
+built-in modules, so that neither side pays for loading ``json`` or ``re``): the verifier ships
+it with the call ``judge()`` or ``serve(name)`` appended. It imports nothing of hista, so
+hista's own tests import it to check the encoding.
 """
 
-import base64
 import builtins
-import json
 import os
 import sys
 
@@ -30,38 +35,46 @@ MAX_DEPTH = 100
 MAX_MESSAGE = 16 * 1024 * 1024
 #: longest exception message passed on, in characters
 MAX_EXCEPTION_TEXT = 1000
-#: ints beyond ±2**53 travel as hexadecimal text (exact, and linear to convert)
-_EXACT = 2 ** 53
-_TAGS = {list: "l", tuple: "t", set: "s", frozenset: "f"}
+#: the verdict line the judge prints last: ``VERDICT pass N`` or ``VERDICT fail REASON``
+VERDICT = "hista-verdict:"
+_TAGS = {list: b"[", tuple: b"(", set: b"{", frozenset: b"<", dict: b"/"}
 _TYPES = {tag: kind for kind, tag in _TAGS.items()}
 
 
 class PlainDataError(ValueError):
-    """A value that is not plain data (module docstring), or a message that does not decode."""
+    """A value that is not plain data (module docstring), or bytes that do not decode to one."""
 
 
-def encode(value, depth: int = 0, path: frozenset = frozenset()):
-    """``value`` as JSON-ready data (module docstring): None, bools, strs and floats stay;
-    ints beyond 2**53 become ``["I", hex]``, bytes ``["b", base64]``, containers
-    ``[tag, *items]`` (dicts ``["d", key, value, ...]``). Raises PlainDataError naming the
-    offending type."""
+def encode(value) -> bytes:
+    """``value`` in the encoding of the module docstring; PlainDataError naming the first part
+    that is not plain data."""
+    out: list = []
+    _put(value, out, 0, frozenset())
+    return b"".join(out)
+
+
+def _put(value, out: list, depth: int, path: frozenset) -> None:
     kind = type(value)
-    if value is None or kind in (bool, str, float):
-        return value
-    if kind is int:
-        return value if -_EXACT < value < _EXACT else ["I", format(value, "x")]
-    if kind is bytes:
-        return ["b", base64.b64encode(value).decode("ascii")]
-    if kind not in _TAGS and kind is not dict:
+    if value is None or kind is bool:
+        out.append(b"N" if value is None else b"T" if value else b"F")
+    elif kind is int:
+        out.append(b"i%x;" % value)
+    elif kind is float:
+        out.append(b"d" + value.hex().encode("ascii") + b";")
+    elif kind is str or kind is bytes:
+        data = value.encode("utf-8", "surrogatepass") if kind is str else value
+        out += [b"u%d:" % len(data) if kind is str else b"b%d:" % len(data), data]
+    elif kind in _TAGS:
+        if depth >= MAX_DEPTH:
+            raise PlainDataError(f"nesting deeper than {MAX_DEPTH}")
+        if id(value) in path:
+            raise PlainDataError(f"a {kind.__name__} that contains itself")
+        out.append(_TAGS[kind] + b"%d:" % len(value))
+        path = path | {id(value)}
+        for item in (x for pair in value.items() for x in pair) if kind is dict else value:
+            _put(item, out, depth + 1, path)
+    else:
         raise PlainDataError(f"a {_name(kind)}")
-    if depth >= MAX_DEPTH:
-        raise PlainDataError(f"nesting deeper than {MAX_DEPTH}")
-    if id(value) in path:
-        raise PlainDataError(f"a {kind.__name__} that contains itself")
-    path = path | {id(value)}
-    if kind is dict:
-        return ["d", *(encode(x, depth + 1, path) for item in value.items() for x in item)]
-    return [_TAGS[kind], *(encode(x, depth + 1, path) for x in value)]
 
 
 def _name(kind: type) -> str:
@@ -70,42 +83,75 @@ def _name(kind: type) -> str:
     return name if module == "builtins" else f"{name} ({str(module)[:40]})"
 
 
-def decode(data, depth: int = 0):
+def decode(data: bytes):
     """The value :func:`encode` turned into ``data``; PlainDataError for anything else."""
-    kind = type(data)
-    if data is None or kind in (bool, str, float, int):
-        return data
-    if kind is not list or not data or type(data[0]) is not str:
-        raise PlainDataError(f"unexpected {kind.__name__} in a message")
+    try:
+        value, end = _get(data, 0, 0)
+    except (TypeError, ValueError, OverflowError) as exc:  # unhashable members, bad digits or UTF-8
+        raise PlainDataError(str(exc)[:120] if isinstance(exc, PlainDataError) else
+                             f"bytes that do not decode ({type(exc).__name__})") from None
+    if end != len(data):
+        raise PlainDataError("bytes after the value")
+    return value
+
+
+def _get(data: bytes, i: int, depth: int):
+    """The value that starts at ``data[i]`` and the index after it."""
+    tag = data[i:i + 1]
+    i += 1
+    if not tag:
+        raise PlainDataError("a message that ends early")
+    if tag in (b"N", b"T", b"F"):
+        return {b"N": None, b"T": True, b"F": False}[tag], i
+    if tag in (b"i", b"d"):
+        end = data.find(b";", i)
+        if end < 0:
+            raise PlainDataError("a number without its end")
+        text = data[i:end].decode("ascii")
+        return (int(text, 16) if tag == b"i" else float.fromhex(text)), end + 1
+    colon = data.find(b":", i, i + 12)
+    if tag not in (b"u", b"b", *_TYPES) or colon < 0 or not data[i:colon].isdigit():
+        raise PlainDataError(f"unknown tag {tag!r}, or a length without its end")
+    count, i = int(data[i:colon]), colon + 1
+    if tag in (b"u", b"b"):
+        if i + count > len(data):
+            raise PlainDataError("a string longer than the message")
+        raw = data[i:i + count]
+        return (raw.decode("utf-8", "surrogatepass") if tag == b"u" else raw), i + count
+    kind = _TYPES[tag]
     if depth >= MAX_DEPTH:
         raise PlainDataError(f"nesting deeper than {MAX_DEPTH}")
-    tag, items = data[0], data[1:]
-    try:
-        if tag == "I" and len(items) == 1 and type(items[0]) is str:
-            return int(items[0], 16)
-        if tag == "b" and len(items) == 1 and type(items[0]) is str:
-            return base64.b64decode(items[0], validate=True)
-        values = [decode(x, depth + 1) for x in items]
-        if tag == "d" and len(values) % 2 == 0:
-            return dict(zip(values[::2], values[1::2]))
-        if tag in _TYPES:
-            return _TYPES[tag](values)
-    except (TypeError, ValueError) as exc:  # unhashable keys or members, bad digits
-        raise PlainDataError(f"a {tag!r} item does not decode: {type(exc).__name__}") from None
-    raise PlainDataError(f"unknown tag {tag[:20]!r} in a message")
+    n = 2 * count if kind is dict else count
+    if n > len(data) - i:  # every item takes a byte at least
+        raise PlainDataError("more items than the message holds")
+    items = []
+    for _ in range(n):
+        item, i = _get(data, i, depth + 1)
+        items.append(item)
+    return (dict(zip(items[::2], items[1::2])) if kind is dict else kind(items)), i
 
 
-def dumps(message) -> bytes:
-    """One message, a line of JSON (containers already encoded)."""
-    return json.dumps(message, separators=(",", ":")).encode("ascii") + b"\n"
+def send(stream, value) -> None:
+    """Write one message (8 bytes of length, then ``value`` encoded) to a binary stream."""
+    data = encode(value)
+    stream.write(len(data).to_bytes(8, "big") + data)
+    stream.flush()
 
 
-def loads(line: bytes):
-    """The message of one line; PlainDataError when it is not JSON."""
-    try:
-        return json.loads(line)
-    except (ValueError, RecursionError) as exc:
-        raise PlainDataError(f"a message is not JSON ({type(exc).__name__})") from None
+def receive(stream):
+    """The value of the next message of a binary stream; None at its end (EOFError when it ends
+    inside a message); PlainDataError for one over ``MAX_MESSAGE`` bytes or one that does not
+    decode."""
+    head = stream.read(8)
+    if not head:
+        return None
+    size = int.from_bytes(head, "big")
+    if len(head) < 8 or size > MAX_MESSAGE:
+        raise PlainDataError(f"a message of {size} bytes" if len(head) == 8 else "a cut message")
+    data = stream.read(size)
+    if len(data) < size:
+        raise EOFError("a message cut short")
+    return decode(data)
 
 
 # ------------------------------------------------------------------------------ the judge
@@ -114,7 +160,7 @@ def loads(line: bytes):
 def _fail(reason: str) -> None:
     """Print the failing verdict and end the judge now: ``os._exit`` runs no handler, so no
     ``try``/``except`` of the test code sees it."""
-    sys.stdout.write(json.dumps({"verdict": "fail", "reason": reason}) + "\n")
+    sys.stdout.write(f"\n{VERDICT} fail {' '.join(str(reason).split())}\n")
     sys.stdout.flush()
     os._exit(3)
 
@@ -133,23 +179,18 @@ class Function:
         self.calls += 1
         where = f"call {self.calls}"
         try:
-            message = dumps(["call", encode(list(args)), encode(kwargs)])
+            send(self._calls, ("call", args, kwargs))
         except PlainDataError as exc:
             _fail(f"{where}: the test's arguments cannot be sent to the function: {exc}")
-        try:
-            self._calls.write(message)
-            self._calls.flush()
-            line = self._replies.readline(MAX_MESSAGE + 1)
         except OSError:
-            line = b""
-        if not line:
             _fail(f"{where}: the function's process ended")
-        if not line.endswith(b"\n"):
-            _fail(f"{where}: a reply longer than {MAX_MESSAGE} bytes")
         try:
-            value, error = _reply(loads(line))
+            reply = receive(self._replies)
+            value, error = _reply(reply)
+        except (OSError, EOFError):
+            _fail(f"{where}: the function's process ended")
         except PlainDataError as exc:
-            _fail(f"{where}: the function's reply is not plain data: {exc}"[:300])
+            _fail(f"{where}: the function's reply is not plain data: {exc}")
         if error is not None:
             raise error
         return value
@@ -159,17 +200,19 @@ class Function:
 
 
 def _reply(message) -> tuple:
-    """(value, None) of an ``ok`` reply, (None, the exception) of a ``raise``; PlainDataError
-    for a ``bad`` reply and anything else."""
-    if type(message) is not list or not message:
+    """(value, None) of an ``ok`` reply, (None, the exception) of a ``raise``; EOFError for no
+    reply; PlainDataError for a ``bad`` reply and anything else."""
+    if message is None:
+        raise EOFError("no reply")
+    if type(message) is not tuple or not message:
         raise PlainDataError(f"a reply that is a {type(message).__name__}")
     kind, rest = message[0], message[1:]
     if kind == "ok" and len(rest) == 1:
-        return decode(rest[0]), None
+        return rest[0], None
     if kind == "raise" and len(rest) == 2:
         return None, _exception(*rest)
     if kind == "bad" and len(rest) == 1 and type(rest[0]) is str:
-        raise PlainDataError(rest[0])
+        raise PlainDataError(rest[0][:200])
     raise PlainDataError("a reply of an unknown form")
 
 
@@ -188,14 +231,14 @@ def _exception(names, message) -> Exception:
 
 
 def judge() -> None:
-    """The trusted side: read the problem (JSON ``prompt``, ``test``, ``entry_point``,
-    ``check``) from stdin, print ``ready``, run the prompt's code (imports, helpers), bind the
-    entry point to a :class:`Function`, run the test code and ``check(entry_point)`` when
-    ``check`` is set, and print the passing verdict. An assertion or error of the tests ends it
-    with a traceback; no call to the function is a failure."""
+    """The trusted side: read the problem (a dict with ``prompt``, ``test``, ``entry_point``,
+    ``check``, encoded) from stdin, print ``ready``, run the prompt's code (imports, helpers),
+    bind the entry point to a :class:`Function`, run the test code and ``check(entry_point)``
+    when ``check`` is set, and print the passing verdict. An assertion or error of the tests
+    ends it with a traceback; no call to the function is a failure."""
     rfd, wfd = (int(x) for x in sys.argv[1:3])
     _not_dumpable()
-    problem = json.loads(sys.stdin.buffer.read())
+    problem = decode(sys.stdin.buffer.read())
     print("ready", flush=True)
     function = Function(problem["entry_point"], rfd, wfd)
     namespace = {"__name__": "__main__"}
@@ -209,7 +252,7 @@ def judge() -> None:
         namespace["check"](function)
     if not function.calls:
         _fail("the tests never called the function")
-    print(json.dumps({"verdict": "pass", "calls": function.calls}), flush=True)
+    print(f"\n{VERDICT} pass {function.calls}", flush=True)
 
 
 def _not_dumpable() -> None:
@@ -228,8 +271,8 @@ def _not_dumpable() -> None:
 
 def serve(name: str) -> None:
     """The untrusted side: run ``main.py`` (the completion's module) as module ``solution``, then
-    answer each call of its function ``name`` with ``["ok", value]``, ``["raise", class names,
-    message]``, or ``["bad", why]`` when the value is not plain data. The module's own errors
+    answer each call of its function ``name`` with ``("ok", value)``, ``("raise", class names,
+    message)``, or ``("bad", why)`` when the value is not plain data. The module's own errors
     end the process with a traceback."""
     rfd, wfd = (int(x) for x in sys.argv[1:3])
     namespace = {"__name__": "solution"}
@@ -240,19 +283,17 @@ def serve(name: str) -> None:
     if not callable(function):
         sys.exit(f"NameError: the code defines no function {name!r}")
     calls, replies = os.fdopen(rfd, "rb"), os.fdopen(wfd, "wb")
-    for line in calls:
-        _, args, kwargs = loads(line)
+    while (call := receive(calls)) is not None:
+        _, args, kwargs = call
         try:
-            result = function(*decode(args), **decode(kwargs))
+            result = function(*args, **kwargs)
         except Exception as exc:
-            reply = ["raise", [k.__name__ for k in type(exc).__mro__], _text(exc)]
-        else:
-            try:
-                reply = ["ok", encode(result)]
-            except PlainDataError as exc:
-                reply = ["bad", f"the function returned {exc}"]
-        replies.write(dumps(reply))
-        replies.flush()
+            send(replies, ("raise", [k.__name__ for k in type(exc).__mro__], _text(exc)))
+            continue
+        try:
+            send(replies, ("ok", result))  # encoded whole before a byte is written
+        except PlainDataError as exc:
+            send(replies, ("bad", f"the function returned {exc}"))
 
 
 def _text(exc: BaseException) -> str:

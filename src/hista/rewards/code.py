@@ -347,13 +347,14 @@ def _boundary_source() -> str:
     return Path(boundary.__file__).read_text(encoding="utf-8")
 
 
-def _verdict(stdout: str) -> Optional[dict]:
-    """The judge's verdict: its last line of output, when that is a verdict object."""
-    try:
-        verdict = json.loads(_last_line(stdout))
-    except ValueError:
+def _verdict(stdout: str) -> Optional[tuple[str, str]]:
+    """The judge's verdict, ``("pass", calls)`` or ``("fail", reason)``: its last line of output,
+    when that is a verdict."""
+    line = _last_line(stdout)
+    if not line.startswith(boundary.VERDICT + " "):
         return None
-    return verdict if isinstance(verdict, dict) and verdict.get("verdict") in ("pass", "fail") else None
+    kind, _, rest = line[len(boundary.VERDICT) + 1:].partition(" ")
+    return (kind, rest) if kind in ("pass", "fail") else None
 
 
 def _function_failure(judge: Any, subject: Any) -> Optional[str]:
@@ -361,10 +362,10 @@ def _function_failure(judge: Any, subject: Any) -> Optional[str]:
     exit status and last line of stderr when its process ended; else a timeout, an output limit,
     or the failed assertion or error of the tests (the code verifier's reasons, escaped)."""
     verdict = _verdict(judge.stdout)
-    if verdict is not None and verdict["verdict"] == "pass" and judge.returncode == 0:
+    if verdict is not None and verdict[0] == "pass" and judge.returncode == 0:
         return None
-    if verdict is not None and verdict["verdict"] == "fail":
-        reason, cut = _excerpt(str(verdict.get("reason")), 2 * EXCERPT_CHARS)
+    if verdict is not None and verdict[0] == "fail":
+        reason, cut = _excerpt(verdict[1], 2 * EXCERPT_CHARS)
         reason += "..." if cut else ""
         if subject is not None and reason.endswith("process ended") and subject.returncode is not None:
             detail, cut = _excerpt(_last_line(subject.stderr))
@@ -398,7 +399,7 @@ def verify_python_tests(completion: Any, answer: Any, *, timeout_s: float = 10.0
         problem = {**spec, "check": _first_def(spec["test"], "check", top_level=True) is not None}
         module = assemble_function(completion, spec["prompt"], spec["entry_point"])
         source = _boundary_source()
-        judge, subject = run_judged(source + "\njudge()\n", json.dumps(problem),
+        judge, subject = run_judged(source + "\njudge()\n", boundary.encode(problem),
                                     source + f"\nserve({spec['entry_point']!r})\n", module,
                                     timeout_s=timeout_s, memory_mb=memory_mb, max_processes=max_processes,
                                     max_output_bytes=max_output_bytes)

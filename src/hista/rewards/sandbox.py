@@ -505,7 +505,7 @@ def _kill_group(proc: subprocess.Popen) -> None:
         pass
 
 
-def _launch(backend: str, python: str, extra: Sequence[str], workdir: str, inner: Sequence[str], stdin: str,
+def _launch(backend: str, python: str, extra: Sequence[str], workdir: str, inner: Sequence[str], stdin: bytes,
             pass_fds: Sequence[int] = ()) -> subprocess.Popen:
     """Start ``inner`` (the interpreter's command line) in the sandbox of ``backend`` with ``stdin``
     (an unlinked temporary file: no pipe to feed, no deadlock), in its own session, with no file
@@ -513,7 +513,7 @@ def _launch(backend: str, python: str, extra: Sequence[str], workdir: str, inner
     cmd = _bwrap_prefix(workdir, extra) + list(inner) if backend == "bwrap" else list(inner)
     drop: dict = {"user": NOBODY_ID, "group": NOBODY_ID, "extra_groups": []} if _is_root() else {}
     with tempfile.TemporaryFile() as stdin_file:
-        stdin_file.write(stdin.encode("utf-8", errors="replace"))
+        stdin_file.write(stdin)
         stdin_file.seek(0)
         return subprocess.Popen(cmd, stdin=stdin_file, stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=workdir,
                                 env=_env(_inside(workdir) if backend == "bwrap" else workdir),
@@ -610,7 +610,7 @@ def _run_in(backend: str, python: str, extra: Sequence[str], workdir: str, code:
     limits = _limit_args(memory_mb, max_processes, cpu_s, file_size_mb)
     start = time.monotonic()
     proc = _launch(backend, python, extra, workdir, [python, "-I", "-S", "-c", _WRAPPER, *limits, python, "-s",
-                                                     _PROGRAM], stdin)
+                                                     _PROGRAM], stdin.encode("utf-8", errors="replace"))
     deadline = start + float(timeout_s)
     streams = _Streams(max_output_bytes)
     try:
@@ -673,7 +673,7 @@ def run_sandboxed(
         _remove_tree(workdir)
 
 
-def run_judged(judge: str, judge_input: str, subject: str, module: str, *, timeout_s: float = 10.0,
+def run_judged(judge: str, judge_input: bytes, subject: str, module: str, *, timeout_s: float = 10.0,
                memory_mb: int = 1024, max_processes: int = 64, max_output_bytes: int = 65536,
                ) -> tuple[SandboxResult, Optional[SandboxResult]]:
     """Run a trusted program and an untrusted one, each in a sandbox of its own, connected only by
@@ -711,7 +711,7 @@ def run_judged(judge: str, judge_input: str, subject: str, module: str, *, timeo
         if not timed_out and not streams.truncated and streams.open(procs[0]):
             ends = (to_subject[0], to_judge[1])
             procs.append(_launch(backend, python, extra, subject_dir,
-                                 [python, "-s", "-c", _LIMITS + subject, *limits, *map(str, ends)], "", ends))
+                                 [python, "-s", "-c", _LIMITS + subject, *limits, *map(str, ends)], b"", ends))
             streams.add(procs[1])
         for fd in (*to_subject, *to_judge):
             os.close(fd)
