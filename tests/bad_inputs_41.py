@@ -100,6 +100,18 @@ def _built_before_huge(root: Path) -> None:
         os.fsync(f.fileno())
 
 
+def _trained_before_huge(root: Path) -> None:
+    """A finished one-step run (RECIPE on ``jsonl:t.jsonl``, then the short problem alone) in
+    ``run/``; the task file then grew by the 2 MB problem, which a resumed run would draw."""
+    (root / "t.jsonl").write_bytes(_prompts(SMALL)["t.jsonl"])
+    (root / "recipe.yaml").write_text(RECIPE + "  save_steps: 1\n")
+    from hista.cli import main
+
+    with contextlib.chdir(root), contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
+        assert main([*DRY, "tasks=jsonl:t.jsonl"]) == 0
+    (root / "t.jsonl").write_bytes(HUGE_PROMPT["t.jsonl"])
+
+
 def cases() -> list[Case]:
     """Every bad input of issue 41's item 5 that a command line shows, resume excepted, and the
     rows without tests of its item 1."""
@@ -181,4 +193,22 @@ def cases() -> list[Case]:
         Case("41 sveb build resumed with a 2 MB prompt left (an unterminated last line)", BUILD_FILE,
              ("jsonl:t.jsonl/huge", "tokens", "4096"), setup=_built_before_huge),
         Case("41 sveb run with a 2 MB prompt", SVEB_RUN_FILE, ("jsonl:t.jsonl/huge", "tokens", "4096"), HUGE_PROMPT),
+        # ... and in hista train (the prompt as TRL poses it, with trl.max_completion_length)
+        Case("41 train --dry-run with a 2 MB prompt", [*DRY, "tasks=jsonl:t.jsonl", "--dry-run"],
+             ("recipe.yaml", "tasks", "jsonl:t.jsonl/huge", "tokens", "4096"),
+             {**HUGE_PROMPT, "recipe.yaml": RECIPE.encode()}),
+        Case("41 train (the run) with a 2 MB prompt", [*DRY, "tasks=jsonl:t.jsonl"],
+             ("recipe.yaml", "tasks", "jsonl:t.jsonl/huge", "tokens", "4096"),
+             {**HUGE_PROMPT, "recipe.yaml": RECIPE.encode()}),
+        Case("41 train --dry-run with a prompt that passes the context with its completion",
+             [*DRY, "tasks=jsonl:t.jsonl", "trl.max_completion_length=64", "--dry-run"],
+             ("recipe.yaml", "tasks", "jsonl:t.jsonl/long", "tokens", "trl.max_completion_length", "4096"),
+             {**LONG_PROMPT, "recipe.yaml": RECIPE.encode()}),
+        Case("41 train (the run) with a prompt that passes the context with its completion",
+             [*DRY, "tasks=jsonl:t.jsonl", "trl.max_completion_length=64"],
+             ("recipe.yaml", "tasks", "jsonl:t.jsonl/long", "tokens", "trl.max_completion_length", "4096"),
+             {**LONG_PROMPT, "recipe.yaml": RECIPE.encode()}),
+        Case("41 train resumed with a 2 MB prompt added to its task file",
+             [*DRY, "tasks=jsonl:t.jsonl", "resume=true", "trl.max_steps=2"],
+             ("recipe.yaml", "tasks", "jsonl:t.jsonl/huge", "tokens", "4096"), setup=_trained_before_huge),
     ]

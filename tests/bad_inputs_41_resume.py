@@ -1,9 +1,10 @@
 """Bad inputs of issue 41, item 5, that a resumed training run reads (SPEC §9, §11): a probe's
 state in ``checkpoint-N/estimator-0.pt`` tampered with, deleted or replaced by a folder, NaN in
-its history, and ``trainer_state.json`` fields a resume would trust. Each resume exits 2 with a
-message naming the file and field, prints no traceback, and changes no file, ``recipe.yaml``
-of the run included (the refusal comes before the resume writes anything;
-tests/test_bad_inputs.py)."""
+its history, ``trainer_state.json`` fields a resume would trust, and the generation state
+``checkpoint-N/generation-0.pt`` (TRL's micro-step counter and, inside a generation batch, the
+batch: issue 41, item 4) tampered with or deleted. Each resume exits 2 with a message naming
+the file and field, prints no traceback, and changes no file, ``recipe.yaml`` of the run
+included (the refusal comes before the resume writes anything; tests/test_bad_inputs.py)."""
 
 from __future__ import annotations
 
@@ -23,23 +24,30 @@ PROBE_RECIPE = RECIPE.replace("bf16: false", "bf16: false\n  save_steps: 1") + "
 RESUME = ["train", "recipe.yaml", "resume=true", "trl.max_steps=2"]
 STATE = "run/checkpoint-1/estimator-0.pt"
 TRAINER_STATE = "run/checkpoint-1/trainer_state.json"
+GENERATION = "run/checkpoint-1/generation-0.pt"
+#: the probe run with each generation batch trained twice: its checkpoint-1 falls inside the
+#: batch drawn at step 0, and generation-0.pt holds that batch
+REUSED_RECIPE = PROBE_RECIPE.replace("bf16: false", "bf16: false\n  num_iterations: 2")
+#: Numca keeping its value tables per prompt across steps (checkpointed in estimator-0.pt)
+NUMCA_RECIPE = PROBE_RECIPE.replace("name: probe", "name: numca\n  persist: true")
 _TEMPLATE: dict[str, Path] = {}
 
 
-def _probe_run(root: Path) -> None:
-    """A finished one-step probe run in ``root/run`` from ``root/recipe.yaml``, copied from one
-    trained once per process (its checkpoint-1 holds the probe's history of one batch)."""
-    if "run" not in _TEMPLATE:
+def _probe_run(root: Path, recipe: str = PROBE_RECIPE) -> None:
+    """A finished one-step probe run of ``recipe`` in ``root/run`` from ``root/recipe.yaml``,
+    copied from one trained once per process (its checkpoint-1 holds the probe's history of one
+    batch)."""
+    if recipe not in _TEMPLATE:
         from hista.cli import main
 
         template = Path(tempfile.mkdtemp(prefix="hista-probe-run-"))
         atexit.register(shutil.rmtree, template, True)
-        (template / "recipe.yaml").write_text(PROBE_RECIPE)
+        (template / "recipe.yaml").write_text(recipe)
         assert main(["train", str(template / "recipe.yaml"), f"output_dir={template / 'run'}"]) == 0
         text = (template / "run" / "recipe.yaml").read_text().replace(str(template / "run"), "run")
         (template / "run" / "recipe.yaml").write_text(text)  # as `output_dir: run` wrote it, relative to root
-        _TEMPLATE["run"] = template
-    shutil.copytree(_TEMPLATE["run"], root, dirs_exist_ok=True)
+        _TEMPLATE[recipe] = template
+    shutil.copytree(_TEMPLATE[recipe], root, dirs_exist_ok=True)
 
 
 def _state(change: Callable[[dict], None]) -> Callable[[Path], None]:
@@ -62,6 +70,26 @@ def _saved(value: Callable[[dict], Any]) -> Callable[[Path], None]:
         _probe_run(root)
         torch.save(value(torch.load(root / STATE, weights_only=True)), root / STATE)
     return setup
+
+
+def _numca_state(change: Callable[[dict], Any]) -> Callable[[Path], None]:
+    """A setup: the Numca run, its ``estimator-0.pt`` changed in place by ``change`` (or, when
+    ``change`` is None, deleted)."""
+    def setup(root: Path) -> None:
+        import torch
+
+        _probe_run(root, NUMCA_RECIPE)
+        if change is None:
+            (root / STATE).unlink()
+            return
+        state = torch.load(root / STATE, weights_only=True)
+        change(state)
+        torch.save(state, root / STATE)
+    return setup
+
+
+def _first_table(state: dict) -> dict:
+    return next(iter(state["tables"].values()))
 
 
 def _raw_state(content: bytes) -> Callable[[Path], None]:
@@ -121,6 +149,57 @@ def _nan(state: dict) -> None:
     state["history"][0]["x"][3] = float("nan")
 
 
+def _generation(change: Callable[[dict], None], recipe: str = REUSED_RECIPE) -> Callable[[Path], None]:
+    """A setup: the run of ``recipe`` (by default inside a generation batch at checkpoint-1), its
+    ``generation-0.pt`` changed in place by ``change``."""
+    def setup(root: Path) -> None:
+        import torch
+
+        _probe_run(root, recipe)
+        state = torch.load(root / GENERATION, weights_only=True)
+        change(state)
+        torch.save(state, root / GENERATION)
+    return setup
+
+
+def _generation_saved(value: Callable[[dict], Any]) -> Callable[[Path], None]:
+    """A setup: the run inside a generation batch, its ``generation-0.pt`` replaced by
+    ``value(state)``."""
+    def setup(root: Path) -> None:
+        import torch
+
+        _probe_run(root, REUSED_RECIPE)
+        torch.save(value(torch.load(root / GENERATION, weights_only=True)), root / GENERATION)
+    return setup
+
+
+def _raw_generation(content: bytes) -> Callable[[Path], None]:
+    def setup(root: Path) -> None:
+        _probe_run(root, REUSED_RECIPE)
+        (root / GENERATION).write_bytes(content)
+    return setup
+
+
+def _no_generation(recipe: str) -> Callable[[Path], None]:
+    def setup(root: Path) -> None:
+        _probe_run(root, recipe)
+        (root / GENERATION).unlink()
+    return setup
+
+
+def _slice(change: Callable[[dict], None]) -> Callable[[dict], None]:
+    """``change`` applied to the first slice of the saved generation batch."""
+    return lambda state: change(state["batch"][0])
+
+
+def _token_beyond_vocabulary(part: dict) -> None:
+    part["completion_ids"][0, 0] = 10 ** 6
+
+
+def _nan_advantage(part: dict) -> None:
+    part["advantages"][0, 0] = float("nan")
+
+
 def cases() -> list[Case]:
     """Every bad input of a resume listed in issue 41, item 5 (tampered, missing and silently
     trusted state), plus a few of the same kind."""
@@ -175,4 +254,70 @@ def cases() -> list[Case]:
         Case("41.5 resume refused with another allowed change: recipe.yaml is not rewritten",
              [*RESUME, "trl.save_steps=2", "trl.logging_steps=2"], (STATE, "history[0].x", "NaN"),
              setup=_state(_nan)),
+        # the generation state (item 4: a checkpoint inside a generation batch resumes on that batch)
+        Case("41.4 resume: generation-0.pt deleted (inside a generation batch)", RESUME, (GENERATION, "does not exist"),
+             setup=_no_generation(REUSED_RECIPE)),
+        Case("41.4 resume: generation-0.pt deleted (on a batch boundary)", RESUME, (GENERATION, "does not exist"),
+             setup=_no_generation(PROBE_RECIPE)),
+        Case("41.4 resume: generation-0.pt of garbage bytes", RESUME, (GENERATION, "torch archive"),
+             setup=_raw_generation(bytes(range(256)) * 4)),
+        Case("41.4 resume: generation-0.pt an empty file", RESUME, (GENERATION, "empty"), setup=_raw_generation(b"")),
+        Case("41.4 resume: generation-0.pt holding a list", RESUME, (GENERATION, "field 'step'", "list"),
+             setup=_generation_saved(lambda s: [s])),
+        Case("41.4 resume: generation-0.pt with an extra key", RESUME, (GENERATION, "field 'extra'"),
+             setup=_generation(lambda s: s.update(extra=1))),
+        Case("41.4 resume: generation-0.pt without its micro-step counter", RESUME, (GENERATION, "field 'step'",
+                                                                                    "missing"),
+             setup=_generation(lambda s: s.__delitem__("step"))),
+        Case("41.4 resume: generation-0.pt with the counter a string", RESUME, (GENERATION, "field 'step'", "'1'"),
+             setup=_generation(lambda s: s.update(step="1"))),
+        Case("41.4 resume: generation-0.pt with the counter -1", RESUME, (GENERATION, "field 'step'", "-1"),
+             setup=_generation(lambda s: s.update(step=-1))),
+        Case("41.4 resume: generation-0.pt of another checkpoint (global_step 5)", RESUME,
+             (GENERATION, "field 'global_step'", "5"), setup=_generation(lambda s: s.update(global_step=5))),
+        Case("41.4 resume: generation-0.pt without the batch it falls inside", RESUME,
+             (GENERATION, "field 'batch'", "missing"), setup=_generation(lambda s: s.update(batch=None))),
+        Case("41.4 resume: generation-0.pt with a batch on a boundary", RESUME, (GENERATION, "field 'batch'", "null"),
+             setup=_generation(lambda s: s.update(batch=[]), PROBE_RECIPE)),
+        Case("41.4 resume: generation-0.pt with two slices of one", RESUME, (GENERATION, "field 'batch'", "2 slices"),
+             setup=_generation(lambda s: s.update(batch=s["batch"] * 2))),
+        Case("41.4 resume: generation-0.pt whose slice is a string", RESUME, (GENERATION, "field 'batch[0]'", "str"),
+             setup=_generation(lambda s: s.update(batch=["prompt_ids"]))),
+        Case("41.4 resume: generation-0.pt with an extra key in the batch", RESUME,
+             (GENERATION, "batch[0].pixel_values", "text-only"),
+             setup=_generation(_slice(lambda p: p.update(pixel_values=p["advantages"])))),
+        Case("41.4 resume: generation-0.pt without the old log-probs", RESUME,
+             (GENERATION, "batch[0].old_per_token_logps", "missing"),
+             setup=_generation(_slice(lambda p: p.__delitem__("old_per_token_logps")))),
+        Case("41.4 resume: generation-0.pt with completion_ids a list", RESUME,
+             (GENERATION, "batch[0].completion_ids", "list"),
+             setup=_generation(_slice(lambda p: p.update(completion_ids=p["completion_ids"].tolist())))),
+        Case("41.4 resume: generation-0.pt with float token ids", RESUME,
+             (GENERATION, "batch[0].prompt_ids", "integer"),
+             setup=_generation(_slice(lambda p: p.update(prompt_ids=p["prompt_ids"].double())))),
+        Case("41.4 resume: generation-0.pt with a token beyond the vocabulary", RESUME,
+             (GENERATION, "batch[0].completion_ids", "vocabulary"),
+             setup=_generation(_slice(_token_beyond_vocabulary))),
+        Case("41.4 resume: generation-0.pt with a prompt mask of another length", RESUME,
+             (GENERATION, "batch[0].prompt_mask", "shape"),
+             setup=_generation(_slice(lambda p: p.update(prompt_mask=p["prompt_mask"][:, 1:].clone())))),
+        Case("41.4 resume: generation-0.pt with a row too many", RESUME, (GENERATION, "batch[0].advantages", "4 rows"),
+             setup=_generation(_slice(lambda p: p.update(advantages=p["advantages"].repeat(2, 1))))),
+        Case("41.4 resume: generation-0.pt with a mask of 2s", RESUME,
+             (GENERATION, "batch[0].completion_mask", "0 or 1"),
+             setup=_generation(_slice(lambda p: p.update(completion_mask=p["completion_mask"] * 2)))),
+        Case("41.4 resume: generation-0.pt with NaN in the advantages", RESUME,
+             (GENERATION, "batch[0].advantages", "NaN"), setup=_generation(_slice(_nan_advantage))),
+        Case("41.4 resume: generation-0.pt with num_items_in_batch -1", RESUME,
+             (GENERATION, "batch[0].num_items_in_batch", ">= 0"),
+             setup=_generation(_slice(lambda p: p.update(num_items_in_batch=p["num_items_in_batch"] * 0 - 1)))),
+        # Numca's value tables (persist: true), checkpointed since item 4
+        Case("41.4 resume: Numca's estimator-0.pt deleted", RESUME, (STATE, "does not exist"),
+             setup=_numca_state(None)),
+        Case("41.4 resume: Numca's estimator-0.pt with NaN in a table", RESUME, (STATE, ".total", "NaN"),
+             setup=_numca_state(lambda s: _first_table(s)["total"].__setitem__(0, float("nan")))),
+        Case("41.4 resume: Numca's estimator-0.pt with a count of 0", RESUME, (STATE, ".count", ">= 1"),
+             setup=_numca_state(lambda s: _first_table(s)["count"].__setitem__(0, 0.0))),
+        Case("41.4 resume: Numca's estimator-0.pt holding a probe's history", RESUME,
+             (STATE, "field 'history'", "Numca"), setup=_numca_state(lambda s: s.update(history=[]))),
     ]

@@ -231,6 +231,50 @@ def test_persist_accumulates_and_reset_clears():
         est.token_advantages(RolloutGroup([_rollout(["a"], 1.0)]))
 
 
+def test_the_tables_come_back_from_their_state_and_a_foreign_state_is_refused():
+    """SPEC §9 (issue 41, item 4): with ``persist=True`` ``state_dict()`` holds every prompt's
+    table and ``load_state_dict`` of it gives the same values, and the same advantages at the
+    next step, bit for bit; a state that is not what Numca writes (a missing or extra field, NaN,
+    a count of 0, a state twice, a parent out of order) is an InputError naming the field, and
+    the tables stay as they were. Without ``persist`` the state is None."""
+    from hista.errors import InputError
+
+    est = get("numca", persist=True)
+    est.token_advantages(_example_group(), scale="none")
+    est.token_advantages(RolloutGroup([_rollout(["1", "+", "2"], 1.0), _rollout(["none"], 0.0)], prompt_id="q"))
+    copy = get("numca", persist=True)
+    copy.load_state_dict(est.state_dict())
+    assert {p: t.stats for p, t in copy.tables.items()} == {p: t.stats for p, t in est.tables.items()}
+    assert len(copy.tables["example"]) > 1  # states beyond the empty one
+    for a, b in zip(est.token_advantages(_example_group()), copy.token_advantages(_example_group()), strict=True):
+        assert torch.equal(a, b)
+    assert get("numca").state_dict() is None
+
+    def damaged(change) -> dict:
+        state = est.state_dict()
+        change(state["tables"]["example"])
+        return state
+
+    def twice(table):
+        table["key"][2] = table["key"][1]
+        table["parent"][2] = table["parent"][1]
+
+    for state, field in [(damaged(lambda t: t.pop("count")), "tables['example'].count"),
+                         (damaged(lambda t: t.update(extra=1)), "tables['example'].extra"),
+                         (damaged(lambda t: t["total"].__setitem__(0, float("nan"))), "tables['example'].total"),
+                         (damaged(lambda t: t["count"].__setitem__(1, 0.0)), "tables['example'].count"),
+                         (damaged(lambda t: t.update(count=t["count"][:-1].clone())), "tables['example'].count"),
+                         (damaged(lambda t: t["parent"].__setitem__(1, 5)), "tables['example'][1]"),
+                         (damaged(twice), "tables['example'][2]"),
+                         (damaged(lambda t: t.update(key=t["key"][:1] + [7] + t["key"][2:])), "tables['example'].key"),
+                         ({"tables": {"": est.state_dict()["tables"]["q"]}}, "tables"),
+                         ({"tables": []}, "tables"), ({}, "tables"), ({"tables": {}, "history": []}, "history")]:
+        with pytest.raises(InputError) as caught:
+            copy.load_state_dict(state)
+        assert caught.value.field == field, (field, caught.value)
+    assert set(copy.tables) == {"example", "q"}
+
+
 # ---- reference profile quirks ---------------------------------------------------------------
 
 

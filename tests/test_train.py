@@ -3,6 +3,7 @@ pass, the TRL subclass against plain TRL, end-to-end runs on the tiny model, res
 
 import json
 from pathlib import Path
+from typing import Optional
 
 import pytest
 import torch
@@ -867,20 +868,22 @@ def test_who_samples_the_rollouts():
 
 # ---- exact resume past an epoch (issue 41, item 4) -------------------------------------------
 
-def recording_trainer(folder: Path):
-    """The probe on the tiny model for 6 steps into ``folder``: 8 problems, 2 prompts × 2
-    rollouts a step (an epoch is 4 steps), rewards that vary (the weights move), a checkpoint
-    every step. Returns it and what it draws: step -> (prompts, completion ids).
-    tests/helpers/probe_run.py trains it in a process of its own."""
+def recording_trainer(folder: Path, estimator: Optional[dict] = None, **config):
+    """The probe (or ``estimator``) on the tiny model for 6 steps into ``folder``: 8 problems,
+    2 prompts × 2 rollouts a step (an epoch is 4 steps), rewards that vary (the weights move), a
+    checkpoint every step; ``config``: more GRPOConfig fields. Returns it and what it draws:
+    step -> (prompts, completion ids). tests/helpers/probe_run.py trains it in a process of its
+    own."""
     from hista.models.loading import build_tiny
     from hista.train.trainer import HistaGRPOTrainer
 
     lm = build_tiny()
     trainer = HistaGRPOTrainer(
         model=lm.model, reward_funcs=[_parity_reward], train_dataset=_dataset(8), processing_class=lm.tokenizer,
-        args=_config(folder.parent, folder.name, per_device_train_batch_size=4, num_generations=2, max_steps=6,
-                     save_strategy="steps", save_steps=1),
-        advantage_estimator={"name": "probe"}, loss={"name": "dapo"})
+        args=_config(folder.parent, folder.name, **{**dict(per_device_train_batch_size=4, num_generations=2,
+                                                           max_steps=6, save_strategy="steps", save_steps=1),
+                                                    **config}),
+        advantage_estimator=estimator or {"name": "probe"}, loss={"name": "dapo"})
     drawn, engine = {}, trainer.rollout_func
 
     def record(prompts, trainer):
@@ -900,21 +903,39 @@ def uninterrupted(tmp_path_factory):
     return trainer, drawn
 
 
-def _resumed_like(uninterrupted, folder: Path, checkpoint: int) -> None:
-    """Resume the recording trainer in ``folder`` from ``checkpoint-N``: every step it trains
-    draws the prompts and completions the uninterrupted run drew, and it ends with that run's
-    weights and probe history, bit for bit."""
+def _resumed_like(uninterrupted, folder: Path, checkpoint: int, estimator: Optional[dict] = None, **config):
+    """Resume the recording trainer in ``folder`` from ``checkpoint-N``: it draws a batch at the
+    steps the uninterrupted run drew one after that checkpoint, each with the prompts and
+    completions that run drew, and it ends with that run's weights and estimator state (the
+    probe's history), bit for bit. Returns the resumed trainer."""
     full, expected = uninterrupted
-    resumed, drawn = recording_trainer(folder)
+    resumed, drawn = recording_trainer(folder, estimator, **config)
     resumed.train(resume_from_checkpoint=str(folder / f"checkpoint-{checkpoint}"))
-    assert sorted(drawn) == list(range(checkpoint, 6))
+    assert sorted(drawn) == [step for step in sorted(expected) if step >= checkpoint]
     for step in drawn:
         assert drawn[step] == expected[step], step
     for a, b in zip(full.model.state_dict().values(), resumed.model.state_dict().values()):
         assert torch.equal(a, b)
-    for a, b in zip(full.estimator.state_dict()["history"], resumed.estimator.state_dict()["history"], strict=True):
+    _same_state(full.estimator.state_dict(), resumed.estimator.state_dict())
+    return resumed
+
+
+def _same_state(a, b) -> None:
+    """``a`` and ``b``, estimator states of nested dicts, lists, tensors and numbers, are equal
+    bit for bit."""
+    assert type(a) is type(b)
+    if isinstance(a, dict):
         assert a.keys() == b.keys()
-        assert all(torch.equal(a[k], b[k]) if torch.is_tensor(a[k]) else a[k] == b[k] for k in a)
+        for key in a:
+            _same_state(a[key], b[key])
+    elif isinstance(a, (list, tuple)):
+        assert len(a) == len(b)
+        for x, y in zip(a, b):
+            _same_state(x, y)
+    elif torch.is_tensor(a):
+        assert torch.equal(a, b)
+    else:
+        assert a == b
 
 
 @pytest.mark.parametrize("checkpoint", [4, 5])
@@ -988,3 +1009,96 @@ def test_a_checkpoint_cut_short_before_its_estimator_state_is_skipped(tmp_path):
     assert scan(tmp_path, ("estimator-0.pt",))[0] == []
     torch.save({"history": []}, folder / "estimator-0.pt")
     assert problem(folder, ("estimator-0.pt",)) is None
+
+
+# ---- exact resume inside a generation batch (issue 41, item 4) --------------------------------
+
+@pytest.fixture(scope="module")
+def uninterrupted_reused(tmp_path_factory):
+    """The recording trainer with ``num_iterations=2`` (each generation batch trains two
+    optimiser steps: batches are drawn at steps 0, 2 and 4), uninterrupted."""
+    trainer, drawn = recording_trainer(tmp_path_factory.mktemp("reused") / "full", num_iterations=2)
+    trainer.train()
+    return trainer, drawn
+
+
+def test_a_resume_inside_a_generation_batch_draws_what_an_uninterrupted_run_drew(uninterrupted_reused, tmp_path):
+    """Issue 41, item 4: with ``num_iterations=2``, checkpoint-3 falls inside the batch drawn at
+    step 2; resumed from it, the run trains step 3 on that batch (from the checkpoint, not drawn
+    again), draws step 4's batch as the uninterrupted run did, and ends with its weights and
+    probe history (TRL's buffered batch and micro-step counter were not saved: the resumed run
+    drew a batch at steps 3 and 5, matching none)."""
+    import shutil
+
+    full, expected = uninterrupted_reused
+    assert sorted(expected) == [0, 2, 4]
+    shutil.copytree(Path(full.args.output_dir), tmp_path / "run")
+    for step in range(4, 7):
+        shutil.rmtree(tmp_path / "run" / f"checkpoint-{step}")
+    _resumed_like(uninterrupted_reused, tmp_path / "run", 3, num_iterations=2)
+
+
+
+def test_a_checkpoint_of_an_earlier_hista_inside_a_generation_batch_draws_it_again(uninterrupted_reused, tmp_path,
+                                                                                   capsys):
+    """A checkpoint written before hista kept the generation state (no generation-0.pt, a marker
+    without ``generation``) still resumes: the batch it falls inside is drawn again (said on the
+    console), and the next one at the step the uninterrupted run drew it, with its prompts (TRL's
+    counter used to restart at 0, shifting every later batch by one step)."""
+    import json
+    import shutil
+
+    full, expected = uninterrupted_reused
+    run = tmp_path / "run"
+    shutil.copytree(Path(full.args.output_dir), run)
+    for step in range(4, 7):
+        shutil.rmtree(run / f"checkpoint-{step}")
+    (run / "checkpoint-3" / "generation-0.pt").unlink()
+    (run / "checkpoint-3" / "hista-checkpoint.json").write_text(json.dumps({"step": 3}))
+    resumed, drawn = recording_trainer(run, num_iterations=2)
+    resumed.train(resume_from_checkpoint=str(run / "checkpoint-3"))
+    assert "holds no generation batch (written by an earlier hista)" in capsys.readouterr().out
+    assert sorted(drawn) == [3, 4] and drawn[4][0] == expected[4][0]
+
+
+# ---- exact resume of an estimator that keeps state across steps (issue 41, item 4) ------------
+
+@pytest.mark.parametrize("estimator", [{"name": "numca", "persist": True}, {"name": "numca", "profile": "reference"},
+                                       {"name": "critic"}], ids=["numca-persist", "numca-reference", "critic"])
+def test_an_estimator_that_keeps_state_resumes_to_what_an_uninterrupted_run_drew(tmp_path, estimator):
+    """Issue 41, item 4: Numca with ``persist=True`` (its reference profile's default: value
+    tables per prompt kept across steps) and the PPO baseline's critic (trained alongside the
+    policy), resumed from the epoch boundary of the recording run, where every prompt comes
+    back: each later step draws what the uninterrupted run drew, and the run ends with its
+    weights and estimator state (Numca's tables were not checkpointed: the resumed run's
+    advantages started from empty tables)."""
+    import shutil
+
+    full, expected = recording_trainer(tmp_path / "full", estimator)
+    full.train()
+    shutil.copytree(tmp_path / "full", tmp_path / "run")
+    for step in (5, 6):
+        shutil.rmtree(tmp_path / "run" / f"checkpoint-{step}")
+    resumed = _resumed_like((full, expected), tmp_path / "run", 4, estimator)
+    if estimator["name"] == "numca":
+        assert len(full.estimator.tables) == 8  # every prompt's table is kept
+    else:
+        for a, b in zip(full.critic.model.state_dict().values(), resumed.critic.model.state_dict().values()):
+            assert torch.equal(a, b)
+
+
+# ---- prompts that do not fit the context (issue 41, item 5) ------------------------------------
+
+def test_train_checks_the_prompts_as_the_trainer_poses_them(tmp_path, capsys):
+    """``hista train`` checks each prompt's length as TRL poses it for sampling
+    (:func:`hista.train.rollouts.pose`: the ids hista's engine samples from); a dry run whose
+    problems would need a download says that the run checks them (tests/bad_inputs_41.py: the
+    refusals)."""
+    from hista.train.rollouts import pose
+
+    trainer = _engine_trainer(tmp_path, "pose", max_completion_length=4)
+    prompts = [row["prompt"] for row in _dataset(3)]
+    assert pose(trainer.processing_class, prompts) == trainer.rollout_func(prompts, trainer)["prompt_ids"]
+    assert main(["train", str(SMOKE), "model=tiny", "tasks=hf:gsm8k", f"output_dir={tmp_path / 'r'}",
+                 "--dry-run"]) == 0
+    assert "a dry run does not load the problems of hf:gsm8k: the run checks" in capsys.readouterr().out

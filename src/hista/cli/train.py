@@ -41,7 +41,7 @@ def cmd_train(args: argparse.Namespace) -> int:
     checks a run makes before it loads anything, the output folder's included."""
     from ..train import load_recipe, train
     from ..train.recipe import check_model
-    from ..train.run import check_output_dir
+    from ..train.run import check_output_dir, check_prompt_lengths
 
     recipe = load_recipe(args.recipe, args.overrides)
     note = check_model(recipe)
@@ -66,6 +66,10 @@ def cmd_train(args: argparse.Namespace) -> int:
         except InputError as exc:  # only a recipe for accelerate launch gets here: the rest was validated
             print(f"note: {exc}\n  (fine for a recipe meant for accelerate launch: the run checks this on the "
                   "machine it starts on)")
+        if note is None:  # the model's context could be read: the prompts that load here must fit it
+            prompts_note = check_prompt_lengths(recipe)
+            if prompts_note:
+                print(prompts_note)
         if replaced:
             why = "--overwrite" if args.overwrite else "resume=true, but no complete checkpoint to continue from"
             print(f"{why}: the run would start from step 0 and replace the earlier run in {recipe.output_dir} "

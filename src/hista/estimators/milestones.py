@@ -44,6 +44,10 @@ import math
 import re
 from typing import Iterable, NamedTuple, Optional, Sequence
 
+import torch
+
+from ..errors import InputError
+
 PARSERS = ("default", "digits")
 
 
@@ -372,3 +376,65 @@ class ValueTable:
         if not n:
             return None
         return self._total[state] / n
+
+    def state_dict(self) -> dict:
+        """The table as tensors and strings (SPEC §9: a checkpoint keeps Numca's persisted
+        tables): its states in the order they were first reached, ∅ first, each as ``parent``
+        (the index of the state it was first reached from; −1 for ∅), ``key`` (the number it
+        adds; "" for ∅), ``count`` and ``total`` (float64). :meth:`from_state` restores it."""
+        index = {state: i for i, state in enumerate(self._count)}
+        parents = [self._parent.get(state) for state in self._count]
+        return {"parent": torch.tensor([-1 if p is None else index[p[0]] for p in parents], dtype=torch.int64),
+                "key": ["" if p is None else p[1] for p in parents],
+                "count": torch.tensor(list(self._count.values()), dtype=torch.float64),
+                "total": torch.tensor(list(self._total.values()), dtype=torch.float64)}
+
+    @classmethod
+    def from_state(cls, state: object, field: str = "table") -> "ValueTable":
+        """The table :meth:`state_dict` gave, read back from a checkpoint and so checked
+        strictly (SPEC §9, §11): exactly its four fields, of one length n; ``parent`` int64 [n]
+        with −1 for ∅ (the first state, if any) and an earlier index for every other; ``key`` n
+        strings, "" for ∅ alone; ``count`` float64 [n] of whole numbers >= 1; ``total`` float64
+        [n], finite; no state twice. Anything else is an InputError naming ``field`` and the
+        key at fault."""
+        names = ("parent", "key", "count", "total")
+        if not isinstance(state, dict):
+            raise InputError(f"expected a mapping of {', '.join(names)}, got {type(state).__name__}", field=field)
+        extra = sorted(map(str, set(state) - set(names)))
+        if extra:
+            raise InputError("not a field of a value table", field=f"{field}.{extra[0]}")
+        missing = [name for name in names if name not in state]
+        if missing:
+            raise InputError("missing", field=f"{field}.{missing[0]}")
+        keys = state["key"]
+        if not isinstance(keys, list) or not all(isinstance(k, str) for k in keys):
+            raise InputError(f"expected a list of strings, got {type(keys).__name__}", field=f"{field}.key")
+        n = len(keys)
+        for name, dtype in (("parent", torch.int64), ("count", torch.float64), ("total", torch.float64)):
+            value = state[name]
+            if (not isinstance(value, torch.Tensor) or value.layout != torch.strided or value.dtype != dtype
+                    or list(value.shape) != [n]):
+                got = (f"a {value.dtype} tensor of shape {list(value.shape)}" if isinstance(value, torch.Tensor)
+                       else type(value).__name__)
+                raise InputError(f"expected a {dtype} tensor of shape [{n}] (one entry per state), got {got}",
+                                 field=f"{field}.{name}")
+        parent, count, total = state["parent"].tolist(), state["count"], state["total"]
+        if not bool(torch.isfinite(total).all()):
+            raise InputError("holds NaN or infinite values", field=f"{field}.total")
+        if not bool((torch.isfinite(count) & (count >= 1) & (count == count.floor())).all()):
+            raise InputError("expected whole numbers >= 1 (responses that reached each state)", field=f"{field}.count")
+        table, ids = cls(), []
+        for i, (up, key) in enumerate(zip(parent, keys)):
+            if i == 0 and (up != -1 or key != ""):
+                raise InputError("the first state must be the empty one (parent -1, key \"\")", field=f"{field}[0]")
+            if i > 0 and (not 0 <= up < i or key == ""):
+                raise InputError(f"expected a parent among the earlier states 0..{i - 1} and a number, got parent {up} "
+                                 f"and key {key[:40]!r}", field=f"{field}[{i}]")
+            state_id = EMPTY if i == 0 else _with_key(ids[up], key)
+            if state_id in table._count:
+                raise InputError("a state that is already in the table", field=f"{field}[{i}]")
+            ids.append(state_id)
+            table._count[state_id], table._total[state_id] = float(count[i]), float(total[i])
+            if i:
+                table._parent[state_id] = (ids[up], key)
+        return table

@@ -11,8 +11,9 @@ This module is the default profile (SPEC §4.2); ``get("numca", profile="referen
 
 State: with ``persist=True`` the estimator keeps one value table per ``prompt_id`` across
 ``token_advantages`` calls (one call = one training step of that prompt), as the reference
-trainer does; ``reset()`` forgets them. With ``persist=False`` (the default) it is a pure
-function of the group.
+trainer does; ``reset()`` forgets them, ``state_dict()`` gives them for a checkpoint and
+``load_state_dict()`` restores them, checked (SPEC §9). With ``persist=False`` (the default) it
+is a pure function of the group.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from typing import Optional, Sequence
 
 import torch
 
+from ..errors import InputError
 from ..types import Rollout, RolloutGroup, State
 from . import register
 from .base import Estimator, EstimatorConfig
@@ -97,6 +99,38 @@ class Numca(Estimator):
     def tables(self) -> dict[str, ValueTable]:
         """The persisted value tables by prompt id (empty unless ``persist=True``; SPEC §4.2)."""
         return self._tables
+
+    def state_dict(self) -> Optional[dict]:
+        """With ``persist=True``, the persisted value tables by prompt id (SPEC §4.2, §9: a
+        checkpoint keeps them, so a resumed run's values start where the run stopped), each as
+        :meth:`ValueTable.state_dict` gives it; None with ``persist=False`` (nothing kept)."""
+        if not self.config.persist:
+            return None
+        return {"tables": {prompt: table.state_dict() for prompt, table in self._tables.items()}}
+
+    def load_state_dict(self, state: dict, *, hidden_size: Optional[int] = None) -> None:
+        """Restore the tables :meth:`state_dict` gave (SPEC §9), checked strictly first (they are
+        read back from a checkpoint): ``{"tables": {prompt id: table}}``, each table as
+        :meth:`ValueTable.from_state` checks it. Anything else is an InputError naming the
+        field, and the tables are left as they were. ``hidden_size`` is unused (Numca reads no
+        hidden states). With ``persist=False``: the default's (no state)."""
+        if not self.config.persist:
+            return super().load_state_dict(state)
+        if not isinstance(state, dict):
+            raise InputError(f"expected {{'tables': {{...}}}}, got {type(state).__name__}", field="tables")
+        extra = sorted(map(str, set(state) - {"tables"}))
+        if extra:
+            raise InputError("not a field of Numca's state (it holds only 'tables')", field=extra[0])
+        tables = state.get("tables")
+        if not isinstance(tables, dict):
+            raise InputError("missing" if "tables" not in state else
+                             f"expected a mapping of prompt ids, got {type(tables).__name__}", field="tables")
+        loaded = {}
+        for prompt, table in tables.items():
+            if not isinstance(prompt, str) or not prompt:
+                raise InputError(f"expected prompt ids (non-empty strings) as keys, got {prompt!r:.60}", field="tables")
+            loaded[prompt] = ValueTable.from_state(table, f"tables[{prompt[:60]!r}]")
+        self._tables = loaded
 
     # -- parsing ----------------------------------------------------------------------------
 

@@ -11,6 +11,12 @@ any moment loses no more than the steps since the last checkpoint).
 - What a resume reads of the checkpoint is checked before the run writes anything: the fields of
   ``trainer_state.json`` (:func:`check_trainer_state`) and hista's state files, read without
   unpickling code (:func:`read_state`); a bad one is an InputError naming the file and field.
+- Every process writes ``generation-<process>.pt`` first (:func:`generation_state`): TRL's
+  micro-step counter and, for a checkpoint inside a generation batch reused over several
+  optimiser steps, the batch itself, which TRL keeps only in memory; a resume trains on it
+  rather than drawing it again (:func:`check_generation`). The marker says the checkpoint holds
+  it (``"generation": true``); one written by an earlier hista, without it, is resumed as it
+  was then.
 """
 
 from __future__ import annotations
@@ -36,13 +42,31 @@ CHECKPOINT = re.compile(r"^checkpoint-(\d+)$")
 #: what the trainer writes last into a checkpoint it has finished
 MARKER = "hista-checkpoint.json"
 #: files of a checkpoint that torch writes as zip archives (a cut one has no central directory)
-_ZIPPED = re.compile(r"^(optimizer\.pt|scheduler\.pt|rng_state(_\d+)?\.pth|estimator-\d+\.pt|training_args\.bin)$")
+_ZIPPED = re.compile(r"^(optimizer\.pt|scheduler\.pt|rng_state(_\d+)?\.pth|(estimator|generation)-\d+\.pt|"
+                     r"training_args\.bin)$")
 
 
 def mark_complete(folder: Path, step: int) -> None:
     """Write the marker that makes ``folder`` a complete checkpoint of ``step`` (SPEC §9),
-    atomically; called once everything else of the checkpoint is on disk."""
-    write_json_atomic(folder / MARKER, {"step": int(step)})
+    atomically; called once everything else of the checkpoint is on disk. It records that every
+    process's generation state is in it (:func:`generation_file`)."""
+    write_json_atomic(folder / MARKER, {"step": int(step), "generation": True})
+
+
+def generation_file(process: int) -> str:
+    """The name of process ``process``'s generation state in a checkpoint (SPEC §9):
+    :func:`generation_state`, written before any other file of the checkpoint."""
+    return f"generation-{int(process)}.pt"
+
+
+def holds_generation(folder: Path) -> bool:
+    """Whether the checkpoint ``folder``'s marker says that every process's generation state is
+    in it (SPEC §9): then a missing one is refused on resume. A checkpoint of an earlier hista
+    (a marker without ``generation``, or no marker) may lack them."""
+    try:
+        return json.loads((folder / MARKER).read_text(encoding="utf-8")).get("generation") is True
+    except (OSError, ValueError, AttributeError):
+        return False
 
 
 def problem(folder: Path, state_files: tuple[str, ...] = ()) -> Optional[str]:
@@ -220,14 +244,15 @@ def check_trainer_state(folder: Path, step: int) -> None:
                          path=str(path), field="global_step")
 
 
-def read_state(path: Path) -> Any:
-    """What hista saved with ``torch.save`` into a checkpoint (``estimator-<process>.pt``; SPEC
-    §9, §11), loaded with ``weights_only=True`` so that no pickled code runs: tensors, numbers,
-    strings and containers of them. An InputError naming the file when it is missing, not a
-    regular file, empty, or not such a torch archive."""
-    raw = read_input(path, "the estimator state of the checkpoint")
+def read_state(path: Path, what: str = "estimator") -> Any:
+    """What hista saved with ``torch.save`` into a checkpoint (``estimator-<process>.pt``,
+    ``generation-<process>.pt``; SPEC §9, §11), loaded with ``weights_only=True`` so that no
+    pickled code runs: tensors, numbers, strings and containers of them. An InputError naming
+    the file when it is missing, not a regular file, empty, or not such a torch archive.
+    ``what``: whose state it is (``estimator``, ``generation``), for the messages."""
+    raw = read_input(path, f"the {what} state of the checkpoint")
     if not raw:
-        raise InputError("is empty (a torch archive of the estimator's state was expected)", path=str(path))
+        raise InputError(f"is empty (a torch archive of the {what} state was expected)", path=str(path))
     try:
         return torch.load(io.BytesIO(raw), map_location="cpu", weights_only=True)
     except Exception as exc:  # torch raises many types for a damaged or foreign archive
@@ -244,3 +269,138 @@ def _torch_reason(exc: Exception) -> str:
     lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
     said = [line for line in lines if not line.startswith(_TORCH_BOILERPLATE)] or [type(exc).__name__]
     return said[0].split(". ")[0].rstrip(".")[:120]
+
+
+# --- the generation state: TRL's buffered batch and micro-step counter ------------------------
+
+#: the keys of TRL's buffered generation batch (a text-only run's, with hista's
+#: ``old_entropies``): key -> (kind, columns). Kinds: ``ids`` (integer token ids of the
+#: vocabulary), ``mask`` (integers 0 or 1), ``finite`` (finite floats), ``values`` (floats, any:
+#: TRL's sampling log-probs and importance weights may hold NaN where vLLM scored no token),
+#: ``count`` (a number >= 0, no dimension). Columns: the second dimension, the prompt's or the
+#: completion's length (one length per batch), or ``completion|1`` (either, or 1).
+GENERATION_BATCH = {
+    "prompt_ids": ("ids", "prompt"), "prompt_mask": ("mask", "prompt"),
+    "completion_ids": ("ids", "completion"), "completion_mask": ("mask", "completion"),
+    "advantages": ("finite", "completion"), "num_items_in_batch": ("count", None),
+    "old_per_token_logps": ("finite", "completion"), "ref_per_token_logps": ("finite", "completion"),
+    "old_entropies": ("finite", "completion"), "sampling_per_token_logps": ("values", "completion"),
+    "importance_sampling_ratio": ("values", "completion|1"), "tool_mask": ("mask", "completion"),
+}
+#: the keys every buffered batch holds (a batch reused over optimiser steps also holds the old
+#: policy's log-probs: TRL computes them whenever a batch outlives an optimiser step)
+GENERATION_REQUIRED = ("prompt_ids", "prompt_mask", "completion_ids", "completion_mask", "advantages",
+                       "num_items_in_batch", "old_per_token_logps")
+
+
+def generation_state(global_step: int, step: int, batch: Optional[list[dict]], generate_every: int) -> dict:
+    """What a process writes into ``generation-<process>.pt`` of the checkpoint of
+    ``global_step`` (SPEC §9): TRL's micro-step counter ``step`` and, when it falls inside a
+    generation batch (``step`` not a multiple of ``generate_every``, the micro-steps a batch
+    feeds), that batch (TRL's ``_buffered_inputs``: a list of slices, one per micro-step of
+    ``steps_per_generation``); on a boundary the next step draws a new batch, and none is kept."""
+    inside = step % generate_every != 0
+    return {"global_step": int(global_step), "step": int(step),
+            "batch": [dict(part) for part in batch] if inside and batch is not None else None}
+
+
+def check_generation(state: Any, *, global_step: int, accumulation: int, steps_per_generation: int,
+                     generate_every: int, rows: int, vocab: int, required: tuple[str, ...] = ()
+                     ) -> tuple[int, Optional[list[dict]]]:
+    """(micro-step counter, buffered batch) of a generation state read back from the
+    checkpoint of ``global_step`` (:func:`generation_state`; SPEC §9, §11), checked strictly:
+    exactly ``global_step`` (the checkpoint's), ``step`` (between ``global_step`` and
+    ``global_step`` × ``accumulation``: each optimiser step takes 1 to ``accumulation``
+    micro-steps) and ``batch``: None on a generation boundary, else ``steps_per_generation``
+    slices of ``rows`` rows, each a mapping of :data:`GENERATION_BATCH` keys holding
+    :data:`GENERATION_REQUIRED` and ``required`` (what this run's loss reads), each key a
+    tensor of its kind, token ids below ``vocab``, one prompt and one completion length
+    throughout. Anything else is an InputError naming the field."""
+    names = ("global_step", "step", "batch")
+    if not isinstance(state, dict):
+        raise InputError(f"expected a mapping of {', '.join(names)}, got {type(state).__name__}", field="step")
+    extra = sorted(map(str, set(state) - set(names)))
+    if extra:
+        raise InputError("not a field of the generation state (it holds global_step, step and batch)",
+                         field=extra[0])
+    missing = [key for key in names if key not in state]
+    if missing:
+        raise InputError("missing", field=missing[0])
+    for key in ("global_step", "step"):
+        if not isinstance(state[key], int) or isinstance(state[key], bool):
+            raise InputError(f"expected an integer, got {_shown(state[key])}", field=key)
+    if state["global_step"] != global_step:
+        raise InputError(f"is {state['global_step']}, but the checkpoint is of step {global_step}",
+                         field="global_step")
+    step = state["step"]
+    if not global_step <= step <= global_step * accumulation:
+        took = f"{global_step}" if accumulation == 1 else f"{global_step} to {global_step * accumulation}"
+        raise InputError(f"is {step}, but the checkpoint's {global_step} optimiser step(s) of at most {accumulation} "
+                         f"micro-step(s) each took {took} micro-steps", field="step")
+    batch = state["batch"]
+    if step % generate_every == 0:
+        if batch is not None:
+            raise InputError(f"expected null: step {step} begins a generation batch (one every {generate_every} "
+                             "micro-steps), so none is kept", field="batch")
+        return step, None
+    if not isinstance(batch, list):
+        what = "missing" if batch is None else f"expected a list of {steps_per_generation} slices, got " \
+                                              f"{type(batch).__name__}"
+        raise InputError(f"{what} (step {step} falls inside a generation batch)", field="batch")
+    if len(batch) != steps_per_generation:
+        raise InputError(f"holds {len(batch)} slices, but a generation batch of this run has "
+                         f"{steps_per_generation} (steps_per_generation)", field="batch")
+    lengths: dict[str, int] = {}
+    for i, part in enumerate(batch):
+        _check_slice(part, f"batch[{i}]", rows, vocab, (*GENERATION_REQUIRED, *required), lengths)
+    return step, batch
+
+
+def _check_slice(part: Any, field: str, rows: int, vocab: int, required: tuple[str, ...],
+                 lengths: dict[str, int]) -> None:
+    """One slice of a buffered generation batch (:func:`check_generation`); ``lengths`` holds
+    the prompt and completion lengths met so far."""
+    if not isinstance(part, dict):
+        raise InputError(f"expected a mapping of tensors, got {type(part).__name__}", field=field)
+    extra = sorted(map(str, set(part) - set(GENERATION_BATCH)))
+    if extra:
+        raise InputError("not a key of the generation batch of a text-only run", field=f"{field}.{extra[0]}")
+    missing = [key for key in required if key not in part]
+    if missing:
+        raise InputError("missing", field=f"{field}.{missing[0]}")
+    for key in (key for key in GENERATION_BATCH if key in part):  # ids first: they fix the lengths
+        value, (kind, columns) = part[key], GENERATION_BATCH[key]
+        where = f"{field}.{key}"
+        if not isinstance(value, torch.Tensor) or value.layout != torch.strided:
+            got = (f"a {str(value.layout).replace('torch.', '')} tensor" if isinstance(value, torch.Tensor)
+                   else type(value).__name__)
+            raise InputError(f"expected a strided tensor, got {got}", field=where)
+        integer = not value.dtype.is_floating_point and not value.dtype.is_complex and value.dtype != torch.bool
+        if kind in ("ids", "mask") and not integer:
+            raise InputError(f"expected an integer tensor, got {value.dtype}", field=where)
+        if kind in ("finite", "values") and not value.dtype.is_floating_point:
+            raise InputError(f"expected a floating-point tensor, got {value.dtype}", field=where)
+        if kind == "count":
+            if value.dim() != 0 or not (integer or value.dtype.is_floating_point):
+                raise InputError(f"expected a number (a tensor of no dimension), got a {value.dtype} tensor of shape "
+                                 f"{list(value.shape)}", field=where)
+            if not bool(torch.isfinite(value.double())) or float(value) < 0:
+                raise InputError(f"expected a finite number >= 0, got {float(value)}", field=where)
+            continue
+        name = columns.split("|")[0]
+        width = lengths.setdefault(name, value.shape[1] if value.dim() == 2 else -1)
+        widths = [width, 1] if columns.endswith("|1") else [width]
+        if value.dim() != 2 or value.shape[0] != rows or value.shape[1] not in widths or width < 0:
+            expected = f"[{rows}, {width if width >= 0 else name + ' length'}]"
+            raise InputError(f"expected a tensor of shape {expected} ({rows} rows a micro-step, one {name} length "
+                             f"in the batch), got shape {list(value.shape)}", field=where)
+        if kind == "ids" and value.numel() and (int(value.min()) < 0 or int(value.max()) >= vocab):
+            raise InputError(f"holds token ids outside the vocabulary [0, {vocab})", field=where)
+        if kind == "mask" and value.numel() and not bool(((value == 0) | (value == 1)).all()):
+            raise InputError("expected 0 or 1 in every position", field=where)
+        if kind == "finite" and not bool(torch.isfinite(value).all()):
+            raise InputError("holds NaN or infinite values", field=where)
+
+
+def _shown(value: Any) -> str:
+    return repr(value)[:60] if isinstance(value, (int, float, str, bool)) or value is None else type(value).__name__

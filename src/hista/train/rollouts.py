@@ -66,6 +66,24 @@ def choose(setting: str, args: Any, num_processes: int, tools: bool = False,
     return False, f"TRL's generation ({refusal})"
 
 
+def pose(tokenizer: Any, prompts: list, chat_template_kwargs: Optional[dict] = None) -> list[list[int]]:
+    """The token ids of each prompt as TRL's GRPOTrainer poses it for generation (its
+    ``_tokenize_prompts`` for a text-only run without tools, SPEC §9): a conversational prompt
+    through the tokenizer's chat template with the generation prompt and
+    ``chat_template_kwargs`` (GRPOConfig's), a plain one tokenized as it is. The engine samples
+    from exactly these ids (:class:`EngineRollouts` calls TRL's own), and ``hista train`` checks
+    their length against the model's context before it loads the model."""
+    if not prompts:
+        return []
+    if isinstance(prompts[0], list):  # conversational: TRL's is_conversational
+        tokenized = tokenizer.apply_chat_template(conversation=prompts, tools=None, chat_template=None,
+                                                  add_generation_prompt=True, tokenize=True, return_dict=True,
+                                                  **(chat_template_kwargs or {}))
+    else:
+        tokenized = tokenizer(text=prompts)
+    return [list(map(int, ids)) for ids in tokenized["input_ids"]]
+
+
 @contextlib.contextmanager
 def sampling_policy(trainer) -> Iterator[Any]:
     """The trainer's policy, unwrapped and in eval mode, for sampling between optimiser steps

@@ -30,19 +30,79 @@ RESUMABLE_CHANGES = ("resume", "trl.max_steps", "trl.num_train_epochs", "trl.sav
                      "trl.logging_steps", "trl.report_to", "trl.disable_tqdm")
 
 
-def build_dataset(recipe: Recipe):
-    """The recipe's problems as a TRL prompt dataset: a conversational ``prompt`` (system
-    prompt + problem) and the columns the reward needs (SPEC §7, §9)."""
+#: task sources whose problems load without a download (SPEC §7): a dry run checks their prompts
+LOCAL_SOURCES = ("builtin", "jsonl", "humaneval")
+
+
+def load_problems(recipe: Recipe) -> list[tuple[str, dict]]:
+    """The recipe's problems as (task spec, problem record), in the order of its task specs
+    (SPEC §7, §9); an InputError about ``tasks`` when there are none."""
+    problems = [(spec, rec) for spec in recipe.task_specs
+                for rec in tasks.load(spec, n=recipe.problems, seed=recipe.seed, split=recipe.split)]
+    if not problems:
+        raise recipe.error("tasks", f"no problems in {', '.join(recipe.task_specs)}")
+    return problems
+
+
+def build_dataset(recipe: Recipe, problems: Optional[list[tuple[str, dict]]] = None):
+    """The recipe's problems (``problems``, as :func:`load_problems` gives them, else loaded)
+    as a TRL prompt dataset: a conversational ``prompt`` (system prompt + problem) and the
+    columns the reward needs (SPEC §7, §9)."""
     from datasets import Dataset
 
-    rows = []
-    for spec in recipe.task_specs:
-        for rec in tasks.load(spec, n=recipe.problems, seed=recipe.seed, split=recipe.split):
-            rows.append({"prompt": chat_messages(rec["problem"], recipe.system_prompt), "answer": str(rec["answer"]),
-                         "verifier": rec["verifier"], "problem_id": str(rec["id"])})
-    if not rows:
-        raise recipe.error("tasks", f"no problems in {', '.join(recipe.task_specs)}")
+    rows = [{"prompt": chat_messages(rec["problem"], recipe.system_prompt), "answer": str(rec["answer"]),
+             "verifier": rec["verifier"], "problem_id": str(rec["id"])}
+            for _, rec in (problems if problems is not None else load_problems(recipe))]
     return Dataset.from_list(rows)
+
+
+def check_prompt_lengths(recipe: Recipe, problems: Optional[list[tuple[str, dict]]] = None,
+                         tokenizer: Any = None) -> Optional[str]:
+    """Refuse a problem whose prompt cannot be sampled within the model's context (SPEC §9,
+    §11), before the model loads and before anything is written: each problem is posed as the
+    trainer poses it (the system prompt, TRL's chat template with ``trl.chat_template_kwargs``:
+    :func:`hista.train.rollouts.pose`), and the first whose tokens plus
+    ``trl.max_completion_length`` pass ``max_position_embeddings`` is an InputError about
+    ``tasks`` naming it (``SPEC/ID``) and its token count; a prompt is never truncated.
+    ``problems`` (:func:`load_problems`) and ``tokenizer`` are loaded when not given. A dry run
+    calls it without problems: it checks those of the sources that load without a download
+    (:data:`LOCAL_SOURCES`) and leaves the others to the run. Returns a note saying what was not
+    checked, else None."""
+    from dataclasses import fields
+
+    from trl import GRPOConfig
+
+    from ..models import load
+    from ..models.loading import context_length, model_config
+    from .rollouts import pose
+
+    context = context_length(model_config(recipe.model))
+    if context is None:
+        return (f"note: the context of {recipe.model} cannot be read here: the prompts' lengths are not checked before "
+                "it loads")
+    if problems is None:
+        remote = [spec for spec in recipe.task_specs if spec.partition(":")[0].strip().lower() not in LOCAL_SOURCES]
+        if remote:
+            return (f"note: a dry run does not load the problems of {', '.join(remote)}: the run checks that each "
+                    f"prompt fits the context of {recipe.model} with trl.max_completion_length before it loads the "
+                    "model")
+        problems = load_problems(recipe)
+    tokenizer = tokenizer if tokenizer is not None else load(recipe.model, device="cpu", weights=False).tokenizer
+    if not getattr(tokenizer, "chat_template", None):
+        return None  # TRL poses conversational prompts with the chat template only: such a run fails as it loads
+    default = next(f.default for f in fields(GRPOConfig) if f.name == "max_completion_length")
+    cap = int(recipe.trl.get("max_completion_length", default))
+    options = recipe.trl.get("chat_template_kwargs") or {}
+    for first in range(0, len(problems), 256):
+        chunk = problems[first: first + 256]
+        posed = pose(tokenizer, [chat_messages(rec["problem"], recipe.system_prompt) for _, rec in chunk], options)
+        for (spec, rec), ids in zip(chunk, posed):
+            if len(ids) + cap > context:
+                raise recipe.error("tasks", f"problem '{spec}/{rec['id']}' has a prompt of {len(ids)} tokens, which "
+                                            f"with {cap} new tokens (trl.max_completion_length) passes the context "
+                                            f"of {recipe.model}: {context} positions (max_position_embeddings); "
+                                            "shorten the problem, leave it out, or lower trl.max_completion_length")
+    return None
 
 
 def correct(completions: list, answer: list, verifier: list, **_: Any) -> list[float]:
@@ -216,7 +276,9 @@ class ReplaceEarlierRun(TrainerCallback):
 def train(recipe: Recipe, overwrite: bool = False) -> dict:
     """Train with the recipe's estimator and loss (SPEC §9). Checks everything before it
     touches ``output_dir``: the output folder (``check_output_dir``), the GRPOConfig on this
-    machine (bf16 without a GPU, ...), the data, the model; then resumes from the last
+    machine (bf16 without a GPU, ...), the data (every prompt fits the model's context with the
+    completion cap: :func:`check_prompt_lengths`), the model, the checkpoint a resume reads
+    (the trainer's ``check_checkpoint``); then resumes from the last
     checkpoint there when ``recipe.resume`` is true, or starts afresh, replacing an earlier
     run's files once training begins when ``overwrite`` is true. Returns where outputs went and
     the final metrics."""
@@ -234,12 +296,16 @@ def train(recipe: Recipe, overwrite: bool = False) -> dict:
     checkpoint = _resume_point(recipe, out)
     if checkpoint is not None and 0 < config.max_steps <= checkpoint[0]:
         return _finished(recipe, out, checkpoint)
-    dataset = build_dataset(recipe)
+    problems = load_problems(recipe)
+    dataset = build_dataset(recipe, problems)
     plan = parse_eval(recipe.eval) if recipe.eval is not None else None
     if plan is not None:  # every problem it evaluates loads now, before anything is written
         from ..evaluation import check_suites
 
         check_suites(plan.config, load=True)
+    note = check_prompt_lengths(recipe, problems)  # every prompt fits the context with the cap
+    if note:
+        print(note, flush=True)
     model, tokenizer, policy = load_policy(recipe)
     callbacks = [ReplaceEarlierRun(replaced), MetricsLog(metrics)]
     if plan is not None:

@@ -16,6 +16,12 @@ An estimator whose critic trains with the policy (``trains_with_policy``: ``crit
 baseline, SPEC §4.5) gets one (:class:`hista.critic.online.OnlineCritic`), copied from the
 policy when the trainer is built and updated after each generation batch's advantages; it is
 saved into ``critic/`` of every checkpoint and of the final model, and restored on resume.
+
+Every checkpoint also holds each process's generation state (``generation-<process>.pt``: TRL's
+micro-step counter and, inside a generation batch reused over several optimiser steps, that
+batch, which TRL keeps only in memory) and the estimator's state across steps
+(``estimator-<process>.pt``), so that a resumed run draws and trains what the uninterrupted run
+did (SPEC §9; :mod:`hista.train.checkpoints`).
 """
 
 from __future__ import annotations
@@ -279,11 +285,22 @@ class HistaGRPOTrainer(GRPOTrainer):
             self._metrics["train"]["advantages/std"].append(valid.std().item() if valid.numel() > 1 else 0.0)
             self._metrics["train"]["advantages/abs_max"].append(valid.abs().max().item())
 
-    # ---- the critic's checkpoints -----------------------------------------------------------
+    # ---- checkpoints: the critic, the estimator's state, the generation batch --------------------
+    @property
+    def generate_every(self) -> int:
+        """The micro-steps one generation batch feeds (TRL's ``steps_per_generation`` ×
+        ``num_iterations``): TRL draws a batch when its micro-step counter is a multiple."""
+        return int(self.args.steps_per_generation) * int(self.num_iterations)
+
     def _save_checkpoint(self, model, trial):
         folder = Path(self._get_output_dir(trial=trial)) / f"{PREFIX_CHECKPOINT_DIR}-{self.state.global_step}"
         if self.args.should_save:  # a folder saved over again is incomplete until its new marker
             (folder / checkpoints.MARKER).unlink(missing_ok=True)
+        # first: a checkpoint whose trainer_state.json is whole holds it (hista.train.checkpoints)
+        folder.mkdir(parents=True, exist_ok=True)
+        torch.save(checkpoints.generation_state(self.state.global_step, self._step, self._buffered_inputs,
+                                                self.generate_every),
+                   folder / checkpoints.generation_file(self.accelerator.process_index))
         super()._save_checkpoint(model, trial)
         if self.critic is not None and self.args.should_save:
             self.critic.save(folder / "critic", optimizer=not self.args.save_only_model)
@@ -306,17 +323,65 @@ class HistaGRPOTrainer(GRPOTrainer):
             self.critic.load(Path(checkpoint) / "critic")
         if checkpoint is not None and self.estimator.state_dict() is not None:
             self._load_estimator_state(self.estimator, Path(checkpoint), self.accelerator.process_index)
+        if checkpoint is not None:
+            self._load_generation(Path(checkpoint))
 
     def check_checkpoint(self, folder: Path) -> None:
-        """That the checkpoint ``folder`` holds the estimator state a resume continues from
-        (SPEC §9, §11): for an estimator that keeps one (the probe's history), every process's
-        ``estimator-<process>.pt``, read without unpickling code and checked strictly by a fresh
-        estimator of this configuration. A missing, damaged or foreign state is an InputError
-        naming the file and field. Reads only: ``hista train`` calls it before it writes."""
+        """That the checkpoint ``folder`` holds the state a resume continues from (SPEC §9,
+        §11): every process's generation state (``generation-<process>.pt``: TRL's micro-step
+        counter and the generation batch a checkpoint inside one trains on;
+        :func:`hista.train.checkpoints.check_generation`) and, for an estimator that keeps one
+        (the probe's history), every process's ``estimator-<process>.pt``, checked strictly by a
+        fresh estimator of this configuration; each read without unpickling code. A missing,
+        damaged or foreign state is an InputError naming the file and field. Reads only:
+        ``hista train`` calls it before it writes."""
+        step = int(checkpoints.CHECKPOINT.match(folder.name).group(1))
+        for process in range(self.accelerator.num_processes):
+            self._read_generation(folder, process, step)
         if self.estimator.state_dict() is None:
             return
         for process in range(self.accelerator.num_processes):
             self._load_estimator_state(type(self.estimator)(self.estimator.config), folder, process)
+
+    def _read_generation(self, folder: Path, process: int, step: int) -> Optional[tuple[int, Optional[list[dict]]]]:
+        """(TRL's micro-step counter, the buffered generation batch or None) that process
+        ``process`` saved into the checkpoint ``folder`` of optimiser step ``step``, checked
+        (:func:`hista.train.checkpoints.check_generation`; an InputError names the file); None
+        for a checkpoint of an earlier hista that holds none (its marker does not say it does)."""
+        path = folder / checkpoints.generation_file(process)
+        if not checkpoints.holds_generation(folder) and not (path.exists() or path.is_symlink()):
+            return None
+        required = (("ref_per_token_logps",) if self.loss.needs_ref_logp else ()) + (
+            ("old_entropies",) if self.loss.needs_entropy else ())
+        try:
+            return checkpoints.check_generation(
+                checkpoints.read_state(path, "generation"), global_step=step,
+                accumulation=int(self.args.gradient_accumulation_steps),
+                steps_per_generation=int(self.args.steps_per_generation), generate_every=self.generate_every,
+                rows=int(self.args.per_device_train_batch_size),
+                vocab=int(self.accelerator.unwrap_model(self.model).get_input_embeddings().num_embeddings),
+                required=required)
+        except InputError as exc:
+            raise InputError(exc.message, path=str(path), field=exc.field) from None
+
+    def _load_generation(self, folder: Path) -> None:
+        """Continue TRL's generation schedule from the checkpoint ``folder`` (SPEC §9): its
+        micro-step counter and, inside a generation batch, that batch (on this process's
+        device), so that the steps left of it train on it as the uninterrupted run did. A
+        checkpoint of an earlier hista holds neither: the counter is taken as the optimiser
+        steps × ``gradient_accumulation_steps``, and a batch it falls inside is drawn again."""
+        step = self.state.global_step  # transformers has read the checkpoint's trainer_state.json
+        saved = self._read_generation(folder, self.accelerator.process_index, step)
+        if saved is None:
+            self._step, self._buffered_inputs = step * int(self.args.gradient_accumulation_steps), None
+            if self._step % self.generate_every and self.accelerator.is_main_process:
+                print(f"resume: {folder} holds no generation batch (written by an earlier hista): the batch it falls "
+                      "inside is drawn again, so the steps left of it differ from the uninterrupted run's", flush=True)
+            return
+        self._step, batch = saved
+        device = self.accelerator.device
+        self._buffered_inputs = None if batch is None else [{key: value.to(device) for key, value in part.items()}
+                                                            for part in batch]
 
     def _load_estimator_state(self, estimator, folder: Path, process: int) -> None:
         """Load ``estimator-<process>.pt`` of ``folder`` into ``estimator`` (its checks see the
