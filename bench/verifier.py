@@ -31,6 +31,7 @@ records = tasks.load("humaneval:all")[:problems]
 jobs = [(r["meta"]["canonical_solution"], r["answer"], 1.0) for r in records]
 jobs += [("    return None\n", r["answer"], 0.0) for r in records]
 sandbox.run_sandboxed("pass")  # the backend is probed once, outside the timing
+rewards.get("python-tests")  # and the registry loaded (older checkouts' registries were not thread-safe)
 def score(job):
     completion, answer, want = job
     return rewards.verify_with_reason("python-tests", completion, answer)[0] == want
@@ -50,7 +51,9 @@ def measure(src: str | None, problems: int, threads: int) -> dict:
     """One process scoring the jobs with the library of ``src`` (None: this checkout's)."""
     env = dict(os.environ, **({"PYTHONPATH": src} if src else {}))
     out = subprocess.run([sys.executable, "-c", _SCORE, str(problems), str(threads)], env=env, capture_output=True,
-                         text=True, check=True)
+                         text=True)
+    if out.returncode != 0:
+        sys.exit(f"verifier.py: the run with {src or 'this checkout'} failed:\n{out.stderr[-2000:]}")
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
