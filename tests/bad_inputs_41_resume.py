@@ -1,15 +1,18 @@
 """Bad inputs of issue 41, item 5, that a resumed training run reads (SPEC §9, §11): a probe's
 state in ``checkpoint-N/estimator-0.pt`` tampered with, deleted or replaced by a folder, NaN in
-its history, ``trainer_state.json`` fields a resume would trust, and the generation state
+its history, ``trainer_state.json`` fields a resume would trust, the generation state
 ``checkpoint-N/generation-0.pt`` (TRL's micro-step counter and, inside a generation batch, the
-batch: issue 41, item 4) tampered with or deleted. Each resume exits 2 with a message naming
-the file and field, prints no traceback, and changes no file, ``recipe.yaml`` of the run
-included (the refusal comes before the resume writes anything; tests/test_bad_inputs.py)."""
+batch: issue 41, item 4), and the state of the critic trained with the policy
+(``checkpoint-N/critic/``: its record, weights, optimiser, shuffling state and update counter)
+tampered with or deleted. Each resume exits 2 with a message naming the file and field, prints
+no traceback, and changes no file, ``recipe.yaml`` of the run included (the refusal comes
+before the resume writes anything; tests/test_bad_inputs.py)."""
 
 from __future__ import annotations
 
 import atexit
 import json
+import math
 import os
 import shutil
 import tempfile
@@ -30,6 +33,11 @@ GENERATION = "run/checkpoint-1/generation-0.pt"
 REUSED_RECIPE = PROBE_RECIPE.replace("bf16: false", "bf16: false\n  num_iterations: 2")
 #: Numca keeping its value tables per prompt across steps (checkpointed in estimator-0.pt)
 NUMCA_RECIPE = PROBE_RECIPE.replace("name: probe", "name: numca\n  persist: true")
+#: the PPO baseline: a critic trained with the policy, every layer (checkpoint-1/critic/backbone/)
+CRITIC_RECIPE = PROBE_RECIPE.replace("name: probe", "name: critic")
+#: the same with only the critic's last layer trained (checkpoint-1/critic/trained_layers.safetensors)
+PARTIAL_CRITIC_RECIPE = CRITIC_RECIPE.replace("name: critic", "name: critic\n  critic_layers: 1")
+CRITIC = "run/checkpoint-1/critic"
 _TEMPLATE: dict[str, Path] = {}
 
 
@@ -200,6 +208,196 @@ def _nan_advantage(part: dict) -> None:
     part["advantages"][0, 0] = float("nan")
 
 
+def _critic(change: Callable[[Path], None], recipe: str = CRITIC_RECIPE) -> Callable[[Path], None]:
+    """A setup: the critic run of ``recipe``, its checkpoint's ``critic/`` folder changed by
+    ``change(folder)``."""
+    def setup(root: Path) -> None:
+        _probe_run(root, recipe)
+        change(root / CRITIC)
+    return setup
+
+
+def _optimizer_saved(value: Callable[[dict], Any]) -> Callable[[Path], None]:
+    """A setup: the critic run, its ``critic/optimizer.pt`` replaced by ``value(state)``."""
+    def change_file(folder: Path) -> None:
+        import torch
+
+        torch.save(value(torch.load(folder / "optimizer.pt", weights_only=True)), folder / "optimizer.pt")
+    return _critic(change_file)
+
+
+def _optimizer(change: Callable[[dict], Any]) -> Callable[[Path], None]:
+    """A setup: the critic run, its ``critic/optimizer.pt`` changed in place by ``change``."""
+    def changed(state: dict) -> dict:
+        change(state)
+        return state
+    return _optimizer_saved(changed)
+
+
+def _tensors(name: str, change: Callable[[dict], None], recipe: str = CRITIC_RECIPE) -> Callable[[Path], None]:
+    """A setup: the critic run of ``recipe``, the tensors of its ``critic/<name>`` (a
+    safetensors file) changed in place by ``change``."""
+    def change_file(folder: Path) -> None:
+        from safetensors.torch import load_file, save_file
+
+        tensors = load_file(folder / name)
+        change(tensors)
+        save_file(tensors, folder / name)
+    return _critic(change_file, recipe)
+
+
+def _record(change: Callable[[dict], None], recipe: str = CRITIC_RECIPE) -> Callable[[Path], None]:
+    """A setup: the critic run of ``recipe``, its ``critic/critic.json`` changed by ``change``."""
+    def change_file(folder: Path) -> None:
+        record = json.loads((folder / "critic.json").read_text())
+        change(record)
+        (folder / "critic.json").write_text(json.dumps(record, indent=1))
+    return _critic(change_file, recipe)
+
+
+def _replace(name: str, content: Any) -> Callable[[Path], None]:
+    """``critic/<name>`` replaced by ``content``: bytes, None (deleted), ``<dir>`` (a folder) or
+    ``<fifo>`` (a FIFO, which must not block the resume)."""
+    def change(folder: Path) -> None:
+        path = folder / name
+        if path.is_dir():
+            shutil.rmtree(path)
+        else:
+            path.unlink()
+        if content == "<dir>":
+            path.mkdir()
+        elif content == "<fifo>":
+            os.mkfifo(path)
+        elif content is not None:
+            path.write_bytes(content)
+    return change
+
+
+def _critic_pickle_payload(folder: Path) -> None:
+    """``critic/optimizer.pt`` as a pickle that would create a folder when unpickled without
+    weights_only."""
+    import torch
+
+    class Runs:
+        def __reduce__(self):
+            return (os.mkdir, ("unpickled",))
+
+    state = torch.load(folder / "optimizer.pt", weights_only=True)
+    state["shuffle"] = Runs()
+    torch.save(state, folder / "optimizer.pt")
+
+
+def _first_state(state: dict) -> dict:
+    return state["optimizer"]["state"][0]
+
+
+def _nan_tensor(name: str) -> Callable[[dict], None]:
+    def change(tensors: dict) -> None:
+        tensors[name] = tensors[name].clone()
+        tensors[name].view(-1)[0] = float("nan")
+    return change
+
+
+def _copied(source: str, name: str) -> Callable[[dict], None]:
+    """A copy of the tensor ``source`` added as ``name``."""
+    return lambda tensors: tensors.update({name: tensors[source].clone()})
+
+
+def critic_cases() -> list[Case]:
+    """The critic's state in a checkpoint (``critic/``: record, weights, optimiser, shuffling
+    state and update counter), tampered with, deleted or replaced by a folder."""
+    opt, head, weights = f"{CRITIC}/optimizer.pt", f"{CRITIC}/value_head.safetensors", \
+        f"{CRITIC}/backbone/model.safetensors"
+    record, trained = f"{CRITIC}/critic.json", f"{CRITIC}/trained_layers.safetensors"
+    return [
+        Case("41.5 resume: critic/optimizer.pt of garbage bytes", RESUME, (opt, "torch archive"),
+             setup=_critic(_replace("optimizer.pt", bytes(range(256)) * 4))),
+        Case("41.5 resume: critic/optimizer.pt an empty file", RESUME, (opt, "empty"),
+             setup=_critic(_replace("optimizer.pt", b""))),
+        Case("41.5 resume: critic/optimizer.pt a pickle payload", RESUME,
+             (opt, "torch archive", "nothing in it was run"),
+             setup=_critic(_critic_pickle_payload)),
+        Case("41.5 resume: critic/optimizer.pt deleted", RESUME, (opt, "does not exist"),
+             setup=_critic(_replace("optimizer.pt", None))),
+        Case("41.5 resume: a folder in place of critic/optimizer.pt", RESUME, (opt, "directory"),
+             setup=_critic(_replace("optimizer.pt", "<dir>"))),
+        Case("41.5 resume: critic/optimizer.pt holding a list", RESUME, (opt, "field 'optimizer'", "list"),
+             setup=_optimizer_saved(lambda s: [s])),
+        Case("41.5 resume: critic/optimizer.pt with an extra key", RESUME, (opt, "field 'extra'"),
+             setup=_optimizer(lambda s: s.update(extra=1))),
+        Case("41.5 resume: critic/optimizer.pt without its shuffling state", RESUME,
+             (opt, "field 'shuffle'", "missing"),
+             setup=_optimizer(lambda s: s.__delitem__("shuffle"))),
+        Case("41.5 resume: critic/optimizer.pt with a moment of another shape", RESUME,
+             (opt, "field 'optimizer.state[0].exp_avg'", "shape [49152, 64]"),
+             setup=_optimizer(lambda s: _first_state(s).update(exp_avg=_first_state(s)["exp_avg"][:, :32].clone()))),
+        Case("41.5 resume: critic/optimizer.pt with NaN in a moment", RESUME,
+             (opt, "field 'optimizer.state[1].exp_avg_sq'", "NaN"),
+             setup=_optimizer(lambda s: s["optimizer"]["state"][1]["exp_avg_sq"].view(-1).__setitem__(0, math.nan))),
+        Case("41.5 resume: critic/optimizer.pt with a NaN step count", RESUME,
+             (opt, "field 'optimizer.state[0].step'", "nan"),
+             setup=_optimizer(lambda s: _first_state(s)["step"].fill_(float("nan")))),
+        Case("41.5 resume: critic/optimizer.pt with another learning rate", RESUME,
+             (opt, "field 'optimizer.param_groups[0].lr'", "1e-05"),
+             setup=_optimizer(lambda s: s["optimizer"]["param_groups"][0].update(lr=1.0))),
+        Case("41.5 resume: critic/optimizer.pt with a second param group", RESUME,
+             (opt, "field 'optimizer.param_groups'", "2 entries"),
+             setup=_optimizer(lambda s: s["optimizer"]["param_groups"].append(s["optimizer"]["param_groups"][0]))),
+        Case("41.5 resume: critic/optimizer.pt with updates -1", RESUME, (opt, "field 'updates'", "-1"),
+             setup=_optimizer(lambda s: s.update(updates=-1))),
+        Case("41.5 resume: critic/optimizer.pt with updates 0 after a step", RESUME, (opt, "field 'updates'", "is 0"),
+             setup=_optimizer(lambda s: s.update(updates=0))),
+        Case("41.5 resume: critic/optimizer.pt with a shuffling state of another shape", RESUME,
+             (opt, "field 'shuffle'", "[5056]"), setup=_optimizer(lambda s: s.update(shuffle=s["shuffle"][:100]))),
+        Case("41.5 resume: critic/value_head.safetensors of garbage bytes", RESUME, (head, "truncated"),
+             setup=_critic(_replace("value_head.safetensors", bytes(range(256)) * 4))),
+        Case("41.5 resume: critic/value_head.safetensors deleted", RESUME, (head, "missing"),
+             setup=_critic(_replace("value_head.safetensors", None))),
+        Case("41.5 resume: NaN in the critic's value head", RESUME, (head, "field 'bias'", "NaN"),
+             setup=_tensors("value_head.safetensors", _nan_tensor("bias"))),
+        Case("41.5 resume: NaN in the critic's backbone", RESUME, (weights, "field 'norm.weight'", "NaN"),
+             setup=_tensors("backbone/model.safetensors", _nan_tensor("norm.weight"))),
+        Case("41.5 resume: a critic backbone tensor of another shape", RESUME,
+             (weights, "field 'norm.weight'", "shape [64]", "[32]"),
+             setup=_tensors("backbone/model.safetensors", lambda t: t.update({"norm.weight": t["norm.weight"][:32]}))),
+        Case("41.5 resume: a critic backbone tensor missing", RESUME, (f"{CRITIC}/backbone", "field 'norm.weight'",
+                                                                      "missing"),
+             setup=_tensors("backbone/model.safetensors", lambda t: t.__delitem__("norm.weight"))),
+        Case("41.5 resume: an extra tensor in the critic's backbone", RESUME, (weights, "field 'lm_head.weight'"),
+             setup=_tensors("backbone/model.safetensors", _copied("norm.weight", "lm_head.weight"))),
+        Case("41.5 resume: critic/backbone/model.safetensors an empty file", RESUME, (weights, "truncated"),
+             setup=_critic(_replace("backbone/model.safetensors", b""))),
+        Case("41.5 resume: a FIFO in place of critic/backbone/model.safetensors", RESUME, (weights, "regular file"),
+             setup=_critic(_replace("backbone/model.safetensors", "<fifo>"))),
+        Case("41.5 resume: critic/critic.json deleted", RESUME, (record, "does not exist"),
+             setup=_critic(_replace("critic.json", None))),
+        Case("41.5 resume: a folder in place of critic/critic.json", RESUME, (record, "directory"),
+             setup=_critic(_replace("critic.json", "<dir>"))),
+        Case("41.5 resume: critic/critic.json of garbage bytes", RESUME, (record,),
+             setup=_critic(_replace("critic.json", bytes(range(256))))),
+        Case("41.5 resume: critic/critic.json of another layer count", RESUME, (record, "field 'num_layers'", "3"),
+             setup=_record(lambda r: r.update(num_layers=3, layers_trained=3))),
+        Case("41.5 resume: the checkpoint's critic/ folder deleted", RESUME, (CRITIC, "does not exist"),
+             setup=_critic(shutil.rmtree)),
+        Case("41.5 resume: a file in place of the checkpoint's critic/ folder", RESUME, (CRITIC, "not a folder"),
+             setup=_critic(lambda folder: (shutil.rmtree(folder), folder.write_bytes(b"critic\n")))),
+        # a critic training its last layer only: its folder holds that layer, the frozen rest is the policy's copy
+        Case("41.5 resume: NaN in a partial critic's trained layer", RESUME, (trained, "layers.1.mlp.up_proj.weight",
+                                                                             "NaN"),
+             setup=_tensors("trained_layers.safetensors", _nan_tensor("layers.1.mlp.up_proj.weight"),
+                            PARTIAL_CRITIC_RECIPE)),
+        Case("41.5 resume: a frozen layer's tensor in a partial critic's trained layers", RESUME,
+             (trained, "field 'layers.0.mlp.up_proj.weight'", "trained layers"),
+             setup=_tensors("trained_layers.safetensors",
+                            _copied("layers.1.mlp.up_proj.weight", "layers.0.mlp.up_proj.weight"),
+                            PARTIAL_CRITIC_RECIPE)),
+        Case("41.5 resume: a partial critic copied from another model", RESUME, (record, "field 'backbone'"),
+             setup=_record(lambda r: r.update(backbone={"model": "other", "revision": "x"}), PARTIAL_CRITIC_RECIPE)),
+        Case("41.5 resume: a partial critic whose record says 2 trained layers", RESUME, (record,),
+             setup=_record(lambda r: r.update(layers_trained=2), PARTIAL_CRITIC_RECIPE)),
+    ]
+
+
 def cases() -> list[Case]:
     """Every bad input of a resume listed in issue 41, item 5 (tampered, missing and silently
     trusted state), plus a few of the same kind."""
@@ -320,4 +518,5 @@ def cases() -> list[Case]:
              setup=_numca_state(lambda s: _first_table(s)["count"].__setitem__(0, 0.0))),
         Case("41.4 resume: Numca's estimator-0.pt holding a probe's history", RESUME,
              (STATE, "field 'history'", "Numca"), setup=_numca_state(lambda s: s.update(history=[]))),
+        *critic_cases(),
     ]

@@ -997,9 +997,11 @@ def test_the_prompt_order_of_an_epoch_is_trls_computed_from_seed_and_epoch():
 
 def test_a_checkpoint_cut_short_before_its_estimator_state_is_skipped(tmp_path):
     """Issue 41, item 5: a checkpoint without the marker whose ``trainer_state.json`` names its
-    step but which lacks the probe's ``estimator-0.pt`` was cut short (killed between TRL's files
-    and hista's state): it is incomplete, not resumed with an empty history."""
+    step but which lacks the probe's ``estimator-0.pt`` (or holds a cut ``critic/optimizer.pt``)
+    was cut short (killed between TRL's files and hista's state): it is incomplete, not resumed
+    with an empty history."""
     from hista.train.checkpoints import problem, scan
+    from hista.train.run import state_files
 
     folder = tmp_path / "checkpoint-3"
     folder.mkdir()
@@ -1009,6 +1011,16 @@ def test_a_checkpoint_cut_short_before_its_estimator_state_is_skipped(tmp_path):
     assert scan(tmp_path, ("estimator-0.pt",))[0] == []
     torch.save({"history": []}, folder / "estimator-0.pt")
     assert problem(folder, ("estimator-0.pt",)) is None
+    # the critic's folder: its optimiser state is written last, so a missing or cut one means a cut save
+    critic = ("critic/optimizer.pt",)
+    assert "no critic/optimizer.pt" in problem(folder, critic)
+    (folder / "critic").mkdir()
+    (folder / "critic" / "optimizer.pt").write_bytes(b"PK\x03\x04 cut short")
+    assert "critic/optimizer.pt is cut short" in problem(folder, critic)
+    torch.save({}, folder / "critic" / "optimizer.pt")
+    assert problem(folder, critic) is None
+    assert state_files(load_recipe(SMOKE, ["advantage_estimator.name=critic"])) == critic
+    assert state_files(load_recipe(SMOKE, ["advantage_estimator.name=probe"])) == ("estimator-0.pt",)
 
 
 # ---- exact resume inside a generation batch (issue 41, item 4) --------------------------------

@@ -226,7 +226,9 @@ class OnlineCritic:
         """Restore the critic saved by :meth:`save` into ``folder`` (a checkpoint's ``critic/``):
         its weights, and its optimiser and shuffling state. An InputError names the folder when
         it holds no critic, a critic with other trained layers, or no optimiser state, and the
-        file of a damaged critic (:func:`hista.critic.model.check_folder`)."""
+        file of a damaged critic (:func:`hista.critic.model.check_folder`). A resumed training
+        run reads the folder through :func:`hista.train.checkpoints.check_critic` instead, which
+        checks every tensor and field, and hands the result to :meth:`restore`."""
         folder = Path(folder)
         if not (folder / OPTIMIZER).is_file():
             raise InputError(f"holds no critic optimiser state ({OPTIMIZER}): the checkpoint was not written by a "
@@ -236,8 +238,22 @@ class OnlineCritic:
         if saved.layers_trained != self.model.layers_trained:
             raise InputError(f"the saved critic trained {saved.layers_trained} layers, this run's trains "
                              f"{self.model.layers_trained} (advantage_estimator.critic_layers)", path=str(folder))
-        self.model.load_state_dict(saved.state_dict())
-        state = torch.load(folder / OPTIMIZER, map_location=self.model.device, weights_only=True)
+        self.restore(saved.backbone.state_dict(), saved.head.state_dict(),
+                     torch.load(folder / OPTIMIZER, map_location="cpu", weights_only=True))
+
+    def restore(self, backbone: dict[str, torch.Tensor], head: dict[str, torch.Tensor], state: dict) -> None:
+        """Set the critic to one saved by :meth:`save`: ``backbone`` the tensors of its
+        backbone by name (those of frozen layers may be left out: they stay this critic's,
+        copied from the same policy), ``head`` its head's ``weight`` and ``bias``, ``state``
+        what ``optimizer.pt`` holds (``optimizer``, ``shuffle``, ``updates``), all already
+        checked (:func:`hista.train.checkpoints.check_critic`, :meth:`load`). A trained tensor
+        missing or a tensor this critic lacks is a ValueError."""
+        result = self.model.backbone.load_state_dict(backbone, strict=False)
+        trained = {name for name, param in self.model.backbone.named_parameters() if param.requires_grad}
+        if result.unexpected_keys or trained & set(result.missing_keys):
+            raise ValueError(f"the weights do not fit the critic: {sorted(result.unexpected_keys)[:3]} are not its "
+                             f"tensors, {sorted(trained & set(result.missing_keys))[:3]} are missing")
+        self.model.head.load_state_dict(head)
         self.optimizer.load_state_dict(state["optimizer"])
         self.shuffle.set_state(state["shuffle"].cpu())
         self.updates = int(state["updates"])

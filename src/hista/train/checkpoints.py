@@ -73,9 +73,9 @@ def problem(folder: Path, state_files: tuple[str, ...] = ()) -> Optional[str]:
     """Why the checkpoint ``folder`` cannot be resumed from (SPEC §9), or None when it can:
     with the marker, a step that matches the folder's name; without it, a ``trainer_state.json``
     that names its step, the ``state_files`` of hista's state the run writes (a probe's
-    ``estimator-0.pt``), and every safetensors file and torch archive in it whole. (A marked
-    checkpoint without its state files is refused when it is resumed: see the trainer's
-    ``check_checkpoint``.)"""
+    ``estimator-0.pt``, the critic's ``critic/optimizer.pt``), and every safetensors file and
+    torch archive in it whole. (A marked checkpoint without its state files is refused when it
+    is resumed: see the trainer's ``check_checkpoint``.)"""
     step = int(CHECKPOINT.match(folder.name).group(1))
     marker = folder / MARKER
     if marker.is_file():
@@ -96,6 +96,8 @@ def problem(folder: Path, state_files: tuple[str, ...] = ()) -> Optional[str]:
     for name in state_files:
         if not (folder / name).is_file():
             return f"no {name} (the save was cut short)"
+        if _ZIPPED.match(Path(name).name) and not zipfile.is_zipfile(folder / name):
+            return f"{name} is cut short (not a whole archive)"
     for file in sorted(folder.iterdir()):
         if file.suffix == ".safetensors" and (why := safetensors_problem(file)) is not None:
             return f"{file.name} {why}"
@@ -404,3 +406,225 @@ def _check_slice(part: Any, field: str, rows: int, vocab: int, required: tuple[s
 
 def _shown(value: Any) -> str:
     return repr(value)[:60] if isinstance(value, (int, float, str, bool)) or value is None else type(value).__name__
+
+
+# --- the critic trained with the policy: its folder in a checkpoint ----------------------------
+
+#: the critic's folder in a checkpoint (SPEC §9): a critic folder (:mod:`hista.critic.model`)
+#: with the optimiser, shuffling and update counter in ``optimizer.pt``
+CRITIC = "critic"
+#: the fields of a param group of the critic's AdamW that its step reads: each must be saved
+#: (others that torch's AdamW knows may be left out, torch then sets its default)
+_ADAMW_REQUIRED = ("params", "lr", "betas", "eps", "weight_decay")
+#: the state AdamW keeps per parameter (the critic's has no amsgrad)
+_ADAMW_STATE = ("step", "exp_avg", "exp_avg_sq")
+#: how to get past a critic state that cannot be trusted (the end of the messages about its files)
+_CRITIC_FIX = "resume from another checkpoint (or start the run again)"
+
+
+def check_critic(folder: Path, critic: Any) -> tuple[dict[str, torch.Tensor], dict[str, torch.Tensor],
+                                                   dict]:
+    """The critic's state that the checkpoint's ``critic/`` folder ``folder`` holds, checked
+    strictly against ``critic``, this run's :class:`hista.critic.online.OnlineCritic` (SPEC §9,
+    §11), for :meth:`~hista.critic.online.OnlineCritic.restore`: (the backbone's tensors by
+    name, those of the frozen layers of a partly trained critic left out; the head's ``weight``
+    and ``bias``; what ``optimizer.pt`` holds). Checked, in this order:
+
+    - ``critic.json`` and the headers of the weight files (:func:`hista.critic.model.check_folder`),
+      the record's sizes this run's critic's (``hidden_size``, ``num_layers``, ``layers_trained``:
+      ``advantage_estimator.critic_layers``) and, for a critic whose frozen layers are not saved,
+      the ``backbone`` it copied them from;
+    - ``optimizer.pt``, read with :func:`read_state` (``weights_only``): exactly ``optimizer``,
+      ``shuffle`` and ``updates``; the optimiser of one param group over this critic's trained
+      parameters, whose hyperparameters are this run's (``lr`` is ``critic_lr``), and per
+      parameter exactly AdamW's ``step`` (a whole number >= 1), ``exp_avg`` and ``exp_avg_sq``
+      (>= 0) of the parameter's dtype and shape, finite; ``shuffle`` a CPU generator's state;
+      ``updates`` 0 when nothing was stepped, else 1 to the steps taken;
+    - the weights (``value_head.safetensors`` and ``trained_layers.safetensors`` or
+      ``backbone/*.safetensors``): exactly the tensors of this critic that the folder holds,
+      each of its dtype and shape and finite.
+
+    Anything else is an InputError naming the file and field. Reads only: every tensor is read
+    on the CPU (the optimiser's file whole in memory)."""
+    from ..critic.model import BACKBONE, CONFIG, HEAD, TRAINED, check_folder
+    from ..critic.online import OPTIMIZER
+
+    folder = Path(folder)
+    if not folder.is_dir():
+        what = "is not a folder" if folder.exists() or folder.is_symlink() else "does not exist"
+        raise InputError(f"the critic's state of the checkpoint {what} (a run with the critic estimator writes it "
+                         f"into every checkpoint); {_CRITIC_FIX}", path=str(folder))
+    read_input(folder / CONFIG, "the critic's record of the checkpoint")  # missing or not a regular file
+    for file in sorted((folder / BACKBONE).glob("*.safetensors")):  # check_folder opens them (a FIFO would block)
+        if not file.is_file():
+            raise InputError(f"is not a regular file; {_CRITIC_FIX}", path=str(file))
+    info = check_folder(folder, fix=_CRITIC_FIX)
+    model = critic.model
+    record = str(folder / CONFIG)
+    for key, value, what in (("hidden_size", model.head.in_features, "the policy's hidden size"),
+                             ("num_layers", model.num_layers, "the policy's decoder layers"),
+                             ("layers_trained", model.layers_trained,
+                              "the layers this run's critic trains (advantage_estimator.critic_layers)")):
+        if info[key] != value:
+            raise InputError(f"is {info[key]}, but {what}: {value}", path=record, field=key)
+    full = info["weights"] == BACKBONE
+    if not full and info["backbone"] != model.info.get("backbone"):
+        raise InputError(f"the critic's frozen layers (not saved) come from {info['backbone']}, but this run's "
+                         f"critic copies them from {model.info.get('backbone')}", path=record, field="backbone")
+    optimizer = folder / OPTIMIZER
+    try:
+        state = _check_critic_optimizer(read_state(optimizer, "critic's optimiser"), critic)
+    except InputError as exc:
+        if exc.path is not None:
+            raise
+        raise InputError(exc.message, path=str(optimizer), field=exc.field) from None
+    backbone = model.backbone.state_dict()
+    if not full:  # the frozen layers are the policy's copy, as when the critic was saved
+        backbone = {name: backbone[name] for name, param in model.backbone.named_parameters() if param.requires_grad}
+    expected = {"head": model.head.state_dict(), "backbone": backbone}
+    found: dict[str, dict[str, torch.Tensor]] = {"head": {}, "backbone": {}}
+    weight_files = sorted((folder / BACKBONE).glob("*.safetensors")) if full else [folder / TRAINED]
+    files = [(folder / HEAD, "head")] + [(file, "backbone") for file in weight_files]
+    for file, part in files:
+        for name, tensor in _read_safetensors(file).items():
+            want = expected[part].get(name)
+            if want is None:
+                shown = part if full or part == "head" else "trained layers"
+                raise InputError(f"is not a tensor of this run's critic (its {shown})", path=str(file), field=name)
+            if name in found[part]:
+                raise InputError("is in another of the critic's weight files too", path=str(file), field=name)
+            if tensor.dtype != want.dtype or tuple(tensor.shape) != tuple(want.shape):
+                raise InputError(f"expected a {want.dtype} tensor of shape {list(want.shape)}, got a {tensor.dtype} "
+                                 f"tensor of shape {list(tensor.shape)}", path=str(file), field=name)
+            if want.dtype.is_floating_point and not bool(torch.isfinite(tensor).all()):
+                raise InputError("holds NaN or infinite values", path=str(file), field=name)
+            found[part][name] = tensor
+    missing = sorted(set(backbone) - set(found["backbone"]))
+    if missing:
+        raise InputError(f"missing from the critic's weights ({len(missing)} tensor(s) of this run's critic)",
+                         path=str(folder / (BACKBONE if full else TRAINED)), field=missing[0])
+    return found["backbone"], found["head"], state
+
+
+def _read_safetensors(file: Path) -> dict[str, torch.Tensor]:
+    """The tensors of a safetensors file whose header :func:`hista.critic.model.check_folder`
+    found sound, on the CPU; an InputError naming it when they cannot be read."""
+    from safetensors.torch import load_file
+
+    try:
+        return load_file(str(file), device="cpu")
+    except Exception as exc:  # noqa: BLE001 - SafetensorError and the like: a damaged file
+        raise InputError(f"cannot be read ({type(exc).__name__}: {str(exc)[:100]}); {_CRITIC_FIX}",
+                         path=str(file)) from None
+
+
+def _check_critic_optimizer(state: Any, critic: Any) -> dict:
+    """What ``optimizer.pt`` of the critic's folder holds, checked against ``critic``'s AdamW
+    (:func:`check_critic`); an InputError naming the field otherwise."""
+    names = ("optimizer", "shuffle", "updates")
+    if not isinstance(state, dict):
+        raise InputError(f"expected a mapping of {', '.join(names)}, got {type(state).__name__}", field="optimizer")
+    extra = sorted(map(str, set(state) - set(names)))
+    if extra:
+        raise InputError("not a field of the critic's optimiser state (it holds optimizer, shuffle and updates)",
+                         field=extra[0])
+    missing = [key for key in names if key not in state]
+    if missing:
+        raise InputError("missing", field=missing[0])
+    fresh = critic.optimizer.state_dict()["param_groups"][0]
+    params = critic.params
+    saved = state["optimizer"]
+    if not isinstance(saved, dict) or set(saved) != {"state", "param_groups"}:
+        got = sorted(map(str, saved)) if isinstance(saved, dict) else type(saved).__name__
+        raise InputError(f"expected an optimiser's state_dict (state, param_groups), got {got}", field="optimizer")
+    groups = saved["param_groups"]
+    if not isinstance(groups, list) or len(groups) != 1 or not isinstance(groups[0], dict):
+        got = f"{len(groups)} entries" if isinstance(groups, list) and len(groups) != 1 else _shown(
+            groups[0] if isinstance(groups, list) else groups)
+        raise InputError(f"expected a list of one param group (a mapping), got {got}", field="optimizer.param_groups")
+    group = groups[0]
+    for key in sorted(map(str, group)):
+        if key not in fresh:
+            raise InputError("not a field of AdamW's param group", field=f"optimizer.param_groups[0].{key}")
+    for key in _ADAMW_REQUIRED:
+        if key not in group:
+            raise InputError("missing", field=f"optimizer.param_groups[0].{key}")
+    for key, value in group.items():
+        if key == "params":
+            if not _same(value, list(range(len(params)))):
+                raise InputError(f"expected the indices 0 to {len(params) - 1} of the critic's {len(params)} trained "
+                                 f"tensors, got {_listed(value)}", field="optimizer.param_groups[0].params")
+        elif not _same(value, fresh[key]):
+            raise InputError(f"expected {fresh[key]!r} (this run's critic optimiser), got {_listed(value)}",
+                             field=f"optimizer.param_groups[0].{key}")
+    per_param = saved["state"]
+    if not isinstance(per_param, dict):
+        raise InputError(f"expected a mapping of parameter index to state, got {type(per_param).__name__}",
+                         field="optimizer.state")
+    steps = []
+    for index in sorted(per_param, key=str):
+        where = f"optimizer.state[{index!r}]"
+        if not isinstance(index, int) or isinstance(index, bool) or not 0 <= index < len(params):
+            raise InputError(f"not a parameter of the critic (0 to {len(params) - 1})", field=where)
+        entry, param = per_param[index], params[index]
+        if not isinstance(entry, dict) or set(entry) != set(_ADAMW_STATE):
+            got = sorted(map(str, entry)) if isinstance(entry, dict) else type(entry).__name__
+            raise InputError(f"expected AdamW's state {', '.join(_ADAMW_STATE)}, got {got}", field=where)
+        step = entry["step"]
+        if not (isinstance(step, torch.Tensor) and step.dim() == 0 and step.dtype.is_floating_point):
+            raise InputError(f"expected a floating-point tensor of no dimension, got {_tensor_shown(step)}",
+                             field=f"{where}.step")
+        count = float(step)
+        if not (math.isfinite(count) and count >= 1 and count == int(count)):
+            raise InputError(f"expected a whole number >= 1 (the steps taken), got {count}", field=f"{where}.step")
+        steps.append(int(count))
+        for key in ("exp_avg", "exp_avg_sq"):
+            value = entry[key]
+            if not (isinstance(value, torch.Tensor) and value.layout == torch.strided and value.dtype == param.dtype
+                    and tuple(value.shape) == tuple(param.shape)):
+                raise InputError(f"expected a {param.dtype} tensor of shape {list(param.shape)} (the critic's trained "
+                                 f"tensor {index}), got {_tensor_shown(value)}", field=f"{where}.{key}")
+            if not bool(torch.isfinite(value).all()):
+                raise InputError("holds NaN or infinite values", field=f"{where}.{key}")
+            if key == "exp_avg_sq" and bool((value < 0).any()):
+                raise InputError("holds negative values (a mean of squares)", field=f"{where}.{key}")
+    shuffle, reference = state["shuffle"], critic.shuffle.get_state()
+    if not (isinstance(shuffle, torch.Tensor) and shuffle.layout == torch.strided and shuffle.dtype == reference.dtype
+            and tuple(shuffle.shape) == tuple(reference.shape)):
+        raise InputError(f"expected a CPU generator's state (a {reference.dtype} tensor of shape "
+                         f"{list(reference.shape)}), got {_tensor_shown(shuffle)}", field="shuffle")
+    updates = state["updates"]
+    if not isinstance(updates, int) or isinstance(updates, bool) or updates < 0:
+        raise InputError(f"expected an integer >= 0, got {_shown(updates)}", field="updates")
+    if updates == 0 and steps:
+        raise InputError(f"is 0 (no update yet), but the optimiser state records {max(steps)} step(s) of the critic",
+                         field="updates")
+    if updates > max(steps, default=0):
+        raise InputError(f"is {updates}, more than the {max(steps, default=0)} step(s) of the critic the optimiser "
+                         "state records (each update takes at least one)", field="updates")
+    return state
+
+
+def _tensor_shown(value: Any) -> str:
+    if isinstance(value, torch.Tensor):
+        return f"a {value.dtype} tensor of shape {list(value.shape)}"
+    return _shown(value)
+
+
+def _same(value: Any, want: Any) -> bool:
+    """Whether ``value`` is ``want``: plain values (numbers, strings, None) and lists or tuples
+    of them, of the same types throughout (a tensor is never the same as a number)."""
+    if type(value) is not type(want):
+        return False
+    if isinstance(want, (list, tuple)):
+        return len(value) == len(want) and all(_same(a, b) for a, b in zip(value, want))
+    return value == want
+
+
+def _listed(value: Any) -> str:
+    """``value`` for a message: plain values and short lists or tuples of them as Python writes
+    them, else their type."""
+    if isinstance(value, (list, tuple)) and len(value) <= 8 and all(
+            isinstance(v, (int, float, str, bool)) or v is None for v in value):
+        return repr(value)[:60]
+    return _tensor_shown(value)

@@ -245,11 +245,15 @@ def check_output_dir(recipe: Recipe, overwrite: bool = False) -> list[Path]:
 def state_files(recipe: Recipe) -> tuple[str, ...]:
     """The files of hista's state a complete checkpoint of this recipe's run holds besides
     TRL's (SPEC §9): process 0's ``estimator-0.pt`` when the estimator keeps a state (the
-    probe's history); a checkpoint without the marker and without them was cut short."""
+    probe's history), and ``critic/optimizer.pt`` (the last file of the critic's folder) when a
+    critic trains with the policy; a checkpoint without the marker and without them was cut
+    short."""
     from .. import estimators
 
     cfg = {k: v for k, v in recipe.estimator_config().items() if k not in ("gae_lambda", "scale")}
-    return ("estimator-0.pt",) if estimators.get(cfg.pop("name"), **cfg).state_dict() is not None else ()
+    estimator = estimators.get(cfg.pop("name"), **cfg)
+    return ((("estimator-0.pt",) if estimator.state_dict() is not None else ())
+            + ((f"{checkpoints.CRITIC}/optimizer.pt",) if estimator.trains_with_policy else ()))
 
 
 class ReplaceEarlierRun(TrainerCallback):

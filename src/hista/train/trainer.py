@@ -303,7 +303,7 @@ class HistaGRPOTrainer(GRPOTrainer):
                    folder / checkpoints.generation_file(self.accelerator.process_index))
         super()._save_checkpoint(model, trial)
         if self.critic is not None and self.args.should_save:
-            self.critic.save(folder / "critic", optimizer=not self.args.save_only_model)
+            self.critic.save(folder / checkpoints.CRITIC, optimizer=not self.args.save_only_model)
         state = self.estimator.state_dict()
         if state is not None:  # every process its own (a probe's history holds the groups it estimated)
             folder.mkdir(parents=True, exist_ok=True)
@@ -319,8 +319,8 @@ class HistaGRPOTrainer(GRPOTrainer):
 
     def _load_optimizer_and_scheduler(self, checkpoint):
         super()._load_optimizer_and_scheduler(checkpoint)
-        if checkpoint is not None and self.critic is not None:
-            self.critic.load(Path(checkpoint) / "critic")
+        if checkpoint is not None and self.critic is not None:  # checked as check_checkpoint checked it
+            self.critic.restore(*checkpoints.check_critic(Path(checkpoint) / checkpoints.CRITIC, self.critic))
         if checkpoint is not None and self.estimator.state_dict() is not None:
             self._load_estimator_state(self.estimator, Path(checkpoint), self.accelerator.process_index)
         if checkpoint is not None:
@@ -330,7 +330,9 @@ class HistaGRPOTrainer(GRPOTrainer):
         """That the checkpoint ``folder`` holds the state a resume continues from (SPEC §9,
         §11): every process's generation state (``generation-<process>.pt``: TRL's micro-step
         counter and the generation batch a checkpoint inside one trains on;
-        :func:`hista.train.checkpoints.check_generation`) and, for an estimator that keeps one
+        :func:`hista.train.checkpoints.check_generation`), the critic trained with the policy
+        (``critic/``: its record, weights, optimiser, shuffling state and update counter;
+        :func:`hista.train.checkpoints.check_critic`) and, for an estimator that keeps one
         (the probe's history), every process's ``estimator-<process>.pt``, checked strictly by a
         fresh estimator of this configuration; each read without unpickling code. A missing,
         damaged or foreign state is an InputError naming the file and field. Reads only:
@@ -338,6 +340,8 @@ class HistaGRPOTrainer(GRPOTrainer):
         step = int(checkpoints.CHECKPOINT.match(folder.name).group(1))
         for process in range(self.accelerator.num_processes):
             self._read_generation(folder, process, step)
+        if self.critic is not None:  # read again (and checked again) when the resume loads it
+            checkpoints.check_critic(folder / checkpoints.CRITIC, self.critic)
         if self.estimator.state_dict() is None:
             return
         for process in range(self.accelerator.num_processes):
