@@ -6,6 +6,7 @@ source."""
 from __future__ import annotations
 
 import math
+import os
 import shutil
 import time
 
@@ -246,6 +247,10 @@ def test_check_weights_accepts_the_real_file_and_rejects_damage(real_embedded, t
         check_weights(tmp_path, "fix")
     (tmp_path / "a.safetensors").write_bytes((10).to_bytes(8, "little") + b"not json!!")
     with pytest.raises(InputError, match="damaged"):
+        check_weights(tmp_path, "fix")
+    (tmp_path / "a.safetensors").unlink()
+    os.mkfifo(tmp_path / "a.safetensors")  # refused at once, never opened (a FIFO would block)
+    with pytest.raises(InputError, match="a.safetensors.*not a regular file"):
         check_weights(tmp_path, "fix")
 
 

@@ -5,6 +5,7 @@ restore), and short training runs on the tiny model with checkpoints, final mode
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 
 import pytest
@@ -255,6 +256,9 @@ def test_training_with_the_critic_saves_and_resumes_it(tmp_path, capsys):
     info = json.loads((saved / "critic.json").read_text())
     assert loaded.layers_trained == 1 and info["mode"] == "online" and info["training"]["updates"] == 2
     assert info["policy"]["model"] == "tiny" and info["training"]["online"]["critic_layers"] == 1
+    shutil.rmtree(out / "final")  # killed after its last checkpoint: the resume writes final/ from it
+    assert main(args + ["trl.max_steps=2", "resume=true"]) == 0
+    assert (out / "final" / "critic" / "critic.json").is_file() and not (out / "final" / "critic" / OPTIMIZER).exists()
     assert main(args + ["trl.max_steps=3", "resume=true"]) == 0
     assert [r["step"] for r in _rows(out)] == [1, 2, 3]
     assert json.loads((out / "final" / "critic" / "critic.json").read_text())["training"]["updates"] == 3

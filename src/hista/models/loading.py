@@ -14,6 +14,7 @@ import json
 import os
 import pickle
 import shutil
+import stat
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -85,7 +86,10 @@ def safetensors_problem(file: Path) -> Optional[str]:
     """Why ``file`` is not a complete safetensors file (None when its header is sound and the
     file is exactly as long as the header says); SPEC §7, §12. Reads the header only."""
     try:
-        size = file.stat().st_size
+        info = file.stat()
+        if not stat.S_ISREG(info.st_mode):  # a FIFO would block the read below
+            return "is not a regular file"
+        size = info.st_size
         with open(file, "rb") as fh:
             head = fh.read(8)
             if len(head) < 8:

@@ -155,13 +155,16 @@ def save_final(final: Path, save: Callable[[str], None], *, main_process: bool =
 
 
 def copy_final(checkpoint: Path, final: Path) -> None:
-    """``final/`` from a complete checkpoint's model and tokenizer files (SPEC §9: a run killed
-    after its last checkpoint but before its final model was whole)."""
+    """``final/`` from a complete checkpoint's model and tokenizer files, and its critic without
+    the optimizer's state as the final model keeps it (SPEC §9: a run killed after its last
+    checkpoint but before its final model was whole)."""
     def save(folder: str) -> None:
         os.makedirs(folder)
         for file in checkpoint.iterdir():
             if file.is_file() and not _ZIPPED.match(file.name) and file.name not in (MARKER, "trainer_state.json"):
                 shutil.copy2(file, Path(folder) / file.name)
+        if (checkpoint / CRITIC).is_dir():
+            shutil.copytree(checkpoint / CRITIC, Path(folder) / CRITIC, ignore=shutil.ignore_patterns("optimizer.pt"))
 
     save_final(final, save)
 
