@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any, NoReturn, Optional, Union
+from typing import Any, NoReturn, Optional, Sequence, Union
 
 from .errors import InputError
 
@@ -74,4 +74,23 @@ def text(value: Any, field: str, where: Where) -> str:
         where.fail(f"expected a string, got {kind(value)}", field)
     if not value:
         where.fail("must not be empty", field)
+    return value
+
+
+def fields(value: Any, names: Sequence[str], *, what: str, field: str, prefix: str = "",
+           required: Optional[Sequence[str]] = None) -> dict:
+    """``value`` when it is a dict whose keys are among ``names`` and include ``required``
+    (default: all of ``names``), for the checks of stored state (SPEC §9, §11). Otherwise an
+    InputError: another type names ``field``; a key beyond ``names`` is ``not a field of
+    WHAT`` and one of ``required`` that is absent ``missing``, each named ``PREFIX.KEY`` (the
+    key alone without ``prefix``)."""
+    if not isinstance(value, dict):
+        raise InputError(f"expected a mapping of {', '.join(names)}, got {type(value).__name__}", field=field)
+    at = (lambda key: f"{prefix}.{key}") if prefix else str
+    extra = sorted(map(str, set(value) - set(names)))
+    if extra:
+        raise InputError(f"not a field of {what}", field=at(extra[0]))
+    missing = [key for key in (names if required is None else required) if key not in value]
+    if missing:
+        raise InputError("missing", field=at(missing[0]))
     return value

@@ -47,6 +47,7 @@ from typing import Iterable, NamedTuple, Optional, Sequence
 import torch
 
 from ..errors import InputError
+from ..schema import fields
 
 PARSERS = ("default", "digits")
 
@@ -397,15 +398,7 @@ class ValueTable:
         strings, "" for ∅ alone; ``count`` float64 [n] of whole numbers >= 1; ``total`` float64
         [n], finite; no state twice. Anything else is an InputError naming ``field`` and the
         key at fault."""
-        names = ("parent", "key", "count", "total")
-        if not isinstance(state, dict):
-            raise InputError(f"expected a mapping of {', '.join(names)}, got {type(state).__name__}", field=field)
-        extra = sorted(map(str, set(state) - set(names)))
-        if extra:
-            raise InputError("not a field of a value table", field=f"{field}.{extra[0]}")
-        missing = [name for name in names if name not in state]
-        if missing:
-            raise InputError("missing", field=f"{field}.{missing[0]}")
+        fields(state, ("parent", "key", "count", "total"), what="a value table", field=field, prefix=field)
         keys = state["key"]
         if not isinstance(keys, list) or not all(isinstance(k, str) for k in keys):
             raise InputError(f"expected a list of strings, got {type(keys).__name__}", field=f"{field}.key")

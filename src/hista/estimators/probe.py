@@ -27,6 +27,7 @@ from typing import Optional, Sequence
 import torch
 
 from ..errors import InputError
+from ..schema import fields
 from ..types import RolloutGroup, State
 from . import register
 from .base import Estimator, EstimatorConfig, check_finite, state_length
@@ -144,15 +145,7 @@ def checked_data(entry: object, field: str, hidden_size: Optional[int] = None) -
     for no rollouts); ``x``, ``xy`` [H] and ``xx`` [H, H] finite float64 tensors, or all three
     None (a batch without fitted states), H = ``hidden_size`` when given, else the width of
     ``x``."""
-    names = [f.name for f in dataclasses.fields(ProbeData)]
-    if not isinstance(entry, dict):
-        raise InputError(f"expected a mapping of {', '.join(names)}, got {type(entry).__name__}", field=field)
-    extra = sorted(map(str, set(entry) - set(names)))
-    if extra:
-        raise InputError("not a field of the probe's data", field=f"{field}.{extra[0]}")
-    missing = [key for key in names if key not in entry]
-    if missing:
-        raise InputError("missing", field=f"{field}.{missing[0]}")
+    fields(entry, [f.name for f in dataclasses.fields(ProbeData)], what="the probe's data", field=field, prefix=field)
     for key in ("weight", "y", "low", "high"):
         _check_number(entry[key], f"{field}.{key}", finite=key in ("weight", "y"), minimum=key == "weight")
     if all(entry[key] is None for key in ("x", "xx", "xy")):

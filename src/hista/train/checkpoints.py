@@ -36,6 +36,7 @@ import torch
 from ..errors import InputError
 from ..jsonio import read_input, write_atomic, write_json_atomic
 from ..models.loading import safetensors_problem
+from ..schema import fields
 
 #: TRL's checkpoint folders, as transformers' ``get_last_checkpoint`` recognises them.
 CHECKPOINT = re.compile(r"^checkpoint-(\d+)$")
@@ -321,16 +322,8 @@ def check_generation(state: Any, *, global_step: int, accumulation: int, steps_p
     :data:`GENERATION_REQUIRED` and ``required`` (what this run's loss reads), each key a
     tensor of its kind, token ids below ``vocab``, one prompt and one completion length
     throughout. Anything else is an InputError naming the field."""
-    names = ("global_step", "step", "batch")
-    if not isinstance(state, dict):
-        raise InputError(f"expected a mapping of {', '.join(names)}, got {type(state).__name__}", field="step")
-    extra = sorted(map(str, set(state) - set(names)))
-    if extra:
-        raise InputError("not a field of the generation state (it holds global_step, step and batch)",
-                         field=extra[0])
-    missing = [key for key in names if key not in state]
-    if missing:
-        raise InputError("missing", field=missing[0])
+    fields(state, ("global_step", "step", "batch"), what="the generation state (it holds global_step, step and batch)",
+           field="step")
     for key in ("global_step", "step"):
         if not isinstance(state[key], int) or isinstance(state[key], bool):
             raise InputError(f"expected an integer, got {_shown(state[key])}", field=key)
@@ -365,14 +358,8 @@ def _check_slice(part: Any, field: str, rows: int, vocab: int, required: tuple[s
                  lengths: dict[str, int]) -> None:
     """One slice of a buffered generation batch (:func:`check_generation`); ``lengths`` holds
     the prompt and completion lengths met so far."""
-    if not isinstance(part, dict):
-        raise InputError(f"expected a mapping of tensors, got {type(part).__name__}", field=field)
-    extra = sorted(map(str, set(part) - set(GENERATION_BATCH)))
-    if extra:
-        raise InputError("not a key of the generation batch of a text-only run", field=f"{field}.{extra[0]}")
-    missing = [key for key in required if key not in part]
-    if missing:
-        raise InputError("missing", field=f"{field}.{missing[0]}")
+    fields(part, tuple(GENERATION_BATCH), what="the generation batch of a text-only run", field=field, prefix=field,
+           required=required)
     for key in (key for key in GENERATION_BATCH if key in part):  # ids first: they fix the lengths
         value, (kind, columns) = part[key], GENERATION_BATCH[key]
         where = f"{field}.{key}"
@@ -524,16 +511,8 @@ def _read_safetensors(file: Path) -> dict[str, torch.Tensor]:
 def _check_critic_optimizer(state: Any, critic: Any) -> dict:
     """What ``optimizer.pt`` of the critic's folder holds, checked against ``critic``'s AdamW
     (:func:`check_critic`); an InputError naming the field otherwise."""
-    names = ("optimizer", "shuffle", "updates")
-    if not isinstance(state, dict):
-        raise InputError(f"expected a mapping of {', '.join(names)}, got {type(state).__name__}", field="optimizer")
-    extra = sorted(map(str, set(state) - set(names)))
-    if extra:
-        raise InputError("not a field of the critic's optimiser state (it holds optimizer, shuffle and updates)",
-                         field=extra[0])
-    missing = [key for key in names if key not in state]
-    if missing:
-        raise InputError("missing", field=missing[0])
+    fields(state, ("optimizer", "shuffle", "updates"), field="optimizer",
+           what="the critic's optimiser state (it holds optimizer, shuffle and updates)")
     fresh = critic.optimizer.state_dict()["param_groups"][0]
     params = critic.params
     saved = state["optimizer"]
