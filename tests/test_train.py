@@ -614,7 +614,7 @@ def test_trainer_keys_value_tables_by_problem_not_batch_slot(tmp_path):
             [encode(f"problem {p}") for p, _ in rows], [encode(text[p][k]) for p, k in rows])
         out = {"prompt_ids": prompt_ids, "prompt_mask": prompt_mask, "completion_ids": completion_ids,
                "completion_mask": completion_mask}
-        trainer._hista_rewards = torch.tensor([rewards[p][k] for p, k in rows])
+        trainer.batch_rewards = torch.tensor([rewards[p][k] for p, k in rows])
         trainer.token_advantages(out, None, [f"problem-{p}" for p, _ in rows])
     tables = trainer.estimator.tables
     assert set(tables) == {"problem-A", "problem-B"}

@@ -67,7 +67,7 @@ def spy(self, out, hidden, problem_ids=None):
                      "completion_ids": out["completion_ids"][i, :n].tolist(),
                      "hidden": None if hidden is None else torch.cat([hidden[i, :p][pm], hidden[i, p:p + n]]),
                      "advantages": adv[i, :n].clone()})
-    saved.update(rank=self.accelerator.process_index, rows=rows, rewards=self._hista_rewards.tolist(),
+    saved.update(rank=self.accelerator.process_index, rows=rows, rewards=self.batch_rewards.tolist(),
                  calls=list(calls), local=self.groups_are_local(out["completion_ids"].size(0)))
     return adv
 

@@ -15,6 +15,9 @@ A recipe has these top-level keys (all but ``model`` and ``tasks`` optional)::
     trl: {...}                          # any other GRPOConfig field
     rollout_engine: auto                # auto, hista or trl: who samples the rollouts
                                         # (hista.train.rollouts)
+    dynamic_sampling: {max_rounds: 4}   # DAPO's: train on groups with unequal rewards only
+                                        # (false, true or a mapping; default: true for the
+                                        # dapo loss; hista.train.dynamic)
     eval: {suites: builtin, every: 25}  # optional: evaluate the policy during training
                                         # (hista.train.evaluate)
     accelerate_config: configs/accelerate/zero2.yaml   # how to launch it on many GPUs
@@ -38,6 +41,7 @@ from .. import yamlio
 from ..errors import InputError
 from ..jsonio import read_input
 from ..rollout.config import SYSTEM_PROMPT
+from .dynamic import resolve as resolve_dynamic
 from .limits import UNSUPPORTED, untrainable
 from .rollouts import ROLLOUT_ENGINES, choose
 from .typecheck import kind, type_error
@@ -148,6 +152,7 @@ class Recipe:
     resume: bool = False
     accelerate_config: Optional[str] = None
     rollout_engine: str = "auto"
+    dynamic_sampling: Union[bool, dict, None] = None
     advantage_estimator: dict = dataclasses.field(default_factory=lambda: {"name": "grpo"})
     loss: dict = dataclasses.field(default_factory=lambda: {"name": "dapo"})
     trl: dict = dataclasses.field(default_factory=dict)
@@ -529,6 +534,10 @@ def validate(data: dict, *, source: str = "<recipe>",
     refusal = untrainable(estimator, loss)
     if refusal is not None:
         raise fail(*refusal)
+    try:  # written as the run uses it: recipe.yaml says whether a run sampled dynamically
+        recipe.dynamic_sampling = resolve_dynamic(recipe.dynamic_sampling, name)
+    except ValueError as exc:
+        raise fail("dynamic_sampling", str(exc)) from None
 
     # TRL: field names, then each value against its GRPOConfig annotation and common ranges
     known = {f.name for f in dataclasses.fields(GRPOConfig)}

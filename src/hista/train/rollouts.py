@@ -9,8 +9,9 @@ models on CPU by continuous batching) with the trainer's temperature, top-p,
 ``max_completion_length`` and EOS ids, and returns the completions with their log-probs under
 softmax(logits / temperature), which equal a fresh forward pass within float rounding.
 
-Row r of the generation batch at optimiser step s is seeded by ``(seed, s, r)``, so a run is
-reproducible on one machine and a resumed run draws what the uninterrupted run drew.
+Row r of the generation batch at optimiser step s is seeded by ``(seed, s, r)`` (and by the
+round of dynamic sampling, for its extra rounds), so a run is reproducible on one machine and a
+resumed run draws what the uninterrupted run drew.
 
 :func:`choose` decides whether a run uses it: ``rollout_engine: auto`` (the default) uses the
 engine on one process without vLLM when TRL's sampling settings are ones the engine has
@@ -109,8 +110,11 @@ class EngineRollouts:
     def __init__(self, seed: int):
         self.seed = int(seed)
 
-    def seeds(self, step: int, rows: int) -> list[int]:
-        """The sampling seed of each row of the generation batch drawn at optimiser ``step``."""
+    def seeds(self, step: int, rows: int, round_: int = 0) -> list[int]:
+        """The sampling seed of each row of the generation batch drawn at optimiser ``step``
+        (``round_``: the extra generation round of dynamic sampling, 0 for the batch itself)."""
+        if round_:
+            return [derive_seed(self.seed, "rollout", step, "round", round_, r) for r in range(rows)]
         return [derive_seed(self.seed, "rollout", step, r) for r in range(rows)]
 
     def __call__(self, prompts: list, trainer) -> dict:
@@ -126,7 +130,8 @@ class EngineRollouts:
             out = sample_continuations(
                 model, [list(p) for p in distinct], sources, max_new_tokens=trainer.max_completion_length,
                 temperature=float(trainer.temperature), top_p=float(trainer.top_p), eos=eos,
-                pad=eos[0] if pad is None else pad, seeds=self.seeds(trainer.state.global_step, len(sources)))
+                pad=eos[0] if pad is None else pad,
+                seeds=self.seeds(trainer.state.global_step, len(sources), getattr(trainer, "sampling_round", 0)))
         return {"prompt_ids": prompt_ids, "completion_ids": [tokens for tokens, _ in out],
                 "logprobs": [logps for _, logps in out]}
 

@@ -131,7 +131,8 @@ class MetricsLog(TrainerCallback):
 
     KEYS = (("reward", "reward"), ("adv_std", "advantages/std"), ("clip_hi", "loss/clip_frac_high"),
             ("entropy", "entropy"), ("len", "completions/mean_length"), ("est", "estimator/time_frac"),
-            ("v_loss", "critic/value_loss"), ("ev", "critic/explained_variance"))
+            ("v_loss", "critic/value_loss"), ("ev", "critic/explained_variance"),
+            ("rounds", "dynamic_sampling/rounds"))
 
     def __init__(self, path: Path):
         self.path = path
@@ -185,6 +186,7 @@ def check_same_run(recipe: Recipe) -> None:
         raise InputError("the earlier run's recipe is not a mapping", path=str(saved_path))
     saved.pop("versions", None)
     saved.setdefault("rollout_engine", "trl")  # runs from before the engine sampled in training
+    saved.setdefault("dynamic_sampling", False)  # runs from before dynamic sampling
     old, new = _flat(saved), _flat(recipe.to_dict())
     for key in sorted(old.keys() | new.keys()):
         if key in RESUMABLE_CHANGES or key == "output_dir" or old.get(key) == new.get(key):
@@ -318,7 +320,7 @@ def train(recipe: Recipe, overwrite: bool = False) -> dict:
     trainer = HistaGRPOTrainer(
         model=model, reward_funcs=[correct], args=config, train_dataset=dataset, processing_class=tokenizer,
         advantage_estimator=recipe.estimator_config(), loss=recipe.loss, policy=policy, callbacks=callbacks,
-        rollout_engine=recipe.rollout_engine,
+        rollout_engine=recipe.rollout_engine, dynamic_sampling=recipe.dynamic_sampling,
     )
     if trainer.accelerator.is_main_process:
         print(f"rollouts: {trainer.rollout_source}", flush=True)

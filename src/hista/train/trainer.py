@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import time
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, Optional, Union
 
 import torch
 from accelerate.utils import gather_object
@@ -40,10 +40,13 @@ from ..errors import InputError
 from ..models.capture import capture_logprob_pass
 from ..models.forward import decoder_layers
 from ..types import Rollout
-from . import checkpoints, rollouts, split
+from . import checkpoints, dynamic, rollouts, split
 from .batch import batch_to_groups, build_group, groups_to_batch, unpad
 from .limits import UNSUPPORTED, untrainable
 from .sampler import EpochSampler
+
+#: TRL's metrics of the rewards of a generation round (and ``rewards/<function>/...``)
+REWARD_METRICS = ("reward", "reward_std", "frac_reward_zero_std")
 
 
 class HistaGRPOTrainer(GRPOTrainer):
@@ -57,10 +60,13 @@ class HistaGRPOTrainer(GRPOTrainer):
     ``trains_with_policy``). ``policy``: (name, revision) of the policy as
     :func:`hista.models.load` records them, for the critic's record (default: read from the
     model); ``gae_lambda`` and ``scale`` default to the estimator's own defaults (1.0 and the
-    group std for most)."""
+    group std for most). ``dynamic_sampling``: DAPO's (SPEC §9, :mod:`hista.train.dynamic`):
+    false, true (``max_rounds`` 4) or ``{"max_rounds": n}``; off unless asked for here (a
+    recipe turns it on for the ``dapo`` loss)."""
 
     def __init__(self, *args: Any, advantage_estimator: dict, loss: dict,
-                 policy: Optional[tuple[str, Optional[str]]] = None, rollout_engine: str = "auto", **kwargs: Any):
+                 policy: Optional[tuple[str, Optional[str]]] = None, rollout_engine: str = "auto",
+                 dynamic_sampling: Union[bool, dict] = False, **kwargs: Any):
         est_cfg = dict(advantage_estimator)
         name = est_cfg.pop("name", "grpo")
         gae_lambda, scale = est_cfg.pop("gae_lambda", None), est_cfg.pop("scale", None)
@@ -68,7 +74,10 @@ class HistaGRPOTrainer(GRPOTrainer):
         self.gae_lambda = float(self.estimator.default_gae_lambda() if gae_lambda is None else gae_lambda)
         self.scale = scale or self.estimator.default_scale or "group"
         loss_cfg = dict(loss)
-        self.loss = losses.get(loss_cfg.pop("name", "dapo"), **loss_cfg)
+        loss_name = loss_cfg.pop("name", "dapo")
+        self.loss = losses.get(loss_name, **loss_cfg)
+        self.dynamic_sampling = dynamic.resolve(dynamic_sampling, loss_name)
+        self.sampling_round = 0  # the generation round of the step being sampled (dynamic sampling)
         refusal = untrainable(self.estimator, self.loss)
         if refusal is not None:
             raise ValueError(refusal[1])
@@ -84,13 +93,17 @@ class HistaGRPOTrainer(GRPOTrainer):
         for key, (neutral, why) in UNSUPPORTED.items():
             if getattr(self.args, key, neutral) != neutral:
                 raise ValueError(f"GRPOConfig.{key}={getattr(self.args, key)!r} has no effect here: {why}")
+        if self.dynamic_sampling and self._is_vlm:
+            raise ValueError("dynamic_sampling does not handle a multimodal processor's inputs: set dynamic_sampling: "
+                             "false")
         if self.loss.config["beta"] != float(self.beta):
             raise ValueError(f"loss.beta={self.loss.config['beta']} but GRPOConfig.beta={self.beta}: they must agree")
         self.hidden_layer = (self.estimator.hidden_layer(decoder_layers(self.model)) if self.estimator.needs_hidden
                              else None)
         with capture_logprob_pass(self.model, layer=self.hidden_layer):
             pass  # a layer the model does not have fails here, before any step
-        self._hista_rewards: Optional[torch.Tensor] = None
+        #: the rewards of the generation batch the advantages are computed on (every process's rows, gathered)
+        self.batch_rewards: Optional[torch.Tensor] = None
         self._cycle_start: Optional[float] = None
         self._estimator_seconds = 0.0
         self.critic = self._build_critic(policy) if self.estimator.trains_with_policy else None
@@ -131,8 +144,14 @@ class HistaGRPOTrainer(GRPOTrainer):
     def _calculate_rewards(self, inputs, prompts, completions, completion_ids_list):
         rewards_per_func = super()._calculate_rewards(inputs, prompts, completions, completion_ids_list)
         weights = self.reward_weights.to(rewards_per_func.device).unsqueeze(0)
-        self._hista_rewards = torch.nan_to_num((rewards_per_func * weights).nansum(dim=1), nan=0.0)
+        self.batch_rewards = torch.nan_to_num((rewards_per_func * weights).nansum(dim=1), nan=0.0)
         return rewards_per_func
+
+    @property
+    def captures(self) -> bool:
+        """Whether the estimator or the loss reads what the old-log-prob pass sees (hidden
+        states, entropies)."""
+        return self.hidden_layer is not None or self.loss.needs_entropy
 
     def _generate_and_score_completions(self, inputs):
         mode = "train" if self.model.training else "eval"
@@ -140,20 +159,15 @@ class HistaGRPOTrainer(GRPOTrainer):
         if mode == "train" and self._cycle_start is not None:
             self._metrics[mode]["estimator/time_frac"].append(self._estimator_seconds / (now - self._cycle_start))
         self._cycle_start = now
-        if self.hidden_layer is None and not self.loss.needs_entropy:
-            out = super()._generate_and_score_completions(inputs)
-            hidden = entropy = None
+        if mode == "train" and self.dynamic_sampling:
+            out, hidden, inputs = self._sample_informative(inputs)
         else:
-            with capture_logprob_pass(self.model, layer=self.hidden_layer) as record:
-                out = super()._generate_and_score_completions(inputs)
-                if not record.calls:  # TRL skipped the old-log-prob pass (on-policy step): run it once here
-                    out["old_per_token_logps"] = self.old_logprob_pass(out)
-                hidden, entropy = record.rows(out["completion_ids"].size(0))
+            out, hidden, captured = self._score(inputs)
+            if not captured:
+                hidden = self._capture_pass(out)
         if self.engine_rollouts and "old_per_token_logps" in out and "sampling_per_token_logps" in out:
             self._metrics[mode]["rollout/logprob_gap"].append(rollouts.logprob_gap(
                 out["sampling_per_token_logps"], out["old_per_token_logps"], out["completion_mask"]))
-        if entropy is not None:
-            out["old_entropies"] = entropy[:, -out["completion_ids"].size(1):]
         if mode != "train":  # evaluation keeps TRL's per-response advantages
             return out
         start = time.perf_counter()
@@ -162,6 +176,99 @@ class HistaGRPOTrainer(GRPOTrainer):
         self._estimator_seconds = time.perf_counter() - start
         self._metrics[mode]["estimator/seconds"].append(self._estimator_seconds)
         return out
+
+    def _score(self, inputs) -> tuple[dict, Optional[torch.Tensor], bool]:
+        """TRL's generation and scoring of ``inputs``, with what its old-log-prob pass showed
+        the capture hooks: (output, hidden states [B, P + C, H] or None, whether they were
+        captured). The old policy's entropies go into ``old_entropies``. Nothing to capture
+        counts as captured; a step where TRL skips the pass (fully on-policy) is not."""
+        if not self.captures:
+            return super()._generate_and_score_completions(inputs), None, True
+        with capture_logprob_pass(self.model, layer=self.hidden_layer) as record:
+            out = super()._generate_and_score_completions(inputs)
+        if not record.calls:
+            return out, None, False
+        hidden, entropy = record.rows(out["completion_ids"].size(0))
+        if entropy is not None:
+            out["old_entropies"] = entropy[:, -out["completion_ids"].size(1):]
+        return out, hidden, True
+
+    def _capture_pass(self, out: dict) -> Optional[torch.Tensor]:
+        """Run the old-log-prob pass TRL skipped on ``out`` (SPEC §9), once, under the capture
+        hooks: it fills ``old_per_token_logps`` and ``old_entropies``; returns the hidden states."""
+        if not self.captures:
+            return None
+        with capture_logprob_pass(self.model, layer=self.hidden_layer) as record:
+            out["old_per_token_logps"] = self.old_logprob_pass(out)
+        hidden, entropy = record.rows(out["completion_ids"].size(0))
+        if entropy is not None:
+            out["old_entropies"] = entropy[:, -out["completion_ids"].size(1):]
+        return hidden
+
+    # ---- dynamic sampling ------------------------------------------------------------------
+    def _sample_informative(self, inputs: list[dict]) -> tuple[dict, Optional[torch.Tensor], list[dict]]:
+        """DAPO's dynamic sampling (SPEC §9, :mod:`hista.train.dynamic`): score this process's
+        slice of the generation batch, then extra rounds of freshly drawn prompts until every
+        process holds as many groups with unequal rewards as its slice has (or
+        ``max_rounds`` are spent: the rest is filled with groups of equal rewards, and said);
+        return exactly that many whole groups, merged, with their hidden states and their
+        input rows. The rewards
+        the estimator reads, ``num_items_in_batch`` and the reward metrics are the kept
+        batch's; the metrics of the step say how it went."""
+        g, step = self.num_generations, self.state.global_step
+        processes, quota = self.accelerator.num_processes, len(inputs) // self.num_generations
+        metrics = self._metrics["train"]
+        rounds, flags, rewards, mark = [], [], [], None
+        for r in range(self.dynamic_sampling["max_rounds"] + 1):
+            self.sampling_round = r
+            rows = inputs if r == 0 else self._extra_inputs(step, r, quota)
+            try:
+                out, hidden, captured = self._score(rows)
+            finally:
+                self.sampling_round = 0
+            rounds.append((out, hidden, captured, rows))
+            rewards.append(self.batch_rewards.detach().cpu())
+            flags.append(dynamic.informative(rewards[-1], g).view(processes, quota))
+            if r == 0:  # TRL's reward metrics of the first round stay: an unbiased sample of the pool
+                mark = {k: len(v) for k, v in metrics.items() if k in REWARD_METRICS or k.startswith("rewards/")}
+            if dynamic.enough(flags, quota):
+                break
+        for key, length in mark.items():
+            del metrics[key][length:]
+        picks, filled = dynamic.choose(flags, quota)
+        mine = picks[self.accelerator.process_index]
+        parts = [(out, hidden, [k for rr, gg in mine if rr == r for k in range(gg * g, gg * g + g)])
+                 for r, (out, hidden, _, _) in enumerate(rounds)]
+        parts = [part for part in parts if part[2]]
+        out, hidden = dynamic.merge(parts, self._tokenizer.pad_token_id)
+        kept_inputs = [rounds[r][3][k] for r, gg in mine for k in range(gg * g, gg * g + g)]
+        if not rounds[0][2]:  # TRL skipped the old-log-prob pass: one pass over the kept batch, not one per round
+            hidden = self._capture_pass(out)
+        kept = torch.cat([rewards[r][q * quota * g + gg * g: q * quota * g + gg * g + g]
+                          for q in range(processes) for r, gg in picks[q]])
+        self.batch_rewards = kept.to(self.batch_rewards.device)
+        mask = out["completion_mask"] * out["tool_mask"] if "tool_mask" in out else out["completion_mask"]
+        out["num_items_in_batch"] = self.accelerator.gather(mask.sum()).sum()
+        groups = processes * quota
+        metrics["frac_reward_zero_std"][-1] = 1.0 - float(dynamic.informative(kept, g).float().mean())
+        metrics["dynamic_sampling/informative_frac"].append(float(flags[0].float().mean()))
+        metrics["dynamic_sampling/rounds"].append(float(len(rounds)))
+        metrics["dynamic_sampling/rollouts_per_trained"].append(float(len(rounds)))  # each round: a whole batch
+        metrics["dynamic_sampling/filled_groups"].append(float(filled))
+        metrics["dynamic_sampling/kept_reward"].append(float(kept.mean()))
+        if filled and self.accelerator.is_main_process:
+            print(f"dynamic sampling: step {step}: {groups - filled} of {groups} groups have unequal rewards after "
+                  f"{len(rounds) - 1} extra rounds (max_rounds); training on {filled} with equal rewards too",
+                  flush=True)
+        return out, hidden, kept_inputs
+
+    def _extra_inputs(self, step: int, round_: int, quota: int) -> list[dict]:
+        """This process's slice of the prompts of extra round ``round_`` at ``step``, each
+        repeated G times (SPEC §9; :func:`hista.train.dynamic.extra_prompts`)."""
+        indices = dynamic.extra_prompts(len(self.train_dataset), int(self.args.seed), step, round_,
+                                        quota * self.accelerator.num_processes)
+        mine = indices[self.accelerator.process_index * quota: (self.accelerator.process_index + 1) * quota]
+        return [dict(self.train_dataset[i]) for i in mine for _ in range(self.num_generations)]
 
     @torch.no_grad()
     def old_logprob_pass(self, out: dict) -> torch.Tensor:
@@ -199,7 +306,7 @@ class HistaGRPOTrainer(GRPOTrainer):
         process, so that its copies stay equal: with one, every process gathers the batch."""
         local_b, local_t = out["completion_ids"].shape
         first = self.accelerator.process_index * local_b
-        rewards = self._hista_rewards.to(out["completion_ids"].device)
+        rewards = self.batch_rewards.to(out["completion_ids"].device)
         batch_std = float(rewards.std()) if rewards.numel() > 1 else 0.0  # over the whole generation batch
         tokenizer = self.processing_class if self.estimator.needs_text else None
         local = self.groups_are_local(local_b)
