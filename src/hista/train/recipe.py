@@ -18,6 +18,8 @@ A recipe has these top-level keys (all but ``model`` and ``tasks`` optional)::
     dynamic_sampling: {max_rounds: 4}   # DAPO's: train on groups with unequal rewards only
                                         # (false, true or a mapping; default: true for the
                                         # dapo loss; hista.train.dynamic)
+    pool_filter: {band: [0.15, 0.75], samples: 20}   # keep the problems the base policy
+                                        # solves that often (hista.train.pool)
     eval: {suites: builtin, every: 25}  # optional: evaluate the policy during training
                                         # (hista.train.evaluate)
     accelerate_config: configs/accelerate/zero2.yaml   # how to launch it on many GPUs
@@ -43,6 +45,7 @@ from ..jsonio import read_input
 from ..rollout.config import SYSTEM_PROMPT
 from .dynamic import resolve as resolve_dynamic
 from .limits import UNSUPPORTED, untrainable
+from .pool import resolve as resolve_pool
 from .rollouts import ROLLOUT_ENGINES, choose
 from .typecheck import kind, type_error
 
@@ -153,6 +156,7 @@ class Recipe:
     accelerate_config: Optional[str] = None
     rollout_engine: str = "auto"
     dynamic_sampling: Union[bool, dict, None] = None
+    pool_filter: Union[bool, dict, None] = None
     advantage_estimator: dict = dataclasses.field(default_factory=lambda: {"name": "grpo"})
     loss: dict = dataclasses.field(default_factory=lambda: {"name": "dapo"})
     trl: dict = dataclasses.field(default_factory=dict)
@@ -538,6 +542,10 @@ def validate(data: dict, *, source: str = "<recipe>",
         recipe.dynamic_sampling = resolve_dynamic(recipe.dynamic_sampling, name)
     except ValueError as exc:
         raise fail("dynamic_sampling", str(exc)) from None
+    try:
+        recipe.pool_filter = resolve_pool(recipe.pool_filter)
+    except ValueError as exc:
+        raise fail("pool_filter", str(exc)) from None
 
     # TRL: field names, then each value against its GRPOConfig annotation and common ranges
     known = {f.name for f in dataclasses.fields(GRPOConfig)}

@@ -105,6 +105,21 @@ def check_prompt_lengths(recipe: Recipe, problems: Optional[list[tuple[str, dict
     return None
 
 
+def filter_pool(recipe: Recipe, problems: list[tuple[str, dict]], config: Any) -> list[tuple[str, dict]]:
+    """The recipe's problems that its ``pool_filter`` keeps (SPEC §9; :mod:`hista.train.pool`):
+    measured with the base policy under the run's temperature and top-p, with
+    ``pool_filter.max_new_tokens`` (default ``trl.max_completion_length``) new tokens, into
+    ``OUTPUT_DIR/pool/``, or read from there when it holds this pool."""
+    from ..models import load
+    from .pool import filtered
+
+    cfg = recipe.pool_filter
+    lm = load(recipe.model, device="cpu")
+    return filtered(recipe, problems, lm, cfg, temperature=config.temperature, top_p=config.top_p,
+                    max_new_tokens=cfg["max_new_tokens"] or config.max_completion_length,
+                    folder=Path(recipe.output_dir) / "pool")
+
+
 def correct(completions: list, answer: list, verifier: list, **_: Any) -> list[float]:
     """TRL reward function: 1.0 when the verifier of each problem accepts the completion
     (SPEC §6)."""
@@ -303,7 +318,6 @@ def train(recipe: Recipe, overwrite: bool = False) -> dict:
     if checkpoint is not None and 0 < config.max_steps <= checkpoint[0]:
         return _finished(recipe, out, checkpoint)
     problems = load_problems(recipe)
-    dataset = build_dataset(recipe, problems)
     plan = parse_eval(recipe.eval) if recipe.eval is not None else None
     if plan is not None:  # every problem it evaluates loads now, before anything is written
         from ..evaluation import check_suites
@@ -312,6 +326,9 @@ def train(recipe: Recipe, overwrite: bool = False) -> dict:
     note = check_prompt_lengths(recipe, problems)  # every prompt fits the context with the cap
     if note:
         print(note, flush=True)
+    if recipe.pool_filter:
+        problems = filter_pool(recipe, problems, config)
+    dataset = build_dataset(recipe, problems)
     model, tokenizer, policy = load_policy(recipe)
     callbacks = [ReplaceEarlierRun(replaced), MetricsLog(metrics)]
     if plan is not None:

@@ -1,0 +1,176 @@
+"""Difficulty-filtered training pools (SPEC §9; paper Appendix G.1; docs/training.md
+"Difficulty-filtered pools").
+
+A recipe's ``pool_filter`` keeps the problems whose accuracy under the base policy (the mean
+reward of ``samples`` samples, as ``hista tasks filter`` measures it) lies in the closed
+``band``; the default ``[0.15, 0.75]`` is, with 20 samples, the paper's 0.1 < acc < 0.8. The
+measurement is written once into ``OUTPUT_DIR/pool/`` and reused:
+
+* ``settings.json``: everything the pool depends on (model, tasks, problems, split, seed,
+  system prompt, band, samples, sampling settings);
+* ``accuracy.jsonl``: one row per problem measured (``task``, ``id``, ``accuracy``), appended
+  chunk by chunk (:data:`CHUNK` problems, seeded by (seed, chunk)), so a filter killed midway
+  resumes from its last whole chunk and measures what an uninterrupted one would have;
+* ``pool.jsonl``: the kept problems (``task``, ``id``, ``accuracy``), written last, atomically.
+
+A run with the same settings reads ``pool.jsonl`` (a resume, or a rerun); other settings measure
+afresh, replacing these files (they are the run's own).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+from typing import Any, Optional, Union
+
+from ..errors import InputError
+from ..jsonio import (
+    append_jsonl,
+    check_output_file,
+    complete_lines,
+    dumps_line,
+    read_input,
+    write_atomic,
+    write_json_atomic,
+)
+from ..sharding import derive_seed
+
+#: the keys of ``pool_filter`` and their defaults (max_new_tokens None: trl.max_completion_length)
+DEFAULTS = {"band": [0.15, 0.75], "samples": 20, "max_new_tokens": None}
+#: problems measured per chunk: the unit of resumption and of seeding
+CHUNK = 32
+
+
+def resolve(setting: Union[bool, dict, None]) -> Optional[dict]:
+    """The recipe's ``pool_filter`` with its defaults (SPEC §9): None (no filter) for null or
+    false, :data:`DEFAULTS` for true. A ValueError says what is wrong with a mapping."""
+    if setting is None or setting is False:
+        return None
+    if setting is True:
+        setting = {}
+    unknown = [k for k in setting if k not in DEFAULTS]
+    if unknown:
+        raise ValueError(f"unknown key {unknown[0]!r}; valid: {', '.join(DEFAULTS)}")
+    cfg = {**DEFAULTS, **setting}
+    band = cfg["band"]
+    if (not isinstance(band, list) or len(band) != 2
+            or not all(isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) for v in band)
+            or not 0.0 <= band[0] <= band[1] <= 1.0):
+        raise ValueError(f"band={band!r}: must be [lo, hi] with 0 <= lo <= hi <= 1 (accuracies kept, bounds included)")
+    for key, least in (("samples", 1), ("max_new_tokens", 1)):
+        value = cfg[key]
+        if value is None and key == "max_new_tokens":
+            continue
+        if isinstance(value, bool) or not isinstance(value, int) or value < least:
+            raise ValueError(f"{key}={value!r}: must be an integer >= {least}")
+    cfg["band"] = [float(v) for v in band]
+    return cfg
+
+
+def settings(recipe: Any, cfg: dict, temperature: float, top_p: float, max_new_tokens: int) -> dict:
+    """What the filtered pool of ``recipe`` depends on (written to ``pool/settings.json``)."""
+    return {"model": recipe.model, "tasks": recipe.task_specs, "problems": recipe.problems, "split": recipe.split,
+            "seed": recipe.seed, "system_prompt": recipe.system_prompt, "band": cfg["band"],
+            "samples": cfg["samples"], "temperature": float(temperature), "top_p": float(top_p),
+            "max_new_tokens": int(max_new_tokens), "chunk": CHUNK}
+
+
+def _read_jsonl(path: Path, what: str) -> list[dict]:
+    raw = complete_lines(read_input(path, what), path, what)
+    rows = []
+    for number, line in enumerate(raw.decode("utf-8", errors="replace").splitlines(), 1):
+        try:
+            row = json.loads(line)
+        except ValueError:
+            raise InputError(f"line {number} is not JSON", path=str(path), line=number) from None
+        if not isinstance(row, dict):
+            raise InputError(f"line {number} is not a JSON object", path=str(path), line=number)
+        rows.append(row)
+    return rows
+
+
+def _measured(path: Path, problems: list[tuple[str, dict]]) -> list[float]:
+    """The accuracies ``accuracy.jsonl`` holds for the whole chunks at the head of
+    ``problems`` (a row that does not match its problem ends them: what follows is measured
+    again)."""
+    if not path.exists():
+        return []
+    accuracies = []
+    for row, (spec, rec) in zip(_read_jsonl(path, "pool accuracy file"), problems):
+        accuracy = row.get("accuracy")
+        if (row.get("task") != spec or row.get("id") != str(rec["id"]) or isinstance(accuracy, bool)
+                or not isinstance(accuracy, (int, float)) or not 0.0 <= accuracy <= 1.0):
+            break
+        accuracies.append(float(accuracy))
+    whole = len(accuracies) // CHUNK * CHUNK
+    return accuracies if len(accuracies) == len(problems) else accuracies[:whole]
+
+
+def filtered(recipe: Any, problems: list[tuple[str, dict]], lm: Any, cfg: dict, *, temperature: float,
+             top_p: float, max_new_tokens: int, folder: Path) -> list[tuple[str, dict]]:
+    """The problems of ``problems`` whose accuracy under the policy ``lm`` (a
+    :class:`hista.models.LoadedModel`) lies in ``cfg["band"]``, in their order (SPEC §9): read
+    from ``folder`` when it holds the pool of these settings, else measured (resuming a
+    measurement cut short) and written there. An InputError about ``pool_filter`` when none is
+    kept."""
+    from ..rollout.config import SamplingConfig
+    from ..rollout.engines import make_engine
+    from ..rollout.sample import policy_accuracy
+
+    want = settings(recipe, cfg, temperature, top_p, max_new_tokens)
+    paths = {name: folder / name for name in ("settings.json", "accuracy.jsonl", "pool.jsonl")}
+    for path in paths.values():
+        check_output_file(path)
+    same = paths["settings.json"].exists() and _read_json(paths["settings.json"]) == want
+    if same and paths["pool.jsonl"].exists():
+        ids = {(row.get("task"), row.get("id")) for row in _read_jsonl(paths["pool.jsonl"], "pool file")}
+        kept = [(spec, rec) for spec, rec in problems if (spec, str(rec["id"])) in ids]
+        print(f"pool filter: {len(kept)} of {len(problems)} problems, as measured before ({paths['pool.jsonl']})",
+              flush=True)
+        return _nonempty(recipe, kept, problems, cfg)
+    accuracies = _measured(paths["accuracy.jsonl"], problems) if same else []
+    folder.mkdir(parents=True, exist_ok=True)
+    write_json_atomic(paths["settings.json"], want)
+    _write(paths["accuracy.jsonl"], [_row(problems[i], a) for i, a in enumerate(accuracies)])
+    paths["pool.jsonl"].unlink(missing_ok=True)
+    config = SamplingConfig(temperature=float(temperature), top_p=float(top_p), max_new_tokens=int(max_new_tokens),
+                            system_prompt=recipe.system_prompt)
+    engine = make_engine("hf", lm, config)
+    chunks = math.ceil(len(problems) / CHUNK)
+    for k in range(len(accuracies) // CHUNK, chunks):
+        part = problems[k * CHUNK: (k + 1) * CHUNK]
+        print(f"pool filter: chunk {k + 1}/{chunks}: {len(part)} problems x {cfg['samples']} samples", flush=True)
+        measured = policy_accuracy(engine, [rec for _, rec in part], cfg["samples"],
+                                   seed=derive_seed(recipe.seed, "pool", k))
+        append_jsonl(paths["accuracy.jsonl"], [_row(p, a) for p, a in zip(part, measured)])
+        accuracies += measured
+    lo, hi = cfg["band"]
+    kept = [(p, a) for p, a in zip(problems, accuracies) if lo <= a <= hi]
+    _write(paths["pool.jsonl"], [_row(p, a) for p, a in kept])
+    print(f"pool filter: kept {len(kept)} of {len(problems)} problems with accuracy in [{lo}, {hi}] over "
+          f"{cfg['samples']} samples of {lm.name}; wrote {paths['pool.jsonl']}", flush=True)
+    return _nonempty(recipe, [p for p, _ in kept], problems, cfg)
+
+
+def _write(path: Path, rows: list[dict]) -> None:
+    """``rows`` as the canonical JSON lines :func:`hista.jsonio.append_jsonl` appends, atomically."""
+    write_atomic(path, lambda fh: fh.writelines(dumps_line(r) for r in rows), kind="jsonl")
+
+
+def _row(problem: tuple[str, dict], accuracy: float) -> dict:
+    return {"task": problem[0], "id": str(problem[1]["id"]), "accuracy": float(accuracy)}
+
+
+def _read_json(path: Path) -> Any:
+    try:
+        return json.loads(read_input(path, "pool settings").decode("utf-8", errors="replace"))
+    except ValueError:
+        return None  # not this version's settings: measured afresh
+
+
+def _nonempty(recipe: Any, kept: list, problems: list, cfg: dict) -> list:
+    if not kept:
+        raise recipe.error("pool_filter", f"no problem of {len(problems)} has an accuracy in {cfg['band']} over "
+                                          f"{cfg['samples']} samples: widen the band or draw more problems")
+    return kept

@@ -1,0 +1,78 @@
+"""Difficulty-filtered training pools (issue 42 item 2; SPEC §9; hista.train.pool): measured once
+with the base policy into the run folder, resumed from the last whole chunk when cut short,
+reused by a resume, refused when nothing is kept."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from test_train import SMOKE
+
+from hista.cli import main
+from hista.errors import InputError
+from hista.train import pool
+from hista.train.recipe import load_recipe
+from hista.train.run import load_problems
+
+
+def test_the_recipe_key_and_its_defaults():
+    assert load_recipe(SMOKE).pool_filter is None
+    assert load_recipe(SMOKE, ["pool_filter=true"]).pool_filter == {"band": [0.15, 0.75], "samples": 20,
+                                                                     "max_new_tokens": None}
+    assert load_recipe(SMOKE, ["pool_filter={band: [0, 1], samples: 4}"]).pool_filter["band"] == [0.0, 1.0]
+    for bad, needle in (("{band: [0.8, 0.1]}", "lo <= hi"), ("{band: [0.1]}", "band"), ("{samples: 0}", ">= 1"),
+                        ("{bands: [0, 1]}", "unknown key 'bands'"), ("{max_new_tokens: 1.5}", "integer"),
+                        ("{band: [0, 2]}", "<= 1")):
+        with pytest.raises(InputError, match=needle) as err:
+            load_recipe(SMOKE, [f"pool_filter={bad}"])
+        assert err.value.field == "pool_filter"
+
+
+def _measure(tmp_path: Path, band=(0.0, 0.0), problems=40):
+    from hista.models import load
+
+    recipe = load_recipe(SMOKE, ["model=tiny", f"problems={problems}", f"output_dir={tmp_path}",
+                                 f"pool_filter={{band: [{band[0]}, {band[1]}], samples: 2}}"])
+    kept = pool.filtered(recipe, load_problems(recipe), load("tiny", device="cpu"), recipe.pool_filter,
+                         temperature=0.7, top_p=1.0, max_new_tokens=6, folder=tmp_path / "pool")
+    return recipe, kept
+
+
+def test_a_measurement_cut_short_resumes_from_its_last_whole_chunk(tmp_path, capsys):
+    recipe, kept = _measure(tmp_path / "full")
+    assert len(kept) == 40  # the tiny model solves nothing: every accuracy is 0, inside [0, 0]
+    whole = (tmp_path / "full" / "pool" / "accuracy.jsonl").read_bytes()
+    assert whole.count(b"\n") == 40
+    capsys.readouterr()
+    cut = tmp_path / "cut" / "pool"
+    cut.mkdir(parents=True)
+    (cut / "settings.json").write_bytes((tmp_path / "full" / "pool" / "settings.json").read_bytes())
+    lines = whole.splitlines(keepends=True)
+    (cut / "accuracy.jsonl").write_bytes(b"".join(lines[:35]) + lines[35][:10])  # a crash mid-chunk 2
+    _, again = _measure(tmp_path / "cut")
+    out = capsys.readouterr().out
+    assert "chunk 2/2" in out and "chunk 1/2" not in out  # the whole first chunk was kept
+    assert (cut / "accuracy.jsonl").read_bytes() == whole and again == kept
+    _measure(tmp_path / "cut")
+    assert "as measured before" in capsys.readouterr().out  # the pool is read, not measured again
+
+
+def test_a_band_nothing_lies_in_is_refused(tmp_path):
+    with pytest.raises(InputError, match="no problem of 40 has an accuracy in") as err:
+        _measure(tmp_path, band=(0.5, 1.0))
+    assert err.value.field == "pool_filter"
+    assert (tmp_path / "pool" / "accuracy.jsonl").read_bytes().count(b"\n") == 40  # measured, kept for a rerun
+
+
+def test_hista_train_filters_its_pool_once(tmp_path, capsys):
+    out = tmp_path / "run"
+    args = ["train", str(SMOKE), "model=tiny", f"output_dir={out}", "problems=8", "trl.max_completion_length=6",
+            "dynamic_sampling=false", "pool_filter={band: [0, 0.5], samples: 2}", "trl.save_steps=1"]
+    assert main(args + ["trl.max_steps=1"]) == 0
+    assert "kept 8 of 8 problems" in capsys.readouterr().out
+    assert "band:" in (out / "recipe.yaml").read_text()
+    assert main(args + ["trl.max_steps=2", "resume=true"]) == 0
+    assert "8 of 8 problems, as measured before" in capsys.readouterr().out
+    assert main(args[:-2] + ["pool_filter={band: [0, 0.5], samples: 3}", "trl.save_steps=1", "trl.max_steps=3",
+                             "resume=true"]) == 2  # another filter is another run
