@@ -111,6 +111,9 @@ def cases() -> list[Case]:
              ("recipe.yaml", "seed", "trained with"), setup=_finished_run),
         Case("29.7 train resume=true with another loss", ["train", "recipe.yaml", "resume=true", "loss.name=grpo"],
              ("loss.name",), setup=_finished_run),
+        Case("42 train resume=true with dynamic sampling off", ["train", "recipe.yaml", "resume=true",
+                                                                "dynamic_sampling=false"],
+             ("dynamic_sampling={'max_rounds': 4}, not False",), setup=_finished_run),
         # 8. a layer the model does not have, at dry run
         Case("29.8 train --dry-run advantage_estimator.layer=999",
              [*DRY, "advantage_estimator.name=hista", "advantage_estimator.layer=999", "--dry-run"],

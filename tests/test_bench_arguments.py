@@ -32,6 +32,8 @@ CASES = [
     ("sveb_quick.py", ["--out", "{tmp}"], "--out"),
     ("sveb_sweep.py", [str(CASES_FILE), "--grid", "layer"], "--grid"),
     ("gpu_check_train.py", ["/nonexistent.yaml"], "recipe"),
+    ("bf16_numerics.py", ["--prompts", "0"], "--prompts"),
+    ("bf16_numerics.py", ["--task", "nosuch:x"], "nosuch"),
 ]
 
 

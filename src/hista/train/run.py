@@ -175,8 +175,13 @@ def earlier_run(out: Path) -> list[Path]:
             *(p for p in (final, evaluations) if p.exists())]
 
 
+#: recipe settings compared as a whole on resume (their mapping and their true/false forms are one
+#: setting); listed after the others when both differ: the dapo loss turns dynamic sampling on
+WHOLE_SETTINGS = ("dynamic_sampling", "pool_filter")
+
+
 def _flat(data: Any, prefix: str = "") -> dict[str, Any]:
-    if not isinstance(data, dict) or (prefix and not data):
+    if not isinstance(data, dict) or (prefix and not data) or prefix in WHOLE_SETTINGS:
         return {prefix: data}
     out: dict[str, Any] = {}
     for key, value in data.items():
@@ -203,7 +208,7 @@ def check_same_run(recipe: Recipe) -> None:
     saved.setdefault("rollout_engine", "trl")  # runs from before the engine sampled in training
     saved.setdefault("dynamic_sampling", False)  # runs from before dynamic sampling
     old, new = _flat(saved), _flat(recipe.to_dict())
-    for key in sorted(old.keys() | new.keys()):
+    for key in sorted(old.keys() | new.keys(), key=lambda k: (k in WHOLE_SETTINGS, k)):
         if key in RESUMABLE_CHANGES or key == "output_dir" or old.get(key) == new.get(key):
             continue
         allowed = ", ".join(RESUMABLE_CHANGES[1:])
