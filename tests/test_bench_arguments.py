@@ -26,6 +26,7 @@ CASES = [
     ("train_step.py", ["--recipe", "/nonexistent.yaml"], "--recipe"),
     ("train_step.py", ["--steps", "0"], "--steps"),
     ("train_step.py", ["bogus"], "overrides"),
+    ("train_step.py", ["--paths", "trl,fast"], "--paths"),
     ("arith_difficulty.py", ["--settings", "steps=x"], "steps"),
     ("critic.py", ["--G", "0"], "--G"),
     ("estimation_traffic.py", ["/nonexistent.yaml"], "recipes"),

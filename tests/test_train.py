@@ -201,7 +201,8 @@ def _config(tmp_path, name, **kw):
 
 def test_grpo_estimator_with_dapo_loss_trains_exactly_like_trl(tmp_path):
     """Same seed, same completions: hista's grpo advantages + dapo loss move the weights
-    exactly as TRL's own GRPOTrainer with loss_type='dapo'."""
+    exactly as TRL's own GRPOTrainer with loss_type='dapo' (with TRL's padded loss forward:
+    the packed one rounds differently, tests/test_packing.py compares it)."""
     from trl import GRPOTrainer
 
     from hista.models.loading import build_tiny
@@ -210,7 +211,7 @@ def test_grpo_estimator_with_dapo_loss_trains_exactly_like_trl(tmp_path):
     models = []
     for cls, extra in ((GRPOTrainer, {}),
                        (HistaGRPOTrainer, {"advantage_estimator": {"name": "grpo"}, "loss": {"name": "dapo"},
-                                           "rollout_engine": "trl"})):
+                                           "rollout_engine": "trl", "packed_loss": False})):
         lm = build_tiny()
         trainer = cls(model=lm.model, reward_funcs=[_parity_reward], args=_config(tmp_path, cls.__name__),
                       train_dataset=_dataset(), processing_class=lm.tokenizer, **extra)

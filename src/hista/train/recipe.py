@@ -20,6 +20,7 @@ A recipe has these top-level keys (all but ``model`` and ``tasks`` optional)::
                                         # dapo loss; hista.train.dynamic)
     pool_filter: {band: [0.15, 0.75], samples: 20}   # keep the problems the base policy
                                         # solves that often (hista.train.pool)
+    packed_loss: true                   # the loss forward without padding (hista.train.packing)
     eval: {suites: builtin, every: 25}  # optional: evaluate the policy during training
                                         # (hista.train.evaluate)
     accelerate_config: configs/accelerate/zero2.yaml   # how to launch it on many GPUs
@@ -157,6 +158,7 @@ class Recipe:
     rollout_engine: str = "auto"
     dynamic_sampling: Union[bool, dict, None] = None
     pool_filter: Union[bool, dict, None] = None
+    packed_loss: bool = True
     advantage_estimator: dict = dataclasses.field(default_factory=lambda: {"name": "grpo"})
     loss: dict = dataclasses.field(default_factory=lambda: {"name": "dapo"})
     trl: dict = dataclasses.field(default_factory=dict)

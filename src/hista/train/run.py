@@ -207,6 +207,7 @@ def check_same_run(recipe: Recipe) -> None:
     saved.pop("versions", None)
     saved.setdefault("rollout_engine", "trl")  # runs from before the engine sampled in training
     saved.setdefault("dynamic_sampling", False)  # runs from before dynamic sampling
+    saved.setdefault("packed_loss", False)  # runs from before the packed loss forward
     old, new = _flat(saved), _flat(recipe.to_dict())
     for key in sorted(old.keys() | new.keys(), key=lambda k: (k in WHOLE_SETTINGS, k)):
         if key in RESUMABLE_CHANGES or key == "output_dir" or old.get(key) == new.get(key):
@@ -343,6 +344,7 @@ def train(recipe: Recipe, overwrite: bool = False) -> dict:
         model=model, reward_funcs=[correct], args=config, train_dataset=dataset, processing_class=tokenizer,
         advantage_estimator=recipe.estimator_config(), loss=recipe.loss, policy=policy, callbacks=callbacks,
         rollout_engine=recipe.rollout_engine, dynamic_sampling=recipe.dynamic_sampling,
+        packed_loss=recipe.packed_loss,
     )
     if trainer.accelerator.is_main_process:
         print(f"rollouts: {trainer.rollout_source}", flush=True)

@@ -40,7 +40,7 @@ from ..errors import InputError
 from ..models.capture import capture_logprob_pass
 from ..models.forward import decoder_layers
 from ..types import Rollout
-from . import checkpoints, dynamic, rollouts, split
+from . import checkpoints, dynamic, packing, rollouts, split
 from .batch import batch_to_groups, build_group, groups_to_batch, unpad
 from .limits import UNSUPPORTED, untrainable
 from .sampler import EpochSampler
@@ -62,11 +62,14 @@ class HistaGRPOTrainer(GRPOTrainer):
     model); ``gae_lambda`` and ``scale`` default to the estimator's own defaults (1.0 and the
     group std for most). ``dynamic_sampling``: DAPO's (SPEC §9, :mod:`hista.train.dynamic`):
     false, true (``max_rounds`` 4) or ``{"max_rounds": n}``; off unless asked for here (a
-    recipe turns it on for the ``dapo`` loss)."""
+    recipe turns it on for the ``dapo`` loss). ``packed_loss``: the loss forward packs each
+    prompt's rows into one sequence without padding (:mod:`hista.train.packing`) where the
+    model's attention takes a custom mask (sdpa, eager) and the inputs are text; false: TRL's
+    padded forward."""
 
     def __init__(self, *args: Any, advantage_estimator: dict, loss: dict,
                  policy: Optional[tuple[str, Optional[str]]] = None, rollout_engine: str = "auto",
-                 dynamic_sampling: Union[bool, dict] = False, **kwargs: Any):
+                 dynamic_sampling: Union[bool, dict] = False, packed_loss: bool = True, **kwargs: Any):
         est_cfg = dict(advantage_estimator)
         name = est_cfg.pop("name", "grpo")
         gae_lambda, scale = est_cfg.pop("gae_lambda", None), est_cfg.pop("scale", None)
@@ -78,6 +81,7 @@ class HistaGRPOTrainer(GRPOTrainer):
         self.loss = losses.get(loss_name, **loss_cfg)
         self.dynamic_sampling = dynamic.resolve(dynamic_sampling, loss_name)
         self.sampling_round = 0  # the generation round of the step being sampled (dynamic sampling)
+        self.packed_loss = packed_loss
         refusal = untrainable(self.estimator, self.loss)
         if refusal is not None:
             raise ValueError(refusal[1])
@@ -506,6 +510,27 @@ class HistaGRPOTrainer(GRPOTrainer):
             raise InputError(exc.message, path=str(path), field=exc.field) from None
 
     # ---- loss ----------------------------------------------------------------------------
+    def _attention(self, model) -> Optional[str]:
+        return getattr(self.accelerator.unwrap_model(model).config, "_attn_implementation", None)
+
+    def _packs(self, model, inputs: dict) -> bool:
+        """Whether the loss forward of ``inputs`` runs packed (``packed_loss``)."""
+        return (self.packed_loss and not self._is_vlm and self._attention(model) in ("sdpa", "eager")
+                and packing.packable(inputs["completion_mask"]))
+
+    def _packed_logps(self, model, inputs: dict) -> tuple[torch.Tensor, torch.Tensor]:
+        """The policy's per-token log-probs and entropies [B, T] of a micro-batch from one packed
+        forward (:mod:`hista.train.packing`), through TRL's fused LM head (its temperature)."""
+        packed = packing.pack(inputs["prompt_ids"], inputs["prompt_mask"], inputs["completion_ids"],
+                              inputs["completion_mask"], pad_token_id=self._tokenizer.pad_token_id or 0)
+        mask = packed.attention_mask
+        if self._attention(model) == "eager":
+            mask = packing.additive(mask, next(model.parameters()).dtype)
+        with self.accelerator.autocast():
+            out = model(input_ids=packed.input_ids, attention_mask=mask, position_ids=packed.position_ids,
+                        shift_labels=packed.shift_labels, fused_lm_head=True)
+        return packing.unpack(out.log_probs, packed), packing.unpack(out.entropy, packed)
+
     def _compute_loss(self, model, inputs):
         prompt_ids, completion_ids = inputs["prompt_ids"], inputs["completion_ids"]
         input_ids = torch.cat([prompt_ids, completion_ids], dim=1)
@@ -513,9 +538,12 @@ class HistaGRPOTrainer(GRPOTrainer):
         mask = inputs["completion_mask"]
         if "tool_mask" in inputs:
             mask = mask * inputs["tool_mask"]
-        logp, entropies, _ = self._get_per_token_logps_and_entropies(
-            model, input_ids, attention_mask, completion_ids.size(1), compute_entropy=True
-        )
+        if self._packs(model, inputs):
+            logp, entropies = self._packed_logps(model, inputs)
+        else:
+            logp, entropies, _ = self._get_per_token_logps_and_entropies(
+                model, input_ids, attention_mask, completion_ids.size(1), compute_entropy=True
+            )
         old_logp = inputs.get("old_per_token_logps")
         old_logp = logp.detach() if old_logp is None else old_logp
         loss, metrics = self.loss(
