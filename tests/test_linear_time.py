@@ -221,6 +221,16 @@ def test_math_verifier_is_linear(math_verify_excluded):
     assert max(math_verify_excluded) <= _window_bound()
 
 
+def test_math_parts_verifier_is_linear(math_verify_excluded):
+    from hista.rewards.math import last_outer_boxed, verify_math_parts
+
+    _assert_linear(lambda text: last_outer_boxed(text, 3))
+    _assert_linear(lambda text: verify_math_parts(text, "6; 15; 5"))
+    _assert_linear(lambda text: verify_math_parts(text + " \\boxed{6} \\boxed{" + text[:900] + "} \\boxed{5}",
+                                                  "6; 15; 5"))
+    assert max(math_verify_excluded, default=0) <= _window_bound()
+
+
 def test_math_verify_sees_a_bounded_window(monkeypatch):
     """The real math-verify, wrapped: whatever the completion's length, it is handed at most
     the last ~2,000 characters (or a box content capped at MAX_EXPR_CHARS)."""

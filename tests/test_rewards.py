@@ -421,3 +421,35 @@ def test_choice_never_raises(completion, gold):
 def test_code_never_raises_without_code(completion, answer):
     score, reason = verify_with_reason("code", completion, answer)
     assert score == 0.0 and reason
+
+
+# ---- math-parts (builtin:arith?parts=N) --------------------------------------------------------
+
+@pytest.mark.parametrize("completion", [
+    "(1) 2 + 2 = 4, + 2 = 6: \\boxed{6}. (2) \\boxed{15}. (3) \\boxed{5}",
+    "\\boxed{6}\\boxed{15}\\boxed{5}",
+    "first try \\boxed{7}; corrected: \\boxed{6} \\boxed{15} \\boxed{5}",  # the last three count
+    "\\boxed{\\boxed{6}} \\boxed{15} \\boxed{$5$}",  # a box inside a box is one answer
+    "\\boxed{6.0} \\boxed{\\frac{30}{2}} \\boxed{5}",
+])
+def test_math_parts_pays_when_every_part_is_right_in_order(completion):
+    assert rewards.verify_with_reason("math-parts", completion, "6; 15; 5") == (1.0, "correct")
+
+
+@pytest.mark.parametrize("completion,reason", [
+    ("\\boxed{6} \\boxed{14} \\boxed{5}", "part 2 wrong: got 14"),
+    ("\\boxed{15} \\boxed{6} \\boxed{5}", "part 1 wrong: got 15"),  # out of order
+    ("\\boxed{6, 15, 5}", "1 boxed answers for 3 parts"),
+    ("\\boxed{6} \\boxed{15}", "2 boxed answers for 3 parts"),
+    ("\\boxed{6} \\boxed{15} \\boxed{5} \\boxed{5}", "part 1 wrong: got 15"),  # a box after the answers
+    ("\\boxed{6 \\boxed{15} \\boxed{5}}", "1 boxed answers for 3 parts"),  # boxes inside one box
+    ("6, 15 and 5", "0 boxed answers for 3 parts"),
+    ("\\boxed{6} \\boxed{} \\boxed{15}", "2 boxed answers for 3 parts"),  # an empty box answers nothing
+])
+def test_math_parts_pays_nothing_for_a_wrong_or_missing_part(completion, reason):
+    assert rewards.verify_with_reason("math-parts", completion, "6; 15; 5") == (0.0, reason)
+
+
+@pytest.mark.parametrize("answer", [None, 6, "", "6; ; 5", ";"])
+def test_math_parts_refuses_a_malformed_gold_answer(answer):
+    assert rewards.verify_with_reason("math-parts", "\\boxed{6}", answer) == (0.0, "invalid gold answer")

@@ -139,6 +139,41 @@ def test_disjoint_splits(spec):
 # --------------------------------------------------------------------------------------------
 # arith
 
+@pytest.mark.parametrize("split", ["train", "test", "validation"])
+def test_arith_parts_poses_independent_problems_scored_all_or_nothing(split):
+    """``parts=3``: three problems of the same knobs in one prompt, their answers joined by
+    "; "; the records are seeded by (options, seed, split, index) and verified by math-parts."""
+    from hista import rewards
+
+    recs = tasks.load("builtin:arith?steps=2&parts=3", 20, seed=4, split=split)
+    assert recs == tasks.load("builtin:arith?steps=2&parts=3", 20, seed=4, split=split)
+    assert recs != tasks.load("builtin:arith?steps=2&parts=3", 20, seed=5, split=split)
+    assert all(r["id"].startswith(f"arith-s2-m10-as-plain-p3-seed4-{split}-") for r in recs)
+    for r in recs:
+        assert r["verifier"] == "math-parts" and r["field"] == "number"
+        parts = r["meta"]["parts"]
+        assert len(parts) == 3 and r["problem"].startswith("Solve the 3 problems below.")
+        assert r["answer"] == "; ".join(str(p["intermediates"][-1]) for p in parts)
+        for k, part in enumerate(parts, start=1):
+            assert part["intermediates"] == _recompute(part)
+            assert f"({k}) Start with {part['start']}." in r["problem"]
+        answers = [str(p["intermediates"][-1]) for p in parts]
+        right = " ".join(f"\\boxed{{{a}}}" for a in answers)
+        assert rewards.verify("math-parts", right, r["answer"]) == 1.0
+        wrong = " ".join(f"\\boxed{{{a}}}" for a in answers[:2] + [str(int(answers[2]) + 1)])
+        assert rewards.verify("math-parts", wrong, r["answer"]) == 0.0
+
+
+def test_arith_parts_1_is_the_plain_task():
+    assert tasks.load("builtin:arith?steps=2&parts=1", 5) == tasks.load("builtin:arith?steps=2", 5)
+
+
+@pytest.mark.parametrize("value", ["0", "6", "x"])
+def test_arith_parts_out_of_range_is_refused(value):
+    with pytest.raises(InputError, match="parts"):
+        tasks.check_spec(f"builtin:arith?parts={value}")
+
+
 def _recompute(meta):
     cur, out = meta["start"], []
     for op, b in zip(meta["ops"], meta["operands"]):

@@ -144,6 +144,26 @@ def last_boxed(text: str) -> Optional[str]:
     return None
 
 
+def last_outer_boxed(text: str, k: int) -> list[str]:
+    """Contents of the last ``k`` non-empty boxes of ``text`` that lie inside no other box, in
+    the order they appear; fewer when ``text`` has fewer (SPEC §6). Linear in ``text``: only
+    those contents are copied, and outer boxes are disjoint."""
+    outer: list[tuple[int, int]] = []
+    end = -1
+    for start, lo, hi in _box_spans(text):  # by start: a box starting before `end` is inside one
+        if start >= end:
+            outer.append((lo, hi))
+            end = hi
+    contents: list[str] = []
+    for lo, hi in reversed(outer):
+        if len(contents) == k:
+            break
+        content = _box_content(text, lo, hi)
+        if content:
+            contents.append(content)
+    return contents[::-1]
+
+
 def _tail(text: str, n: int) -> str:
     if len(text) <= n:
         return text
@@ -420,6 +440,35 @@ def verify_math(completion: Any, answer: Any) -> tuple[float, str]:
         return 0.0, f"wrong answer: got {_show(pred)}"
     except Exception as exc:  # never let model output crash training
         logger.debug("math verifier error", exc_info=True)
+        return 0.0, f"verifier error: {type(exc).__name__}"
+    except BaseException as exc:
+        if type(exc).__name__ == "TimeoutException":  # math-verify's (a BaseException)
+            return 0.0, "timeout"
+        raise
+
+
+@register("math-parts")
+def verify_math_parts(completion: Any, answer: Any) -> tuple[float, str]:
+    """Score a completion that answers several problems in order (``builtin:arith?parts=N``):
+    ``answer`` is the parts' gold answers joined by ``;``; the last N boxes that lie in no other
+    box are the completion's answers, in order. 1.0 only if every part equals its gold answer
+    (all or nothing), else 0.0 with the first wrong part; never raises (SPEC §6). Boxes before
+    the last N do not count, so a completion gains nothing by boxing several guesses."""
+    try:
+        if not isinstance(completion, str):
+            return 0.0, "completion is not a string"
+        golds = [part.strip() for part in answer.split(";")] if isinstance(answer, str) else []
+        if not golds or not all(_clean(gold) for gold in golds):
+            return 0.0, "invalid gold answer"
+        preds = last_outer_boxed(completion, len(golds))
+        if len(preds) < len(golds):
+            return 0.0, f"{len(preds)} boxed answers for {len(golds)} parts"
+        for k, (gold, pred) in enumerate(zip(golds, preds), start=1):
+            if not math_equal(gold, pred):
+                return 0.0, f"part {k} wrong: got {_show(pred)}"
+        return 1.0, "correct"
+    except Exception as exc:  # never let model output crash training
+        logger.debug("math-parts verifier error", exc_info=True)
         return 0.0, f"verifier error: {type(exc).__name__}"
     except BaseException as exc:
         if type(exc).__name__ == "TimeoutException":  # math-verify's (a BaseException)

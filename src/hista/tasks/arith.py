@@ -15,6 +15,12 @@ real objects.  Knobs, given as ``builtin:arith?steps=3&max_value=20&ops=+-*&styl
 * ``style``: ``word`` (a short story with a named person and objects), ``plain``
   ("Start with 7. Add 5. Then multiply by 2. What number do you get?") or ``expr``
   ("What is (7 + 5) * 2?", evaluated left to right), default ``plain``.
+* ``parts``: how many independent problems one prompt poses (1..5, default 1). With 2 or
+  more the problem is a numbered list of them, to be answered in order, each in its own
+  ``\boxed{}``; the answer is the parts' answers joined by ``"; "`` and the verifier
+  ``math-parts`` pays 1 only when every part is right (all or nothing: a response with some
+  parts right and one wrong scores 0, the case where one advantage per response punishes the
+  right parts).
 
 Measured on the embedded SmolLM2-135M-Instruct at temperature 0.7 (16 problems x 8 rollouts,
 ``bench/arith_difficulty.py``): plain ``steps=1`` 0.32, ``expr`` ``steps=1`` 0.34, the default
@@ -23,7 +29,8 @@ larger ``steps`` and ``max_value``.
 
 Records have ``verifier="math"``, ``field="number"`` and ``meta`` with ``steps``, ``start``,
 ``ops``, ``operands``, ``intermediates`` (the result after each operation; the last one is the
-answer) and a worked ``solution``.
+answer) and a worked ``solution``; with ``parts`` > 1, ``verifier="math-parts"`` and ``meta``
+holds ``parts``, a list of those per part.
 """
 
 from __future__ import annotations
@@ -46,7 +53,7 @@ from hista.tasks._common import (
 NAME = "arith"
 DESCRIPTION = (
     "multi-step arithmetic (word stories or plain steps) with non-negative integer "
-    "intermediates; options steps, max_value, ops, style"
+    "intermediates; options steps, max_value, ops, style, parts"
 )
 FIELD = "number"
 DEFAULT_N = 1000
@@ -69,7 +76,10 @@ KNOBS = {
     "ops": Knob(_parse_ops, "+-", "subset of '+-*'"),
     "style": Knob(one_of("word", "plain", "expr"), "plain", "'word', 'plain' or 'expr'"),
     "explain": EXPLAIN,
+    "parts": Knob(int_in(1, 5), 1, "independent problems per prompt, integer 1..5"),
 }
+#: how a prompt of several parts asks for its answers
+PARTS_TEXT = "Solve the {n} problems below. Give the answers in order, each in its own \\boxed{{}}."
 #: what ``explain=yes`` appends to a problem: asks for a worked explanation (long responses)
 EXPLAIN_TEXT = (" Explain your reasoning in detail: restate the problem, work through it step by step, "
                 "and check your answer before writing it in \\boxed{}.")
@@ -201,9 +211,11 @@ def load(spec: str, query: str, n: Optional[int] = None, seed: int = 0,
     steps, max_value, ops, style = opts["steps"], opts["max_value"], opts["ops"], opts["style"]
     code = "".join(_OP_CODE[o] for o in ops)
     explain = opts["explain"] == "yes"
-    prefix = f"arith-s{steps}-m{max_value}-{code}-{style}{'-explain' if explain else ''}-seed{seed}"
+    parts = opts["parts"]
+    prefix = (f"arith-s{steps}-m{max_value}-{code}-{style}{'-explain' if explain else ''}"
+              f"{f'-p{parts}' if parts > 1 else ''}-seed{seed}")
 
-    def make(rng: random.Random):
+    def one(rng: random.Random):
         drawn = _draw_numbers(rng, steps, max_value, ops)
         if drawn is None:
             return None
@@ -214,8 +226,6 @@ def load(spec: str, query: str, n: Optional[int] = None, seed: int = 0,
             text = _expr_text(start, seq, operands)
         else:
             text = _word_text(rng, start, seq, operands)
-        if explain:
-            text += EXPLAIN_TEXT
         meta = {
             "steps": steps,
             "style": style,
@@ -228,4 +238,17 @@ def load(spec: str, query: str, n: Optional[int] = None, seed: int = 0,
         }
         return text, str(inter[-1]), meta
 
-    return generate(spec, prefix, split, n, make, verifier="math", field=FIELD)
+    def make(rng: random.Random):
+        drawn = [one(rng) for _ in range(parts)]
+        if any(d is None for d in drawn):
+            return None
+        if parts == 1:
+            text, answer, meta = drawn[0]
+        else:
+            listed = " ".join(f"({k}) {d[0]}" for k, d in enumerate(drawn, start=1))
+            text = f"{PARTS_TEXT.format(n=parts)} {listed}"
+            answer = "; ".join(d[1] for d in drawn)
+            meta = {"parts": [d[2] for d in drawn]}
+        return text + (EXPLAIN_TEXT if explain else ""), answer, meta
+
+    return generate(spec, prefix, split, n, make, verifier="math" if parts == 1 else "math-parts", field=FIELD)
