@@ -27,6 +27,13 @@ Measured on the embedded SmolLM2-135M-Instruct at temperature 0.7 (16 problems x
 plain ``steps=2`` 0.08-0.11, ``steps=3`` 0.06, ``word`` ``steps=1`` 0.08; larger models want
 larger ``steps`` and ``max_value``.
 
+With subtraction the answers are skewed toward 1 (every result stays >= 1): 25% of
+``steps=1`` and 20% of ``steps=2`` problems at the default ``max_value`` have the answer 1, so a
+policy that always answers 1 scores about that much, and a difficulty filter keeps such
+problems (``results/train-pilot``). ``ops=+`` with a larger ``max_value`` spreads the answers
+(``steps=1&ops=+&max_value=30``: none in more than 5.4%), but small settings have few distinct
+problems (that one about 900 in all; its splits share none).
+
 Records have ``verifier="math"``, ``field="number"`` and ``meta`` with ``steps``, ``start``,
 ``ops``, ``operands``, ``intermediates`` (the result after each operation; the last one is the
 answer) and a worked ``solution``; with ``parts`` > 1, ``verifier="math-parts"`` and ``meta``
