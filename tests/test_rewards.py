@@ -453,3 +453,26 @@ def test_math_parts_pays_nothing_for_a_wrong_or_missing_part(completion, reason)
 @pytest.mark.parametrize("answer", [None, 6, "", "6; ; 5", ";"])
 def test_math_parts_refuses_a_malformed_gold_answer(answer):
     assert rewards.verify_with_reason("math-parts", "\\boxed{6}", answer) == (0.0, "invalid gold answer")
+
+
+# ---- a number asks for a number (found in the pilot of issue 42) --------------------------------
+
+@pytest.mark.parametrize("completion", [
+    "1 + 3 = 5\n\nThe answer is 1 + 3.",  # the policy's form: a wrong sum, then the question restated
+    "\\boxed{1+3}",
+    "\\boxed{2^2}",
+    "\\boxed{\\sqrt{16}}",
+])
+def test_math_does_not_pay_an_expression_for_a_number(completion):
+    score, reason = rewards.verify_with_reason("math", completion, "4")
+    assert score == 0.0 and reason.startswith("the answer is not a number"), reason
+
+
+@pytest.mark.parametrize("completion", ["1 + 3 = 4.", "\\boxed{4}", "so x = 4", "\\boxed{\\frac{8}{2}}", "\\boxed{4.0}",
+                                        "\\boxed{4 \\text{ apples}}", "The answer is $4$.", "\\boxed{8/2}"])
+def test_math_pays_a_number_in_any_written_form(completion):
+    assert rewards.verify_with_reason("math", completion, "4") == (1.0, "correct")
+
+
+def test_math_parts_does_not_pay_expressions_either():
+    assert rewards.verify("math-parts", "\\boxed{2+4} \\boxed{15} \\boxed{5}", "6; 15; 5") == 0.0

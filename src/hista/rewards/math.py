@@ -393,15 +393,18 @@ def _clean(s: str) -> str:
 
 def math_equal(gold: str, pred: str, *, pred_parsed: Optional[list[Any]] = None) -> bool:
     """Whether answer string ``pred`` equals ``gold``: the numeric reading of ``to_number``
-    within 1e-6 relative tolerance, else math-verify symbolic equivalence (SPEC §6).
+    within 1e-6 relative tolerance, else math-verify symbolic equivalence (SPEC §6). A gold
+    answer that is a number asks for a number: ``pred`` must read as one (``1 + 3`` or
+    ``2^2`` for 4 restates a computation instead of doing it, and is not equal).
 
     ``pred_parsed`` is math-verify's parse of ``pred`` when the caller already has it.
     """
     gold, pred = _clean(gold), _clean(pred)
     if not gold or not pred:
         return False
-    if _numbers_equal(to_number(gold), to_number(pred)):
-        return True
+    number = to_number(gold)
+    if number is not None:
+        return _numbers_equal(number, to_number(pred))
     if _too_expensive(gold) or _too_expensive(pred):
         return False
     mv = _mv()
@@ -437,6 +440,8 @@ def verify_math(completion: Any, answer: Any) -> tuple[float, str]:
             return 1.0, "correct"
         if _too_expensive(_clean(pred)):
             return 0.0, f"answer too complex to check: got {_show(pred)}"
+        if to_number(_clean(answer)) is not None and to_number(_clean(pred)) is None:
+            return 0.0, f"the answer is not a number: got {_show(pred)}"
         return 0.0, f"wrong answer: got {_show(pred)}"
     except Exception as exc:  # never let model output crash training
         logger.debug("math verifier error", exc_info=True)
