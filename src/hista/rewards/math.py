@@ -41,12 +41,13 @@ A verifier never raises on model output: every failure is a 0.0 with a reason.
 
 from __future__ import annotations
 
+import functools
 import logging
 import math
 import re
 import threading
 from fractions import Fraction
-from typing import Any, Optional
+from typing import Any, Callable, Optional
 
 from . import register
 
@@ -420,62 +421,67 @@ def _show(s: str, n: int = 60) -> str:
     return s if len(s) <= n else s[: n - 3] + "..."
 
 
+def _never_raises(name: str) -> Callable[[Callable[[Any, Any], tuple[float, str]]], Callable]:
+    """A verifier body made safe on model output (SPEC §6): an error scores 0.0 with its reason,
+    math-verify's timeout (a BaseException) scores 0.0 as ``timeout``."""
+    def wrap(body: Callable[[Any, Any], tuple[float, str]]) -> Callable[[Any, Any], tuple[float, str]]:
+        @functools.wraps(body)
+        def verifier(completion: Any, answer: Any) -> tuple[float, str]:
+            try:
+                return body(completion, answer)
+            except Exception as exc:  # never let model output crash training
+                logger.debug("%s verifier error", name, exc_info=True)
+                return 0.0, f"verifier error: {type(exc).__name__}"
+            except BaseException as exc:
+                if type(exc).__name__ == "TimeoutException":  # math-verify's (a BaseException)
+                    return 0.0, "timeout"
+                raise
+        return verifier
+    return wrap
+
+
 @register("math")
+@_never_raises("math")
 def verify_math(completion: Any, answer: Any) -> tuple[float, str]:
     """Score a math completion against the gold ``answer``: 1.0 if the extracted final answer
     (last box, else math-verify's fallback extraction) is equivalent, else 0.0; with a reason
     (SPEC §6).  Never raises on malformed input.
     """
-    try:
-        if not isinstance(completion, str):
-            return 0.0, "completion is not a string"
-        if isinstance(answer, (int, float, Fraction)) and not isinstance(answer, bool):
-            answer = str(answer)
-        if not isinstance(answer, str) or not _clean(answer):
-            return 0.0, "invalid gold answer"
-        pred, source, parsed = _extract(completion)
-        if pred is None:
-            return 0.0, "no answer found"
-        if math_equal(answer, pred, pred_parsed=parsed):
-            return 1.0, "correct"
-        if _too_expensive(_clean(pred)):
-            return 0.0, f"answer too complex to check: got {_show(pred)}"
-        if to_number(_clean(answer)) is not None and to_number(_clean(pred)) is None:
-            return 0.0, f"the answer is not a number: got {_show(pred)}"
-        return 0.0, f"wrong answer: got {_show(pred)}"
-    except Exception as exc:  # never let model output crash training
-        logger.debug("math verifier error", exc_info=True)
-        return 0.0, f"verifier error: {type(exc).__name__}"
-    except BaseException as exc:
-        if type(exc).__name__ == "TimeoutException":  # math-verify's (a BaseException)
-            return 0.0, "timeout"
-        raise
+    if not isinstance(completion, str):
+        return 0.0, "completion is not a string"
+    if isinstance(answer, (int, float, Fraction)) and not isinstance(answer, bool):
+        answer = str(answer)
+    if not isinstance(answer, str) or not _clean(answer):
+        return 0.0, "invalid gold answer"
+    pred, source, parsed = _extract(completion)
+    if pred is None:
+        return 0.0, "no answer found"
+    if math_equal(answer, pred, pred_parsed=parsed):
+        return 1.0, "correct"
+    if _too_expensive(_clean(pred)):
+        return 0.0, f"answer too complex to check: got {_show(pred)}"
+    if to_number(_clean(answer)) is not None and to_number(_clean(pred)) is None:
+        return 0.0, f"the answer is not a number: got {_show(pred)}"
+    return 0.0, f"wrong answer: got {_show(pred)}"
 
 
 @register("math-parts")
+@_never_raises("math-parts")
 def verify_math_parts(completion: Any, answer: Any) -> tuple[float, str]:
     """Score a completion that answers several problems in order (``builtin:arith?parts=N``):
     ``answer`` is the parts' gold answers joined by ``;``; the last N boxes that lie in no other
     box are the completion's answers, in order. 1.0 only if every part equals its gold answer
     (all or nothing), else 0.0 with the first wrong part; never raises (SPEC §6). Boxes before
     the last N do not count, so a completion gains nothing by boxing several guesses."""
-    try:
-        if not isinstance(completion, str):
-            return 0.0, "completion is not a string"
-        golds = [part.strip() for part in answer.split(";")] if isinstance(answer, str) else []
-        if not golds or not all(_clean(gold) for gold in golds):
-            return 0.0, "invalid gold answer"
-        preds = last_outer_boxed(completion, len(golds))
-        if len(preds) < len(golds):
-            return 0.0, f"{len(preds)} boxed answers for {len(golds)} parts"
-        for k, (gold, pred) in enumerate(zip(golds, preds), start=1):
-            if not math_equal(gold, pred):
-                return 0.0, f"part {k} wrong: got {_show(pred)}"
-        return 1.0, "correct"
-    except Exception as exc:  # never let model output crash training
-        logger.debug("math-parts verifier error", exc_info=True)
-        return 0.0, f"verifier error: {type(exc).__name__}"
-    except BaseException as exc:
-        if type(exc).__name__ == "TimeoutException":  # math-verify's (a BaseException)
-            return 0.0, "timeout"
-        raise
+    if not isinstance(completion, str):
+        return 0.0, "completion is not a string"
+    golds = [part.strip() for part in answer.split(";")] if isinstance(answer, str) else []
+    if not golds or not all(_clean(gold) for gold in golds):
+        return 0.0, "invalid gold answer"
+    preds = last_outer_boxed(completion, len(golds))
+    if len(preds) < len(golds):
+        return 0.0, f"{len(preds)} boxed answers for {len(golds)} parts"
+    for k, (gold, pred) in enumerate(zip(golds, preds), start=1):
+        if not math_equal(gold, pred):
+            return 0.0, f"part {k} wrong: got {_show(pred)}"
+    return 1.0, "correct"
