@@ -1115,3 +1115,33 @@ def test_train_checks_the_prompts_as_the_trainer_poses_them(tmp_path, capsys):
     assert main(["train", str(SMOKE), "model=tiny", "tasks=hf:gsm8k", f"output_dir={tmp_path / 'r'}",
                  "--dry-run"]) == 0
     assert "a dry run does not load the problems of hf:gsm8k: the run checks" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("estimator", ["grpo", "hista", "numca", "probe"])
+def test_overlong_filtering_leaves_truncated_rollouts_out_of_the_loss(tmp_path, estimator):
+    """DAPO's overlong filtering (TRL's mask_truncated_completions): a rollout cut at the cap
+    reaches the estimator as an empty completion and gets no gradient; the step still trains."""
+    from hista.models.loading import build_tiny
+    from hista.train.trainer import HistaGRPOTrainer
+
+    lm = build_tiny()
+    trainer = HistaGRPOTrainer(model=lm.model, reward_funcs=[_parity_reward], train_dataset=_dataset(),
+                               processing_class=lm.tokenizer,
+                               args=_config(tmp_path, estimator, mask_truncated_completions=True,
+                                            max_completion_length=4),
+                               advantage_estimator={"name": estimator}, loss={"name": "dapo"})
+    seen = []
+    original = trainer.token_advantages
+
+    def spy(out, hidden, problem_ids=None):
+        advantages = original(out, hidden, problem_ids)
+        seen.append((out["completion_mask"].clone(), advantages))
+        return advantages
+
+    trainer.token_advantages = spy
+    trainer.train()
+    mask, advantages = seen[0]
+    truncated = mask.sum(dim=1) == 0
+    assert truncated.any()  # 4 tokens: most tiny-model rollouts are cut
+    assert (advantages[truncated] == 0).all()
+    assert torch.isfinite(torch.tensor(trainer.state.log_history[0]["loss"]))

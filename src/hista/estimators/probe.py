@@ -367,6 +367,9 @@ class Probe(Estimator):
         out = []
         for i, r in enumerate(group.rollouts):
             length = len(r.completion_ids)
+            if length == 0:  # a rollout left out of the loss (overlong filtering) has no tokens
+                out.append(torch.zeros(0, dtype=torch.float32))
+                continue
             values = self._values(group, i, self._features(group, i), mean)
             chain = torch.cat([values, torch.tensor([r.reward], dtype=torch.float64)])
             out.append(segment_gae(list(range(length + 1)), chain, length, gae_lambda))
