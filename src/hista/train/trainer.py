@@ -532,17 +532,16 @@ class HistaGRPOTrainer(GRPOTrainer):
         return packing.unpack(out.log_probs, packed), packing.unpack(out.entropy, packed)
 
     def _compute_loss(self, model, inputs):
-        prompt_ids, completion_ids = inputs["prompt_ids"], inputs["completion_ids"]
-        input_ids = torch.cat([prompt_ids, completion_ids], dim=1)
-        attention_mask = torch.cat([inputs["prompt_mask"], inputs["completion_mask"]], dim=1)
         mask = inputs["completion_mask"]
         if "tool_mask" in inputs:
             mask = mask * inputs["tool_mask"]
         if self._packs(model, inputs):
             logp, entropies = self._packed_logps(model, inputs)
-        else:
+        else:  # TRL's padded forward over prompt + completion
+            input_ids = torch.cat([inputs["prompt_ids"], inputs["completion_ids"]], dim=1)
+            attention_mask = torch.cat([inputs["prompt_mask"], inputs["completion_mask"]], dim=1)
             logp, entropies, _ = self._get_per_token_logps_and_entropies(
-                model, input_ids, attention_mask, completion_ids.size(1), compute_entropy=True
+                model, input_ids, attention_mask, inputs["completion_ids"].size(1), compute_entropy=True
             )
         old_logp = inputs.get("old_per_token_logps")
         old_logp = logp.detach() if old_logp is None else old_logp
