@@ -19,21 +19,21 @@ from hista.train.run import load_problems
 def test_the_recipe_key_and_its_defaults():
     assert load_recipe(SMOKE).pool_filter is None
     assert load_recipe(SMOKE, ["pool_filter=true"]).pool_filter == {"band": [0.15, 0.75], "samples": 20,
-                                                                     "max_new_tokens": None}
+                                                                     "max_new_tokens": None, "seed": None}
     assert load_recipe(SMOKE, ["pool_filter={band: [0, 1], samples: 4}"]).pool_filter["band"] == [0.0, 1.0]
     for bad, needle in (("{band: [0.8, 0.1]}", "lo <= hi"), ("{band: [0.1]}", "band"), ("{samples: 0}", ">= 1"),
                         ("{bands: [0, 1]}", "unknown key 'bands'"), ("{max_new_tokens: 1.5}", "integer"),
-                        ("{band: [0, 2]}", "<= 1")):
+                        ("{band: [0, 2]}", "<= 1"), ("{seed: -1}", ">= 0")):
         with pytest.raises(InputError, match=needle) as err:
             load_recipe(SMOKE, [f"pool_filter={bad}"])
         assert err.value.field == "pool_filter"
 
 
-def _measure(tmp_path: Path, band=(0.0, 0.0), problems=40):
+def _measure(tmp_path: Path, band=(0.0, 0.0), problems=40, extra=(), pool_extra=""):
     from hista.models import load
 
     recipe = load_recipe(SMOKE, ["model=tiny", f"problems={problems}", f"output_dir={tmp_path}",
-                                 f"pool_filter={{band: [{band[0]}, {band[1]}], samples: 2}}"])
+                                 f"pool_filter={{band: [{band[0]}, {band[1]}], samples: 2{pool_extra}}}", *extra])
     kept = pool.filtered(recipe, load_problems(recipe), load("tiny", device="cpu"), recipe.pool_filter,
                          temperature=0.7, top_p=1.0, max_new_tokens=6, folder=tmp_path / "pool")
     return recipe, kept
@@ -56,6 +56,33 @@ def test_a_measurement_cut_short_resumes_from_its_last_whole_chunk(tmp_path, cap
     assert (cut / "accuracy.jsonl").read_bytes() == whole and again == kept
     _measure(tmp_path / "cut")
     assert "as measured before" in capsys.readouterr().out  # the pool is read, not measured again
+
+
+def test_a_fixed_pool_seed_lets_runs_of_other_seeds_share_the_pool(tmp_path, capsys):
+    import json
+
+    from hista import tasks
+
+    problems = tmp_path / "problems.jsonl"
+    problems.write_text("".join(json.dumps(r) + "\n" for r in tasks.load("builtin:arith", n=8, split="train")))
+    task = [f"tasks=jsonl:{problems}", "problems=null"]
+    _, kept = _measure(tmp_path / "s0", band=(0.0, 1.0), extra=task, pool_extra=", seed: 0")
+    capsys.readouterr()
+    other = tmp_path / "s1" / "pool"
+    other.mkdir(parents=True)
+    for name in ("settings.json", "accuracy.jsonl", "pool.jsonl"):
+        (other / name).write_bytes((tmp_path / "s0" / "pool" / name).read_bytes())
+    _, again = _measure(tmp_path / "s1", band=(0.0, 1.0), extra=task + ["seed=1"], pool_extra=", seed: 0")
+    assert "as measured before" in capsys.readouterr().out and again == kept
+    _measure(tmp_path / "s1", band=(0.0, 1.0), extra=task + ["seed=1"])  # the run's own seed: another pool
+    assert "chunk 1/1" in capsys.readouterr().out
+
+
+def test_a_pool_belongs_to_its_problems(tmp_path, capsys):
+    _measure(tmp_path, band=(0.0, 1.0), problems=8, pool_extra=", seed: 0")
+    capsys.readouterr()
+    _measure(tmp_path, band=(0.0, 1.0), problems=8, extra=["seed=1"], pool_extra=", seed: 0")
+    assert "chunk 1/1" in capsys.readouterr().out  # seed 1 draws other built-in problems: measured afresh
 
 
 def test_a_band_nothing_lies_in_is_refused(tmp_path):

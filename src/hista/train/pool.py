@@ -19,6 +19,7 @@ afresh, replacing these files (they are the run's own).
 
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 from pathlib import Path
@@ -36,8 +37,9 @@ from ..jsonio import (
 )
 from ..sharding import derive_seed
 
-#: the keys of ``pool_filter`` and their defaults (max_new_tokens None: trl.max_completion_length)
-DEFAULTS = {"band": [0.15, 0.75], "samples": 20, "max_new_tokens": None}
+#: the keys of ``pool_filter`` and their defaults (max_new_tokens None: trl.max_completion_length;
+#: seed None: the recipe's seed; a fixed seed lets runs of several seeds share one pool)
+DEFAULTS = {"band": [0.15, 0.75], "samples": 20, "max_new_tokens": None, "seed": None}
 #: problems measured per chunk: the unit of resumption and of seeding
 CHUNK = 32
 
@@ -58,9 +60,9 @@ def resolve(setting: Union[bool, dict, None]) -> Optional[dict]:
             or not all(isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) for v in band)
             or not 0.0 <= band[0] <= band[1] <= 1.0):
         raise ValueError(f"band={band!r}: must be [lo, hi] with 0 <= lo <= hi <= 1 (accuracies kept, bounds included)")
-    for key, least in (("samples", 1), ("max_new_tokens", 1)):
+    for key, least in (("samples", 1), ("max_new_tokens", 1), ("seed", 0)):
         value = cfg[key]
-        if value is None and key == "max_new_tokens":
+        if value is None and key in ("max_new_tokens", "seed"):
             continue
         if isinstance(value, bool) or not isinstance(value, int) or value < least:
             raise ValueError(f"{key}={value!r}: must be an integer >= {least}")
@@ -68,12 +70,23 @@ def resolve(setting: Union[bool, dict, None]) -> Optional[dict]:
     return cfg
 
 
-def settings(recipe: Any, cfg: dict, temperature: float, top_p: float, max_new_tokens: int) -> dict:
-    """What the filtered pool of ``recipe`` depends on (written to ``pool/settings.json``)."""
+def settings(recipe: Any, problems: list[tuple[str, dict]], cfg: dict, temperature: float, top_p: float,
+             max_new_tokens: int) -> dict:
+    """What the filtered pool of ``recipe``'s ``problems`` depends on (written to
+    ``pool/settings.json``): the problems themselves in their order (a digest: a recipe seed draws
+    other built-in problems), the seed they are measured with and the sampling settings."""
+    digest = hashlib.sha256()
+    for spec, rec in problems:
+        digest.update(dumps_line([spec, str(rec["id"]), rec["problem"]]).encode())
     return {"model": recipe.model, "tasks": recipe.task_specs, "problems": recipe.problems, "split": recipe.split,
-            "seed": recipe.seed, "system_prompt": recipe.system_prompt, "band": cfg["band"],
+            "problems_sha256": digest.hexdigest(), "seed": pool_seed(recipe, cfg), "system_prompt": recipe.system_prompt, "band": cfg["band"],
             "samples": cfg["samples"], "temperature": float(temperature), "top_p": float(top_p),
             "max_new_tokens": int(max_new_tokens), "chunk": CHUNK}
+
+
+def pool_seed(recipe: Any, cfg: dict) -> int:
+    """The seed the pool is measured with: ``pool_filter.seed``, else the recipe's."""
+    return recipe.seed if cfg["seed"] is None else cfg["seed"]
 
 
 def _read_jsonl(path: Path, what: str) -> list[dict]:
@@ -118,7 +131,7 @@ def filtered(recipe: Any, problems: list[tuple[str, dict]], lm: Any, cfg: dict, 
     from ..rollout.engines import make_engine
     from ..rollout.sample import policy_accuracy
 
-    want = settings(recipe, cfg, temperature, top_p, max_new_tokens)
+    want = settings(recipe, problems, cfg, temperature, top_p, max_new_tokens)
     paths = {name: folder / name for name in ("settings.json", "accuracy.jsonl", "pool.jsonl")}
     for path in paths.values():
         check_output_file(path)
@@ -142,7 +155,7 @@ def filtered(recipe: Any, problems: list[tuple[str, dict]], lm: Any, cfg: dict, 
         part = problems[k * CHUNK: (k + 1) * CHUNK]
         print(f"pool filter: chunk {k + 1}/{chunks}: {len(part)} problems x {cfg['samples']} samples", flush=True)
         measured = policy_accuracy(engine, [rec for _, rec in part], cfg["samples"],
-                                   seed=derive_seed(recipe.seed, "pool", k))
+                                   seed=derive_seed(pool_seed(recipe, cfg), "pool", k))
         append_jsonl(paths["accuracy.jsonl"], [_row(p, a) for p, a in zip(part, measured)])
         accuracies += measured
     lo, hi = cfg["band"]
