@@ -222,9 +222,11 @@ def test_math_verifier_is_linear(math_verify_excluded):
 
 
 def test_math_parts_verifier_is_linear(math_verify_excluded):
-    from hista.rewards.math import last_outer_boxed, verify_math_parts
+    from hista.rewards.math import last_outer_boxed, numbered_items, verify_math_parts
 
     _assert_linear(lambda text: last_outer_boxed(text, 3))
+    _assert_linear(lambda text: numbered_items(text, 3))
+    _assert_linear(lambda text: verify_math_parts("1. " + text + "\n2. 15\n3. 5", "6; 15; 5"))
     _assert_linear(lambda text: verify_math_parts(text, "6; 15; 5"))
     _assert_linear(lambda text: verify_math_parts(text + " \\boxed{6} \\boxed{" + text[:900] + "} \\boxed{5}",
                                                   "6; 15; 5"))

@@ -431,6 +431,11 @@ def test_code_never_raises_without_code(completion, answer):
     "first try \\boxed{7}; corrected: \\boxed{6} \\boxed{15} \\boxed{5}",  # the last three count
     "\\boxed{\\boxed{6}} \\boxed{15} \\boxed{$5$}",  # a box inside a box is one answer
     "\\boxed{6.0} \\boxed{\\frac{30}{2}} \\boxed{5}",
+    # fewer than three boxes: the numbered items (the embedded model's own form)
+    "1. 2 + 4 = 6\n2. 9 + 6 = 15\n3. 5",
+    "(1) 6\n(2) \\boxed{15}\n  (3) 8 - 3 = 5",
+    "1) The answer is 6.\n2) 15\n3) 5\n1) 7",  # items after the first list do not count
+    "Here:\n1. 6\n2. $15$\n3. 5.",
 ])
 def test_math_parts_pays_when_every_part_is_right_in_order(completion):
     assert rewards.verify_with_reason("math-parts", completion, "6; 15; 5") == (1.0, "correct")
@@ -439,12 +444,22 @@ def test_math_parts_pays_when_every_part_is_right_in_order(completion):
 @pytest.mark.parametrize("completion,reason", [
     ("\\boxed{6} \\boxed{14} \\boxed{5}", "part 2 wrong: got 14"),
     ("\\boxed{15} \\boxed{6} \\boxed{5}", "part 1 wrong: got 15"),  # out of order
-    ("\\boxed{6, 15, 5}", "1 boxed answers for 3 parts"),
-    ("\\boxed{6} \\boxed{15}", "2 boxed answers for 3 parts"),
+    ("\\boxed{6, 15, 5}", "1 boxed answers and 0 numbered items for 3 parts"),
+    ("\\boxed{6} \\boxed{15}", "2 boxed answers and 0 numbered items for 3 parts"),
     ("\\boxed{6} \\boxed{15} \\boxed{5} \\boxed{5}", "part 1 wrong: got 15"),  # a box after the answers
-    ("\\boxed{6 \\boxed{15} \\boxed{5}}", "1 boxed answers for 3 parts"),  # boxes inside one box
-    ("6, 15 and 5", "0 boxed answers for 3 parts"),
-    ("\\boxed{6} \\boxed{} \\boxed{15}", "2 boxed answers for 3 parts"),  # an empty box answers nothing
+    ("\\boxed{6 \\boxed{15} \\boxed{5}}", "1 boxed answers and 0 numbered items for 3 parts"),  # nested
+    ("6, 15 and 5", "0 boxed answers and 0 numbered items for 3 parts"),
+    ("\\boxed{6} \\boxed{} \\boxed{15}", "2 boxed answers and 0 numbered items for 3 parts"),  # empty box
+    # without three boxes, the numbered items 1..3 answer
+    ("1. 6\n2. 15\n3. 4", "part 3 wrong: got 4"),
+    ("1. 6\n2. 15", "0 boxed answers and 2 numbered items for 3 parts"),
+    ("2. 15\n1. 6\n3. 5", "0 boxed answers and 1 numbered items for 3 parts"),  # out of order
+    ("1. What is 2 + 4?\n2. 15\n3. 5", "part 1 wrong: got 4"),  # the question restated
+    ("1. 6\n2. 15 or 16\n3. 5", "part 2 wrong: got 16"),  # one answer per item: the last
+    ("1. 7\n2. 14\n3. 4\n1. 6\n2. 15\n3. 5", "part 1 wrong: got 7"),  # a second list does not count
+    ("1.5 + 4.5 = 6\n2. 15\n3. 5", "0 boxed answers and 0 numbered items for 3 parts"),  # 1.5 is no marker
+    ("1. 6 \\boxed{7}\n2. 15\n3. 5", "part 1 wrong: got 7"),  # an item's box is its answer
+    ("1.\n2. 15\n3. 5", "part 1: no answer found"),
 ])
 def test_math_parts_pays_nothing_for_a_wrong_or_missing_part(completion, reason):
     assert rewards.verify_with_reason("math-parts", completion, "6; 15; 5") == (0.0, reason)

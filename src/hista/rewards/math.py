@@ -465,23 +465,61 @@ def verify_math(completion: Any, answer: Any) -> tuple[float, str]:
     return 0.0, f"wrong answer: got {_show(pred)}"
 
 
+#: a numbered item's marker at the start of a line: "1." / "1)" / "(1)" (not "1.5")
+_ITEM = re.compile(r"^[ \t]*(?:\(\s*([1-9])\s*\)|([1-9])[.)](?![0-9]))", re.MULTILINE)
+
+
+def numbered_items(text: str, k: int) -> list[str]:
+    """The texts of items 1..k of a numbered list in ``text`` (markers "1." / "1)" / "(1)" at
+    the start of a line), without their markers: item j is the first marker j after item
+    j - 1's, and runs to the next marker of any number (or the end); fewer when the list stops
+    short (SPEC §6). Linear in ``text``: one scan finds the markers."""
+    markers = [(m.start(), m.end(), int(m.group(1) or m.group(2))) for m in _ITEM.finditer(text)]
+    items: list[str] = []
+    for i, (_, end, number) in enumerate(markers):
+        if number == len(items) + 1:
+            stop = markers[i + 1][0] if i + 1 < len(markers) else len(text)
+            items.append(text[end:stop])
+            if len(items) == k:
+                break
+    return items
+
+
+def _item_answer(item: str) -> tuple[Optional[str], Optional[list[Any]]]:
+    """An item's answer: its last box, else math-verify's extraction on its tail."""
+    boxed = last_boxed(item)
+    if boxed is not None:
+        return boxed, None
+    parsed, found = _fallback_extract(_tail(item, FALLBACK_TAIL_CHARS))
+    return found, parsed
+
+
 @register("math-parts")
 @_never_raises("math-parts")
 def verify_math_parts(completion: Any, answer: Any) -> tuple[float, str]:
     """Score a completion that answers several problems in order (``builtin:arith?parts=N``):
-    ``answer`` is the parts' gold answers joined by ``;``; the last N boxes that lie in no other
-    box are the completion's answers, in order. 1.0 only if every part equals its gold answer
-    (all or nothing), else 0.0 with the first wrong part; never raises (SPEC §6). Boxes before
-    the last N do not count, so a completion gains nothing by boxing several guesses."""
+    ``answer`` is the parts' gold answers joined by ``;``. The completion's answers are the last
+    N boxes that lie in no other box, in order; with fewer boxes, the answers of its numbered
+    items 1..N (:func:`numbered_items`: each item's last box, else math-verify's extraction on
+    the item, as ``math`` reads a completion without a box). 1.0 only if every part equals its
+    gold answer (all or nothing), else 0.0 with the first wrong part; never raises (SPEC §6).
+    Boxes before the last N, and items after a list's first N, do not count, so a completion
+    gains nothing by writing several guesses."""
     if not isinstance(completion, str):
         return 0.0, "completion is not a string"
     golds = [part.strip() for part in answer.split(";")] if isinstance(answer, str) else []
     if not golds or not all(_clean(gold) for gold in golds):
         return 0.0, "invalid gold answer"
-    preds = last_outer_boxed(completion, len(golds))
+    preds: list[tuple[Optional[str], Optional[list[Any]]]] = [
+        (box, None) for box in last_outer_boxed(completion, len(golds))]
     if len(preds) < len(golds):
-        return 0.0, f"{len(preds)} boxed answers for {len(golds)} parts"
-    for k, (gold, pred) in enumerate(zip(golds, preds), start=1):
-        if not math_equal(gold, pred):
+        items = numbered_items(completion, len(golds))
+        if len(items) < len(golds):
+            return 0.0, f"{len(preds)} boxed answers and {len(items)} numbered items for {len(golds)} parts"
+        preds = [_item_answer(item) for item in items]
+    for k, (gold, (pred, parsed)) in enumerate(zip(golds, preds), start=1):
+        if pred is None:
+            return 0.0, f"part {k}: no answer found"
+        if not math_equal(gold, pred, pred_parsed=parsed):
             return 0.0, f"part {k} wrong: got {_show(pred)}"
     return 1.0, "correct"
