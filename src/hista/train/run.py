@@ -208,6 +208,8 @@ def check_same_run(recipe: Recipe) -> None:
     saved.setdefault("rollout_engine", "trl")  # runs from before the engine sampled in training
     saved.setdefault("dynamic_sampling", False)  # runs from before dynamic sampling
     saved.setdefault("packed_loss", False)  # runs from before the packed loss forward
+    if isinstance(saved.get("pool_filter"), dict):
+        saved["pool_filter"].setdefault("seed", None)  # runs from before pool_filter.seed
     old, new = _flat(saved), _flat(recipe.to_dict())
     for key in sorted(old.keys() | new.keys(), key=lambda k: (k in WHOLE_SETTINGS, k)):
         if key in RESUMABLE_CHANGES or key == "output_dir" or old.get(key) == new.get(key):
