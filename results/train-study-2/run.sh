@@ -7,17 +7,16 @@
 # here (metrics.jsonl, the evaluations gzipped with their completions; test-t07.json.gz last)
 # and removes the run's checkpoints. A run whose results are here is skipped, so the script resumes.
 #
-#     results/train-study-2/run.sh K [WORKER NWORKERS]   # e.g. "run.sh 1 0 2" and "run.sh 1 1 2" side by side
+#     results/train-study-2/run.sh K & results/train-study-2/run.sh K & wait   # two workers side by side
 #
-# Runs go seed by seed (every estimator of seed 0 first), run i to worker i mod NWORKERS, one
-# thread each (OMP_NUM_THREADS=1). SEEDS and ESTIMATORS override the lists ("strace": the strace
+# Runs go seed by seed (every estimator of seed 0 first); a worker takes the next run no worker
+# has claimed (runs/train-study-2/claims/NAME, made atomically), one thread each (OMP_NUM_THREADS=1).
+# Workers stopped midway leave their claims: remove runs/train-study-2/claims before starting again. SEEDS and ESTIMATORS override the lists ("strace": the strace
 # loss with GRPO advantages). The pool is the committed pool-K files (measured once by pool.py).
 # EXTRA adds recipe overrides (a check of the script: EXTRA="trl.max_steps=2 eval.every=1").
 set -euo pipefail
 cd "$(dirname "$0")/../.."
-setting=${1:?usage: run.sh SETTING [WORKER NWORKERS]}
-worker=${2:-0}
-workers=${3:-1}
+setting=${1:?usage: run.sh SETTING}
 seeds=${SEEDS:-"0 1 2 3 4 5 6 7 8 9 10 11"}
 estimators=${ESTIMATORS:-"grpo hista numca probe"}
 export OMP_NUM_THREADS=${OMP_NUM_THREADS:-1}
@@ -25,7 +24,8 @@ H=${HISTA:-.venv/bin/hista}
 D=results/train-study-2
 recipe=$D/recipe-$setting.yaml
 tokens=$(sed -n 's/^ *max_completion_length: *//p' "$recipe")
-mkdir -p runs/train-study-2
+mkdir -p runs/train-study-2/claims
+claim() { mkdir runs/train-study-2/claims/$1 2>/dev/null; }  # true for the first worker only
 finish() {  # MODEL NAME: the test evaluations of MODEL into runs/NAME/ here
   local out=runs/train-study-2/$2 keep=$D/runs/$2
   mkdir -p $out "$keep"
@@ -36,18 +36,17 @@ finish() {  # MODEL NAME: the test evaluations of MODEL into runs/NAME/ here
   gzip -9 -n -c $out/test-greedy.json > "$keep/test-greedy.json.gz"
   gzip -9 -n -c $out/test-t07.json > "$keep/test-t07.json.gz.tmp" && mv "$keep/test-t07.json.gz.tmp" "$keep/test-t07.json.gz"
 }
-if [[ $worker == 0 && ! -f $D/runs/s$setting-base/test-t07.json.gz ]]; then  # the base model, once
+if [[ ! -f $D/runs/s$setting-base/test-t07.json.gz ]] && claim s$setting-base; then  # the base model, once
   echo "s$setting-base: evaluating ($(date -u +%H:%M:%S))"
   finish smollm2-135m-instruct s$setting-base
 fi
-i=0
 for s in $seeds; do
   for e in $estimators; do
-    if (( i++ % workers != worker )); then continue; fi
     name=s$setting-$e-seed$s
     out=runs/train-study-2/$name
     keep=$D/runs/$name
     if [[ -f $keep/test-t07.json.gz ]]; then echo "$name: done"; continue; fi
+    claim $name || continue
     mkdir -p "$out/pool"
     cp $D/pool-settings-$setting.json "$out/pool/settings.json"
     cp $D/pool-accuracy-$setting.jsonl "$out/pool/accuracy.jsonl"
