@@ -19,6 +19,8 @@ import json
 import math
 from pathlib import Path
 
+from hista.train.curves import read_metrics
+
 HERE = Path(__file__).resolve().parent
 RUNS = HERE / "runs"
 ARMS = ("grpo", "hista", "numca", "probe", "strace")
@@ -72,16 +74,6 @@ def t_quantile(p: float, df: int) -> float:
 def read_json_gz(path: Path) -> dict:
     with gzip.open(path, "rt") as fh:
         return json.load(fh)
-
-
-def read_rows(path: Path) -> list[dict]:
-    """A metrics.jsonl's rows, the last one per step (a resumed run logs retrained steps again)."""
-    rows: dict[int, dict] = {}
-    for line in path.read_text().splitlines():
-        if line.strip():
-            row = json.loads(line)
-            rows[row["step"]] = {**rows.get(row["step"], {}), **row}
-    return [rows[k] for k in sorted(rows)]
 
 
 def summary(results: dict) -> dict:
@@ -179,7 +171,7 @@ def setting_report(setting: int) -> list[str]:
     for a in arms:
         cols: dict[str, list[float]] = {}
         for s, f in found[a].items():
-            rows = read_rows(f / "metrics.jsonl")
+            rows = read_metrics(f / "metrics.jsonl")
             val = [v for r in rows for k, v in r.items() if k.startswith("eval/") and k.endswith("/avg@1") and r["step"] > 0]
             last = [r for r in rows if "reward" in r][-10:]
             t07 = summary(read_json_gz(f / "test-t07.json.gz"))
@@ -210,7 +202,7 @@ def plot(setting: int, found: dict[str, dict[int, Path]], arms: list[str]) -> No
     for a in arms:
         series: dict[str, dict[int, list[float]]] = {key: {} for key, _ in panels}
         for f in found[a].values():
-            for r in read_rows(f / "metrics.jsonl"):
+            for r in read_metrics(f / "metrics.jsonl"):
                 for key, _ in panels:
                     value = next((v for k, v in r.items() if k.startswith("eval/") and k.endswith("/avg@1")), None) \
                         if key == "eval" else r.get(key)
