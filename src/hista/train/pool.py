@@ -79,7 +79,8 @@ def settings(recipe: Any, problems: list[tuple[str, dict]], cfg: dict, temperatu
     for spec, rec in problems:
         digest.update(dumps_line([spec, str(rec["id"]), rec["problem"]]).encode())
     return {"model": recipe.model, "tasks": recipe.task_specs, "problems": recipe.problems, "split": recipe.split,
-            "problems_sha256": digest.hexdigest(), "seed": pool_seed(recipe, cfg), "system_prompt": recipe.system_prompt, "band": cfg["band"],
+            "problems_sha256": digest.hexdigest(), "seed": pool_seed(recipe, cfg),
+            "system_prompt": recipe.system_prompt, "band": cfg["band"],
             "samples": cfg["samples"], "temperature": float(temperature), "top_p": float(top_p),
             "max_new_tokens": int(max_new_tokens), "chunk": CHUNK}
 
