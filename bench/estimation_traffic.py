@@ -26,6 +26,14 @@ Sequences are counted at their padded maximum, P (``--prompt-tokens``, an assump
 prompts to the longest of the batch) plus ``max_completion_length``, the worst case a step can
 reach. Hidden sizes are the models' ``config.json`` values, listed below (this script reads no
 hub).
+
+``--verl`` prints instead, for hista inside verl (``hista.integrations.verl_hidden``; default
+G 16 · T 8,192 · H 1,536 × 32 prompts, P 512, 8 actor ranks), the bytes per step that cross Ray
+(through verl's TransferQueue: actor to store, store to driver) with the states compressed on the
+actor against shipping the layer's hidden states (bfloat16, the training dtype), and each actor
+rank's extra memory: on the accelerator, one micro-batch's captured layer held until its output
+is prepared and the float32 temporaries of compressing the longest sequence (about four copies
+of [P + T, H]); on the host, the rank's compressed states until the call returns.
 """
 
 from __future__ import annotations
@@ -82,12 +90,57 @@ def traffic(path: Path, prompt_tokens: int, overrides: list[str]) -> dict:
             "new_mem": rows * per_row_hidden + (0 if local else max(states))}
 
 
+def verl_traffic(est, groups: int, size: int, prompt: int, completion: int, hidden: int, ranks: int,
+                 micro_tokens: int, state_bytes: int) -> dict:
+    """Bytes per step across Ray and per-rank extra memory of ``est`` inside verl (``--verl``)."""
+    from hista.types import Rollout
+
+    rows = groups * size
+    group = [Rollout(prompt_ids=[0] * prompt, completion_ids=[0] * completion) for _ in range(size)]
+    if est.name == "hista":
+        _, stride = est.structure(group)
+        vectors = -(-(prompt + completion if est.config.include_prompt else completion) // stride)
+        extra = 2 * 8 + 40  # the stride field to the store and to the actor, the driver's fetch of the uid
+    else:
+        stride, vectors, extra = 1, completion + 1, 0
+    states = rows * vectors * hidden * state_bytes
+    layer = rows * (prompt + completion) * hidden * 2
+    return {"estimator": est.method_label(), "stride": stride, "vectors": vectors, "capture": 2 * states + rows * extra,
+            "hidden": 2 * layer, "device": micro_tokens * hidden * 2 + 4 * (prompt + completion) * hidden * 4,
+            "host": -(-rows // ranks) * vectors * hidden * state_bytes}
+
+
+def main_verl(args: argparse.Namespace) -> None:
+    print(f"hista inside verl: {args.prompts} prompts x G {args.group} = {args.prompts * args.group} sequences of "
+          f"P {args.prompt_tokens} + T {args.completion_tokens} tokens, H {args.hidden}, {args.ranks} actor ranks, "
+          f"{args.micro_tokens} tokens per micro-batch; GB = 1e9 bytes")
+    print("| estimator | states travel as | stride | vectors per sequence | across Ray per step, states | "
+          "across Ray, hidden states (bf16) | ratio | extra on each rank: accelerator | host |")
+    print("|---|---|---|---|---|---|---|---|---|")
+    for name in ("hista", "probe"):
+        for dtype, width in (("float32", 4), ("bfloat16", 2)):
+            t = verl_traffic(estimators.get(name), args.prompts, args.group, args.prompt_tokens,
+                             args.completion_tokens, args.hidden, args.ranks, args.micro_tokens, width)
+            print(f"| {t['estimator']} | {dtype}{' (exact)' if width == 4 else ''} | {t['stride']} | {t['vectors']} | "
+                  f"{t['capture'] / GB:.2f} GB | {t['hidden'] / GB:.2f} GB | {t['hidden'] / t['capture']:.1f}x | "
+                  f"{t['device'] / GB:.2f} GB | {t['host'] / GB:.2f} GB |")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("recipes", nargs="*", type=existing_file)
     parser.add_argument("--prompt-tokens", type=POSITIVE, default=512)
     parser.add_argument("--set", nargs="*", type=override, default=[], metavar="KEY=VALUE", help="recipe overrides")
+    parser.add_argument("--verl", action="store_true", help="hista inside verl: states against hidden states")
+    parser.add_argument("--prompts", type=POSITIVE, default=32, help="--verl: prompts per step")
+    parser.add_argument("--group", type=POSITIVE, default=16, help="--verl: rollouts per prompt (G)")
+    parser.add_argument("--completion-tokens", type=POSITIVE, default=8192, help="--verl: T")
+    parser.add_argument("--hidden", type=POSITIVE, default=1536, help="--verl: H")
+    parser.add_argument("--ranks", type=POSITIVE, default=8, help="--verl: actor data-parallel ranks")
+    parser.add_argument("--micro-tokens", type=POSITIVE, default=16384, help="--verl: tokens per micro-batch")
     args = parser.parse_args()
+    if args.verl:
+        return main_verl(args)
     paths = [Path(p) for p in args.recipes] or sorted(p for p in (ROOT / "recipes" / "gpu").glob("*/*.yaml")
                                                       if p.name != "base.yaml")
     print(f"per process and generation batch; sequences padded to {args.prompt_tokens} prompt tokens + "

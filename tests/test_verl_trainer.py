@@ -96,7 +96,7 @@ def test_hista_trainers_are_registered_beside_verls():
     trainer_base = pytest.importorskip("verl.trainer.ppo.v1.trainer_base")
     for mode in verl_trainer.MODES:
         cls = trainer_base.get_trainer_cls(f"hista_{mode}")
-        assert issubclass(cls, trainer_base.get_trainer_cls(mode)) and issubclass(cls, verl_trainer.ResponseTexts)
+        assert issubclass(cls, trainer_base.get_trainer_cls(mode)) and issubclass(cls, verl_trainer.HistaSteps)
 
 
 def test_a_hista_trainer_computes_numca_advantages_through_verls_transfer_queue(tokenizer):

@@ -104,6 +104,7 @@ def cmd_verl_check(args: argparse.Namespace) -> int:
     for kind, flag in kinds:
         for name, ok in found[kind].items():
             print(f"  {flag}={name}: {'registered by hista' if ok else 'NOT registered by hista'}")
+    print(f"hidden-state capture on the actor (hista_hista, hista_probe): {found['capture']}")
     print("hista losses verl already has (set these instead):")
     for name, settings in found["equivalent"].items():
         print(f"  {name}: " + " ".join(f"{k}={v:g}" if isinstance(v, float) else f"{k}={v}"

@@ -340,10 +340,17 @@ class Hista(Estimator):
 
     # --- steps 1-3: representations and nodes
 
+    def compress(self, hidden: torch.Tensor, prompt_len: int, stride: int) -> torch.Tensor:
+        """Smoothed, compressed vectors [L, H] float32 of one sequence's hidden states
+        ``hidden`` [P + T, H] whose prompt holds ``prompt_len`` tokens (SPEC §4.3 steps 1-2),
+        at compression stride ``stride``: exact per sequence, so a trainer can compute it where
+        the sequence lies (``hista.integrations.verl_hidden``)."""
+        start = 0 if self.config.include_prompt else int(prompt_len)
+        return smooth(hidden[start:], self.config.alpha, stride)
+
     def _represent(self, rollout: Rollout, device: torch.device, stride: int) -> torch.Tensor:
-        """Smoothed, compressed vectors of one sequence (SPEC §4.3 steps 1-2) [L, H]."""
-        start = 0 if self.config.include_prompt else len(rollout.prompt_ids)
-        return smooth(rollout.hidden.to(device)[start:], self.config.alpha, stride)
+        """Smoothed, compressed vectors of one rollout (SPEC §4.3 steps 1-2) [L, H]."""
+        return self.compress(rollout.hidden.to(device), len(rollout.prompt_ids), stride)
 
     def _compress(self, rollouts: Sequence[Rollout], device: torch.device, stride: int) -> list[torch.Tensor]:
         """The compressed vectors of every rollout (SPEC §4.3 steps 1-2)."""

@@ -245,9 +245,18 @@ class Probe(Estimator):
     # -- features and data
 
     def _features(self, group: RolloutGroup, i: int) -> torch.Tensor:
-        """The state features [T_i + 1, H] of rollout i from its hidden states (a trainer whose
-        groups span processes sends the probe the hidden states: it has no ``represent``)."""
+        """The state features [T_i + 1, H] of rollout i: ``group.representations[i]`` when the
+        caller computed them where the rollout lay (:func:`features`; hista inside verl,
+        ``hista.integrations.verl_hidden``), else from its hidden states (hista's TRL trainer,
+        whose groups span processes, sends the probe the hidden states: it has no
+        ``represent``)."""
         r = group.rollouts[i]
+        if group.representations is not None:
+            x = group.representations[i]
+            if x.dim() != 2 or x.shape[0] != len(r.completion_ids) + 1:
+                raise ValueError(f"group.representations[{i}] has shape {tuple(x.shape)}; the probe's features of a "
+                                 f"rollout of {len(r.completion_ids)} tokens are [{len(r.completion_ids) + 1}, H]")
+            return x
         expected = len(r.prompt_ids) + len(r.completion_ids)
         if r.hidden is None or r.hidden.dim() != 2 or r.hidden.shape[0] != expected:
             shape = None if r.hidden is None else tuple(r.hidden.shape)

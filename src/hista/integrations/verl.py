@@ -43,8 +43,11 @@ from ..types import Rollout, RolloutGroup
 #: old log-probs, advantages and the mask (``strace`` also needs old-policy entropies).
 LOSSES = ("ptrace", "grpo_lambda")
 #: verl estimator names -> hista estimators: rewards, the mask and the group index, and for the
-#: names of ``verl_trainer.TEXT_ESTIMATORS`` the responses a hista trainer provides.
-ESTIMATORS = {"hista_grpo": "grpo", "hista_numca": "numca"}
+#: names of ``verl_trainer.TEXT_ESTIMATORS`` the responses, for those of
+#: ``verl_trainer.HIDDEN_ESTIMATORS`` the states captured on the actor, that a hista trainer provides.
+ESTIMATORS = {"hista_grpo": "grpo", "hista_numca": "numca", "hista_hista": "hista", "hista_probe": "probe"}
+#: ``HISTA_ESTIMATOR`` keys that are not the estimator's own parameters.
+RUN_KEYS = ("scale", "gae_lambda", "states_dtype")
 #: The environment variables that carry parameters verl's config cannot hold.
 LOSS_ENV, ESTIMATOR_ENV = "HISTA_LOSS", "HISTA_ESTIMATOR"
 #: hista losses verl already has: the verl overrides that give the same objective
@@ -118,6 +121,34 @@ def make_loss(name: str) -> Callable:
     return loss_fn
 
 
+def estimator_params() -> dict:
+    """The estimator's own parameters in ``HISTA_ESTIMATOR`` (its other keys, :data:`RUN_KEYS`,
+    left out)."""
+    return {k: v for k, v in settings(ESTIMATOR_ENV).items() if k not in RUN_KEYS}
+
+
+#: The estimator of each verl name, kept across steps for one that learns across groups (the
+#: probe's history), with the parameters it was made with.
+_KEPT: dict[str, tuple[dict, Any]] = {}
+
+
+def estimator_for(verl_name: str) -> tuple[Any, str]:
+    """The hista estimator behind ``verl_name`` with ``HISTA_ESTIMATOR``'s parameters, and the
+    dtype the captured states travel in (``states_dtype``, default float32: exact). The same
+    object across calls while the parameters stay (the probe keeps its history in it)."""
+    from .verl_trainer import DTYPES
+
+    params = estimator_params()
+    dtype = str(settings(ESTIMATOR_ENV).get("states_dtype", "float32"))
+    if dtype not in DTYPES:
+        raise InputError(f"unknown states_dtype {dtype!r}; valid: {', '.join(DTYPES)}",
+                         field=f"{ESTIMATOR_ENV}.states_dtype")
+    kept = _KEPT.get(verl_name)
+    if kept is None or kept[0] != params:
+        kept = _KEPT[verl_name] = (params, estimators.get(ESTIMATORS[verl_name], **params))
+    return kept[1], dtype
+
+
 def make_estimator(name: str) -> Callable:
     """hista estimator ``name`` as a verl advantage estimator (SPEC §4): ``fn(token_level_rewards,
     response_mask, index, config, **_) -> (advantages, returns)``. Rollouts sharing an ``index``
@@ -126,48 +157,67 @@ def make_estimator(name: str) -> Callable:
     std, or unscaled when false); ``gae_lambda`` from ``HISTA_ESTIMATOR``, else
     ``config.lam``. Returns are the advantages, as verl's GRPO returns them. An estimator of
     ``TEXT_ESTIMATORS`` reads each row's token ids, text and offsets from
-    ``verl_trainer.RESPONSES``, set by hista's verl trainers; elsewhere it raises naming them."""
-    from .verl_trainer import RESPONSES, TEXT_ESTIMATORS
+    ``verl_trainer.RESPONSES``, one of ``HIDDEN_ESTIMATORS`` each row's captured states from
+    ``verl_trainer.STATES`` (both set by hista's verl trainers; elsewhere it raises naming
+    them). An estimator that learns across groups (the probe) is fitted for each group on the
+    batch's other groups and its history (:meth:`hista.estimators.probe.Probe.for_batch`)."""
+    from .verl_trainer import HIDDEN_ESTIMATORS, RESPONSES, STATES, TEXT_ESTIMATORS
 
     verl_name = next(v for v, n in ESTIMATORS.items() if n == name)
-    text = verl_name in TEXT_ESTIMATORS
+    source = RESPONSES if verl_name in TEXT_ESTIMATORS else STATES if verl_name in HIDDEN_ESTIMATORS else None
 
     def rollout(row: int, length: int, reward: float, held: Optional[list]) -> Rollout:
         if held is None:
             return Rollout(prompt_ids=[], completion_ids=[0] * length, reward=reward)
+        if source is STATES:
+            prompt, length, _ = held[row]
+            return Rollout(prompt_ids=[0] * prompt, completion_ids=[0] * length, reward=reward)
         ids, completion, offsets = held[row]
         return Rollout(prompt_ids=[], completion_ids=ids, reward=reward, completion_text=completion, offsets=offsets)
+
+    def held_rows(lengths: list[int], width: int) -> Optional[list]:
+        if source is None:
+            return None
+        held = source.get()
+        if held is None:
+            what = "the responses" if source is RESPONSES else "hidden states captured on the actor"
+            raise RuntimeError(f"{verl_name} reads {what}, which verl's own trainers do not pass to an estimator: run "
+                               "it with trainer.use_v1=True trainer.v1.trainer_mode=hista_sync (or "
+                               "hista_colocate_async, hista_separate_async; docs/verl.md)")
+        sizes = [len(h[0]) if source is RESPONSES else h[1] for h in held]
+        if len(held) != len(lengths) or any(n > width for n in sizes):
+            raise RuntimeError(f"{verl_name}: {len(held)} rows held for a batch of {len(lengths)} rows of at most "
+                               f"{width} tokens: rows and responses do not match")
+        return held
 
     def estimator_fn(token_level_rewards: torch.Tensor, response_mask: torch.Tensor, index: Any = None,
                      config: Any = None, **_: Any) -> tuple[torch.Tensor, torch.Tensor]:
         params = settings(ESTIMATOR_ENV)
-        scale = params.pop("scale", "group" if getattr(config, "norm_adv_by_std_in_grpo", True) else "none")
-        lam = float(params.pop("gae_lambda", getattr(config, "lam", 1.0) if config is not None else 1.0))
-        est = estimators.get(name, **params)
+        scale = params.get("scale", "group" if getattr(config, "norm_adv_by_std_in_grpo", True) else "none")
+        lam = float(params.get("gae_lambda", getattr(config, "lam", 1.0) if config is not None else 1.0))
+        est, _ = estimator_for(verl_name)
         rewards = token_level_rewards.sum(dim=-1)
         lengths = response_mask.sum(dim=-1).long().tolist()
-        held = RESPONSES.get() if text else None
-        if text:
-            if held is None:
-                raise RuntimeError(f"{verl_name} reads the responses, which verl's own trainers do not pass to an "
-                                   "estimator: run it with trainer.use_v1=True trainer.v1.trainer_mode=hista_sync "
-                                   "(or hista_colocate_async, hista_separate_async; docs/verl.md)")
-            if len(held) != len(lengths) or any(len(ids) > response_mask.shape[-1] for ids, _, _ in held):
-                raise RuntimeError(f"{verl_name}: {len(held)} responses for a batch of {len(lengths)} rows of at most "
-                                   f"{response_mask.shape[-1]} tokens: rows and responses do not match")
-            lengths = [len(ids) for ids, _, _ in held]
+        held = held_rows(lengths, response_mask.shape[-1])
+        if held is not None:
+            lengths = [len(h[0]) if source is RESPONSES else h[1] for h in held]
         keys = np.asarray(index if index is not None else np.arange(len(lengths)), dtype=object)
         members: dict[Any, list[int]] = {}
         for row, key in enumerate(keys.tolist()):
             members.setdefault(key, []).append(row)
+        groups = []
+        for key, rows in members.items():
+            group = RolloutGroup([rollout(r, lengths[r], float(rewards[r]), held) for r in rows], prompt_id=str(key))
+            if source is STATES:
+                group.representations = [held[r][2] for r in rows]
+            groups.append(group)
+        scorers = est.for_batch(groups) if est.learns_across_groups else [est] * len(groups)
         batch_std = float(rewards.std()) if rewards.numel() > 1 else 0.0
         out = torch.zeros_like(token_level_rewards, dtype=torch.float32)
         with torch.no_grad():
-            for key, rows in members.items():
-                group = RolloutGroup([rollout(r, lengths[r], float(rewards[r]), held) for r in rows],
-                                     prompt_id=str(key))
-                for r, adv in zip(rows, est.token_advantages(group, gae_lambda=lam, scale=scale,
-                                                             batch_std=batch_std)):
+            for rows, group, scorer in zip(members.values(), groups, scorers):
+                for r, adv in zip(rows, scorer.token_advantages(group, gae_lambda=lam, scale=scale,
+                                                                batch_std=batch_std)):
                     out[r, : lengths[r]] = adv.to(out.device)
         out = out * response_mask
         return out, out
@@ -240,5 +290,14 @@ def status() -> dict:
     else:
         trainers = {f"hista_{m}": getattr(trainer_base.TRAINER_REGISTRY.get(f"hista_{m}"), "__module__", None)
                     == "hista.integrations.verl_trainer" for m in MODES}
+    try:
+        from . import verl_hidden
+    except ImportError as exc:
+        capture = f"cannot be installed: {type(exc).__name__}: {exc}"
+    else:
+        capture = (f"installed by hista's trainers on FSDP actors ({', '.join(verl_hidden.STRATEGIES)}): "
+                   f"{verl_hidden.HistaActorRolloutRefWorker.__name__}, {verl_hidden.HistaDetachActorWorker.__name__}")
+    if isinstance(trainers, str):
+        capture = "cannot be installed: it needs hista's trainers (verl's v1 trainer)"
     return {"verl": getattr(verl, "__version__", "unknown"), "entry_points": points, "losses": losses_,
-            "estimators": ests, "trainers": trainers, "equivalent": EQUIVALENT}
+            "estimators": ests, "trainers": trainers, "capture": capture, "equivalent": EQUIVALENT}

@@ -1,31 +1,57 @@
-"""verl trainers that hand hista's text estimators (Numca) the responses (SPEC §4, §9; docs/verl.md).
+"""verl trainers that hand hista's estimators what verl does not pass an estimator: the
+responses (Numca) and the compressed hidden states captured on the actor (Hista, the probe)
+(SPEC §4, §9; docs/verl.md).
 
 verl's trainer passes an advantage estimator token-level rewards, the response mask and the
-group index, but not the responses. The trainers registered here, one per verl v1 trainer mode
-(``hista_sync``, ``hista_colocate_async``, ``hista_separate_async``; set
-``trainer.v1.trainer_mode``), are verl's own with one step added to ``_compute_advantage``: when
-the run's estimator reads text (:data:`TEXT_ESTIMATORS`), the batch's response ids are fetched
-from verl's TransferQueue, decoded with the trainer's tokenizer into text and per-token character
-offsets (:func:`hista.rollout.offsets.decode_with_offsets`), and held in :data:`RESPONSES` while
-verl computes the advantages, so that the registered estimator reads them row by row. Everything
-happens on the driver; nothing more crosses to the workers. Other estimators run unchanged.
+group index, but neither the responses nor any hidden state. The trainers registered here, one
+per verl v1 trainer mode (``hista_sync``, ``hista_colocate_async``, ``hista_separate_async``;
+set ``trainer.v1.trainer_mode``), are verl's own with steps added (:class:`HistaSteps`):
+
+- text estimators (:data:`TEXT_ESTIMATORS`): at the advantage step the batch's response ids are
+  fetched from verl's TransferQueue, decoded into text and per-token character offsets
+  (:func:`hista.rollout.offsets.decode_with_offsets`) and held in :data:`RESPONSES` while verl
+  computes the advantages;
+- hidden-state estimators (:data:`HIDDEN_ESTIMATORS`): at start the run is checked
+  (:func:`verl_hidden.check`) and the actor worker class becomes hista's capturing one; before
+  the old-log-prob forward each row gets its group's compression stride (Hista's structure
+  rule needs the whole group's lengths, which no worker sees) and the batch the capture
+  switch; the actor returns each sequence's compressed states as a batch field, fetched at the
+  advantage step and held in :data:`STATES`; the probe's history is saved with verl's
+  checkpoints and restored from them.
+
+Everything on the driver reads and writes the TransferQueue the step already uses; hidden
+states never leave the actor. Other estimators run unchanged.
 """
 
 from __future__ import annotations
 
 import contextvars
+import os
 from typing import Any, Optional
 
+import torch
+
+from ..errors import InputError
 from ..rollout.offsets import decode_with_offsets
 
 #: verl estimator names that need the responses' token ids, text and offsets.
 TEXT_ESTIMATORS = ("hista_numca",)
+#: verl estimator names that read hidden states captured on the actor (:mod:`verl_hidden`).
+HIDDEN_ESTIMATORS = ("hista_hista", "hista_probe")
 #: verl v1 trainer modes that hista's trainers extend: ``hista_<mode>``.
 MODES = ("sync", "colocate_async", "separate_async")
+#: dtypes the captured states may travel in (``HISTA_ESTIMATOR``'s ``states_dtype``; float32: exact)
+DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+#: The probe's history in a verl checkpoint folder (``global_step_N/``).
+PROBE_FILE = "hista_probe.pt"
 #: The current batch's responses, row by row as verl hands the estimator its rows: (token ids,
 #: text, offsets); None outside a hista trainer's advantage step.
 RESPONSES: contextvars.ContextVar[Optional[list[tuple[list[int], str, list]]]] = contextvars.ContextVar(
     "hista_verl_responses", default=None)
+#: The current batch's captured states, row by row: (prompt length, response length, states
+#: [L, H] float32); None outside a hista trainer's advantage step.
+STATES: contextvars.ContextVar[Optional[list[tuple[int, int, torch.Tensor]]]] = contextvars.ContextVar(
+    "hista_verl_states", default=None)
 
 
 def responses(ids: Any, tokenizer: Any) -> list[tuple[list[int], str, list]]:
@@ -40,20 +66,170 @@ def responses(ids: Any, tokenizer: Any) -> list[tuple[list[int], str, list]]:
     return out
 
 
-class ResponseTexts:
-    """The step hista adds to a verl v1 trainer (module docstring); mixed in before verl's class."""
+def _lengths(nested: Any) -> list[int]:
+    return [int(n) for n in nested.offsets().diff().tolist()]
+
+
+def row_lengths(batch: Any) -> tuple[list[int], list[int]]:
+    """Each row's prompt and response lengths: from the tags verl's agent loop gives every row
+    (``prompt_len``, ``response_len``), else from the rows' token ids in the TransferQueue."""
+    tags = list(getattr(batch, "tags", None) or [])
+    if len(tags) == len(batch.keys) and all("prompt_len" in t and "response_len" in t for t in tags):
+        return [int(t["prompt_len"]) for t in tags], [int(t["response_len"]) for t in tags]
+    import transfer_queue as tq
+
+    data = tq.kv_batch_get(keys=batch.keys, partition_id=batch.partition_id, select_fields=["prompts", "responses"])
+    return _lengths(data["prompts"]), _lengths(data["responses"])
+
+
+def group_strides(est: Any, uids: list, prompt_lens: list[int], response_lens: list[int]) -> list[int]:
+    """Each row's compression stride: that of its group (rows sharing a uid) under ``est``'s
+    structure rule (:meth:`hista.estimators.hista.Hista.structure`)."""
+    from ..types import Rollout
+
+    members: dict[Any, list[int]] = {}
+    for row, uid in enumerate(uids):
+        members.setdefault(uid, []).append(row)
+    out = [1] * len(uids)
+    for rows in members.values():
+        rollouts = [Rollout(prompt_ids=[0] * prompt_lens[r], completion_ids=[0] * response_lens[r]) for r in rows]
+        _, stride = est.structure(rollouts)
+        for r in rows:
+            out[r] = stride
+    return out
+
+
+class HistaSteps:
+    """The steps hista adds to a verl v1 trainer (module docstring); mixed in before verl's class."""
+
+    def __init__(self, config, *args, **kwargs):
+        super().__init__(config, *args, **kwargs)
+        if config.algorithm.adv_estimator in HIDDEN_ESTIMATORS:
+            from transformers import AutoConfig
+
+            from . import verl as plugin
+            from .verl_hidden import check
+
+            est, _ = plugin.estimator_for(config.algorithm.adv_estimator)
+            depth = AutoConfig.from_pretrained(config.actor_rollout_ref.model.path).num_hidden_layers
+            check(config, est, depth)
+
+    def _init_resource_pool_mgr(self):
+        super()._init_resource_pool_mgr()
+        if self.config.algorithm.adv_estimator not in HIDDEN_ESTIMATORS:
+            return
+        import ray
+        from verl.trainer.ppo.utils import Role
+
+        from .verl_hidden import capture_worker
+
+        for role in (Role.Actor, Role.ActorRollout, Role.ActorRolloutRef):
+            if role in self.role_worker_mapping:
+                base = self.role_worker_mapping[role].__ray_actor_class__
+                self.role_worker_mapping[role] = ray.remote(capture_worker(base))
+
+    def _compute_old_log_prob(self, batch, metrics: dict):
+        if self.config.algorithm.adv_estimator not in HIDDEN_ESTIMATORS:
+            return super()._compute_old_log_prob(batch, metrics)
+        from .verl_hidden import CAPTURE
+
+        batch.extra_info[CAPTURE] = self._capture_switch(batch)
+        try:
+            out = super()._compute_old_log_prob(batch, metrics)
+        finally:
+            batch.extra_info.pop(CAPTURE, None)
+        getattr(out, "extra_info", {}).pop(CAPTURE, None)
+        return out
+
+    def _capture_switch(self, batch) -> dict:
+        """What the actor's old-log-prob pass needs to capture: for Hista, each row's stride (its
+        group's, by the structure rule) written to the batch as :data:`verl_hidden.STRIDE`; and the
+        switch itself, the estimator with its parameters and the dtype the states travel in."""
+        import transfer_queue as tq
+        from tensordict import TensorDict
+
+        from . import verl as plugin
+        from .verl_hidden import STRIDE
+
+        est, dtype = plugin.estimator_for(self.config.algorithm.adv_estimator)
+        if hasattr(est, "structure"):
+            uids = tq.kv_batch_get(keys=batch.keys, partition_id=batch.partition_id, select_fields=["uid"])["uid"]
+            strides = group_strides(est, list(uids), *row_lengths(batch))
+            tq.kv_batch_put(keys=batch.keys, partition_id=batch.partition_id,
+                            fields=TensorDict({STRIDE: torch.tensor(strides)}, batch_size=len(strides)))
+        return {"estimator": est.name, "params": plugin.estimator_params(), "dtype": dtype}
 
     def _compute_advantage(self, batch, metrics: dict):
-        if self.config.algorithm.adv_estimator not in TEXT_ESTIMATORS:
-            return super()._compute_advantage(batch, metrics)
+        name = self.config.algorithm.adv_estimator
+        if name in TEXT_ESTIMATORS:
+            import transfer_queue as tq
+
+            data = tq.kv_batch_get(keys=batch.keys, partition_id=batch.partition_id, select_fields=["responses"])
+            token = RESPONSES.set(responses(data["responses"], self.tokenizer))
+            try:
+                return super()._compute_advantage(batch, metrics)
+            finally:
+                RESPONSES.reset(token)
+        if name in HIDDEN_ESTIMATORS:
+            token = STATES.set(self._states(batch))
+            try:
+                return super()._compute_advantage(batch, metrics)
+            finally:
+                STATES.reset(token)
+        return super()._compute_advantage(batch, metrics)
+
+    def _states(self, batch) -> list[tuple[int, int, torch.Tensor]]:
+        """The batch's captured states with each row's prompt and response lengths."""
         import transfer_queue as tq
 
-        data = tq.kv_batch_get(keys=batch.keys, partition_id=batch.partition_id, select_fields=["responses"])
-        token = RESPONSES.set(responses(data["responses"], self.tokenizer))
-        try:
-            return super()._compute_advantage(batch, metrics)
-        finally:
-            RESPONSES.reset(token)
+        from .verl_hidden import STATES as FIELD
+
+        data = tq.kv_batch_get(keys=batch.keys, partition_id=batch.partition_id, select_fields=[FIELD])
+        if FIELD not in data.keys():
+            raise RuntimeError(f"the batch has no field {FIELD!r}: the actor did not capture hidden states (run "
+                               f"{self.config.algorithm.adv_estimator} with a hista trainer mode, and without "
+                               "algorithm.rollout_correction.bypass_mode)")
+        states = [s.float() for s in data[FIELD].unbind()]
+        return list(zip(*row_lengths(batch), states))
+
+    def _save_checkpoint(self):
+        if self.config.algorithm.adv_estimator == "hista_probe":
+            save_probe(os.path.join(self.config.trainer.default_local_dir, f"global_step_{self.global_steps}"))
+        return super()._save_checkpoint()
+
+    def _load_checkpoint(self):
+        out = super()._load_checkpoint()
+        if self.config.algorithm.adv_estimator == "hista_probe" and self.global_steps:
+            trainer = self.config.trainer
+            folder = (trainer.resume_from_path if trainer.resume_mode == "resume_path"
+                      else os.path.join(trainer.default_local_dir, f"global_step_{self.global_steps}"))
+            load_probe(folder)
+        return out
+
+
+def save_probe(folder: str) -> None:
+    """Write the probe's history (``hista_probe``'s, SPEC §9) into verl's checkpoint folder
+    ``folder`` (``global_step_N``), before verl marks the checkpoint as the latest."""
+    from verl.utils.fs import local_mkdir_safe
+
+    from . import verl as plugin
+
+    local_mkdir_safe(folder)
+    est, _ = plugin.estimator_for("hista_probe")
+    torch.save(est.state_dict(), os.path.join(folder, PROBE_FILE))
+
+
+def load_probe(folder: str) -> None:
+    """Restore the probe's history from verl's checkpoint folder ``folder`` (SPEC §9: a resumed
+    run fits as an uninterrupted one); an InputError naming the file when it is missing."""
+    from . import verl as plugin
+
+    path = os.path.join(folder, PROBE_FILE)
+    if not os.path.exists(path):
+        raise InputError(f"resuming hista_probe from {folder}, which has no {PROBE_FILE}: the probe's history would "
+                         "restart empty (a checkpoint of another estimator?)", field="trainer.resume_mode")
+    est, _ = plugin.estimator_for("hista_probe")
+    est.load_state_dict(torch.load(path, weights_only=True))
 
 
 def register_trainers() -> list[str]:
@@ -68,9 +244,9 @@ def register_trainers() -> list[str]:
         if name in trainer_base.TRAINER_REGISTRY:
             continue
         base = trainer_base.get_trainer_cls(mode)
-        cls = type(f"Hista{base.__name__}", (ResponseTexts, base), {"__module__": __name__,
-                                                                    "__doc__": f"verl's {mode} trainer with "
-                                                                               "responses for text estimators."})
+        cls = type(f"Hista{base.__name__}", (HistaSteps, base), {"__module__": __name__,
+                                                                 "__doc__": f"verl's {mode} trainer with hista's "
+                                                                            "steps (HistaSteps)."})
         trainer_base.register_trainer(name)(cls)
         done.append(name)
     return done
