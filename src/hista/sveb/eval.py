@@ -17,7 +17,7 @@ from ..errors import InputError
 from ..models import LoadedModel, hidden_states, load
 from ..models.forward import hidden_state_count
 from ..types import State
-from . import cases, fits, metrics, paired
+from . import cases, fits, metrics, paired, ranks
 from .methods import Method, build_methods
 from .presets import DEFAULT_METHODS
 from .results import MAX_VALUE
@@ -163,7 +163,8 @@ def evaluate(path: str | Path, methods: Sequence[str] = DEFAULT_METHODS, *, mode
     """Evaluate ``methods`` on every case of the file ``path`` (SPEC §8); returns the results dict
     (settings, ``methods``: spec -> :meth:`hista.sveb.methods.Method.record`, ``labels``,
     per-case rows of :func:`evaluate_case`, the per-field ``summary`` and the ``paired``
-    comparison with GRPO of :func:`hista.sveb.paired.paired_summary`; ``critics``, method ->
+    comparison with GRPO of :func:`hista.sveb.paired.paired_summary`, the rank metrics of
+    :func:`hista.sveb.ranks.rank_summary` (``ranks``); ``critics``, method ->
     the critic it read, when a method reads one;
     ``layers``, method -> the hidden layer it read; ``fits``, method -> its folds, for a
     cross-fitted method). Hidden states of every layer the methods need come from one forward
@@ -185,6 +186,7 @@ def evaluate(path: str | Path, methods: Sequence[str] = DEFAULT_METHODS, *, mode
     except (ValueError, OverflowError) as exc:  # e.g. an MCS@n row too costly to enumerate exactly
         raise InputError(f"cannot summarise the cases: {exc}", path=str(path)) from None
     comparison = paired.paired_summary(rows, methods, n_boot=n_boot, seed=summary["seed"])
+    rank_metrics = ranks.rank_summary(rows, methods, n_boot=n_boot, seed=summary["seed"])
     return {
         "hista_version": __version__,
         "cases_file": str(path),
@@ -194,6 +196,7 @@ def evaluate(path: str | Path, methods: Sequence[str] = DEFAULT_METHODS, *, mode
         "cases": rows,
         "summary": summary,
         "paired": comparison,
+        "ranks": rank_metrics,
         **({"critics": {m: c.describe() for m, c in setup.critics.items()}} if setup.critics else {}),
         **({"layers": setup.layers} if setup.layers else {}),
         **({"fits": {m: fit.describe() for m, fit in setup.fits.items()}} if setup.fits else {}),

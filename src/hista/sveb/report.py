@@ -24,6 +24,7 @@ from .methods import Method, from_results
 from .paired import paired_summary
 from .present import finite, fmt, new_figure, save_figure, signed
 from .present import resampled as over
+from .ranks import MIN_WITHIN, rank_summary
 
 __all__ = ["report_file", "report_labels", "markdown_table", "table1", "table1_markdown", "paired_table",
            "slices_table", "paired_markdown", "difference_stats", "plot_mae", "plot_differences", "plot_delta",
@@ -563,6 +564,40 @@ REPORT_FILES = {"markdown": "report.md", "json": "report.json", "mae_plot": "mae
                 "differences_plot": "differences.png", "delta_plot": "delta.png"}
 
 
+def _interval_text(cell: Mapping[str, Any] | None, sign: bool = False) -> str:
+    """``value [lo, hi]`` of a rank-metric cell (``sign``: a difference, starred when its
+    interval excludes 0), or ``n/a``."""
+    if not cell or not finite(cell.get("value")):
+        return "n/a"
+    show = signed if sign else fmt
+    if not (finite(cell.get("lo")) and finite(cell.get("hi"))):
+        return show(cell["value"])
+    star = "*" if sign and (cell["lo"] > 0 or cell["hi"] < 0) else ""
+    return f"{show(cell['value'])} [{show(cell['lo'])}, {show(cell['hi'])}]{star}"
+
+
+def ranks_table(rank_metrics: Mapping[str, Any], labels: Mapping[str, str] | None = None) -> str:
+    """The rank metrics of :func:`hista.sveb.ranks.rank_summary` as markdown (docs/sveb.md "Rank
+    metrics"): per row Spearman ρ with the Monte-Carlo value, its paired difference from GRPO,
+    the mean within-problem ρ, the AUROC of a continuation's success and its difference."""
+    level = rank_metrics.get("level", 0.95)
+    lines = [f"Spearman ρ between each estimate and the Monte-Carlo value of the state, over all cases and within "
+             f"problem (the mean of each problem's ρ, for problems with {MIN_WITHIN} or more cases), and the AUROC of "
+             "telling a successful continuation (reward 1) from a failed one (reward 0) by the state's value; "
+             f"{level:.0%} percentile bootstrap intervals {over(rank_metrics)}, differences from GRPO paired on the "
+             "same resamples (* the interval excludes 0). MCS@k: the mean of a case's first k continuations, judged "
+             "on its other continuations.", "",
+             "| method | cases | ρ | Δρ vs GRPO | ρ within problem | AUROC | ΔAUROC vs GRPO |",
+             "|---|---|---|---|---|---|---|"]
+    for name in rank_metrics.get("order", []):
+        cell = rank_metrics["rows"][name]
+        delta = cell.get("delta") or {}
+        lines.append(f"| {_label(labels, name)} | {cell['n']} | {_interval_text(cell['rho'])} | "
+                     f"{_interval_text(delta.get('rho'), True)} | {_interval_text(cell['rho_within'])} | "
+                     f"{_interval_text(cell['auroc'])} | {_interval_text(delta.get('auroc'), True)} |")
+    return "\n".join(lines) + "\n"
+
+
 def write_report(
     summary: dict,
     records: Sequence[dict],
@@ -597,8 +632,10 @@ def write_report(
 
     ppo = table1(summary, methods, labels)
     differences = difference_stats(records, methods)
+    rank_metrics = rank_summary(records, list(methods), n_boot=summary.get("n_boot", 2000),
+                                seed=summary.get("seed", 0))
     write_json_atomic(paths["json"], {"summary": summary, "paired": paired, "labels": labels, "table1": ppo,
-                                      "differences": differences}, indent=2)
+                                      "differences": differences, "ranks": rank_metrics}, indent=2)
 
     level = summary.get("level", 0.95)
     table1_md = table1_markdown(ppo, level, summary.get("resampled", "cases"))
@@ -617,6 +654,9 @@ def write_report(
         "## Pearson correlation with the target",
         "",
         _pearson_table(summary, labels),
+        "## Rank metrics",
+        "",
+        ranks_table(rank_metrics, labels),
         "## Difference from GRPO (paper Figure 2)",
         "",
         _differences_table(differences, labels),

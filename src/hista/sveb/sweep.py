@@ -50,6 +50,7 @@ from .eval import evaluate_case, open_critics, prepare
 from .methods import build_method, build_methods, format_method, parse_method, scalar_text
 from .paired import paired_summary
 from .present import finite, fmt, new_figure, percent, resampled, save_figure, signed
+from .ranks import auroc, rows_of, spearman
 
 __all__ = ["parse_grid", "check_grid", "grid_points", "sweep", "summarise", "select", "write_outputs", "MAX_POINTS"]
 
@@ -286,6 +287,11 @@ def _check_row(row: Any, specs: list[str], keys: set[str], seen: dict, where: Wh
 # --- 3. per-point statistics ----------------------------------------------------------------
 
 
+def _number(x: float) -> Optional[float]:
+    """``x``, or None when it is not finite (no ρ for a constant estimate)."""
+    return x if math.isfinite(x) else None
+
+
 def summarise(rows: Sequence[dict], points: Sequence[tuple[str, Optional[dict]]], labels: dict[str, str], *,
               n_boot: int = 2000, seed: int = 0) -> dict:
     """Per point (SPEC §8 ``sweep``): ``spec``, ``label``, ``params`` (its grid values), ``mae``,
@@ -293,17 +299,20 @@ def summarise(rows: Sequence[dict], points: Sequence[tuple[str, Optional[dict]]]
     ``delta_lo``/``delta_hi`` its paired percentile bootstrap 95% interval (the same resampled
     cases for the point and for GRPO, :func:`hista.sveb.paired.paired_summary`), ``win_rate``
     and ``tie_rate`` (cases strictly closer to the target than GRPO / as close), ``n`` cases
-    used and ``skipped``. Also ``grpo_mae`` over every case, ``n_cases``, ``n_boot``, ``seed``, and
-    ``resampled``: ``"problems"`` when cases share a problem and the intervals resample problems,
-    else ``"cases"``."""
+    used and ``skipped``, ``rho`` and ``auroc`` (:mod:`hista.sveb.ranks`, point values; None when undefined). Also
+    ``grpo_mae`` over every case, ``n_cases``, ``n_boot``, ``seed``, and ``resampled``:
+    ``"problems"`` when cases share a problem and the intervals resample problems, else ``"cases"``."""
     specs = [s for s, _ in points]
     paired = paired_summary(rows, specs, n_boot=n_boot, seed=seed)
+    scored = rows_of(rows, specs, mcs=())
     out = []
     for spec, params in points:
-        cell = paired["rows"][spec]["all"]["all"]
+        cell, row = paired["rows"][spec]["all"]["all"], scored[spec]
         out.append({"spec": spec, "label": labels[spec], "params": params, "mae": cell["mae"],
                     "delta_mae": cell["delta"], "delta_lo": cell["lo"], "delta_hi": cell["hi"],
-                    "win_rate": cell["win"], "tie_rate": cell["tie"], "n": cell["n"], "skipped": cell["skipped"]})
+                    "win_rate": cell["win"], "tie_rate": cell["tie"], "n": cell["n"], "skipped": cell["skipped"],
+                    "rho": _number(spearman(row.values, row.targets)),
+                    "auroc": _number(auroc(row.values, row.wins, row.losses))})
     grpo = [abs(r["group_mean"] - r["target"]) for r in rows]
     return {"points": out, "grpo_mae": math.fsum(grpo) / len(grpo) if grpo else math.nan, "n_cases": len(rows),
             "n_boot": n_boot, "seed": seed, "resampled": paired["resampled"]}
@@ -501,16 +510,17 @@ def markdown(result: dict, heatmaps: Sequence[str] = ()) -> str:
         + (f", grid over `{result['base']}`" if keys else "") + f"; GRPO (group mean) MAE {fmt(result['grpo_mae'])}. "
         "ΔMAE = MAE − GRPO MAE on the same cases (negative: better than GRPO), with a paired bootstrap 95% interval "
         f"({result['n_boot']} resamples, seed {result['seed']}) {resampled(result)}; win = cases strictly closer to "
-        "the target than GRPO.",
+        "the target than GRPO; ρ = Spearman correlation with the Monte-Carlo value, AUROC of a continuation's "
+        "success by the state's value (docs/sveb.md \"Rank metrics\").",
         "",
-        "| rank | " + " | ".join(head) + " | MAE | ΔMAE [95% interval] | win | tie | n |",
-        "| --- | " + " | ".join("---" for _ in head) + " | --- | --- | --- | --- | --- |",
+        "| rank | " + " | ".join(head) + " | MAE | ΔMAE [95% interval] | win | tie | ρ | AUROC | n |",
+        "| --- | " + " | ".join("---" for _ in head) + " | --- | --- | --- | --- | --- | --- | --- |",
     ]
     for rank, p in enumerate(ranked(result["points"]), start=1):
         cells = [scalar_text(p["params"][k]) for k in keys] if keys else [f"`{p['label']}`"]
         lines.append(f"| {rank} | " + " | ".join(cells) + f" | {fmt(p['mae'])} | {signed(p['delta_mae'])} "
                      f"[{signed(p['delta_lo'])}, {signed(p['delta_hi'])}] | {percent(p['win_rate'])} | "
-                     f"{percent(p['tie_rate'])} | {p['n']} |")
+                     f"{percent(p['tie_rate'])} | {fmt(p.get('rho'))} | {fmt(p.get('auroc'))} | {p['n']} |")
     lines += ["", "## Selection", "", selection_text(result["selection"])]
     if heatmaps:
         lines += ["## Heatmaps", ""] + [f"![{name}]({name})\n" for name in heatmaps]
