@@ -35,8 +35,8 @@ __all__ = ["ranks", "spearman", "auroc", "rank_summary", "STATISTICS", "MIN_WITH
 
 #: the statistics of a row, in the order reports print them
 STATISTICS = ("rho", "rho_within", "auroc")
-#: fewest cases a problem needs for its within-problem ρ
-MIN_WITHIN = 3
+#: fewest cases a problem needs for its within-problem ρ (with 2: +1 or −1, whether the pair is in order)
+MIN_WITHIN = 2
 
 
 def ranks(x: np.ndarray) -> np.ndarray:
