@@ -58,9 +58,9 @@ def store():
 def fresh(monkeypatch):
     """No HISTA_ESTIMATOR and no kept estimator (the probe's history) from another test."""
     monkeypatch.delenv(plugin.ESTIMATOR_ENV, raising=False)
-    plugin._KEPT.clear()
+    plugin.reset_estimators()
     yield
-    plugin._KEPT.clear()
+    plugin.reset_estimators()
 
 
 def _rows(seed: int, groups: int = 3, size: int = 4) -> list[tuple[str, list[int], list[int], float]]:
@@ -209,7 +209,7 @@ def test_probe_in_verl_equals_the_probe_with_its_history_across_a_checkpoint(tin
     got = _advantages("hista_probe", _put(first, "p1", tagged=False), states[0])
     checkpoint = tmp_path / "global_step_1"
     verl_trainer.save_probe(str(checkpoint))
-    plugin._KEPT.clear()  # a new process: the probe starts empty and is restored from the checkpoint
+    plugin.reset_estimators()  # a new process: the probe starts empty and is restored from the checkpoint
     verl_trainer.load_probe(str(checkpoint))
     got_second = _advantages("hista_probe", _put(second, "p2", tagged=True), states[1])
     for rows, out, want in ((first, got, expected[0]), (second, got_second, expected[1])):

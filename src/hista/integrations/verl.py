@@ -29,27 +29,22 @@ what is registered. Without verl installed, importing this module registers noth
 from __future__ import annotations
 
 import importlib.util
-import os
 from typing import Any, Callable, Optional
 
 import numpy as np
 import torch
 
-from .. import estimators, losses, yamlio
+from .. import losses
 from ..errors import InputError
 from ..types import Rollout, RolloutGroup
+from .verl_settings import ESTIMATOR_ENV, ESTIMATORS, LOSS_ENV, estimator_for, reset_estimators, settings
+
+__all__ = ["ESTIMATORS", "ESTIMATOR_ENV", "EQUIVALENT", "LOSSES", "LOSS_ENV", "REGISTERED", "estimator_for",
+           "make_estimator", "make_loss", "register", "reset_estimators", "settings", "status"]
 
 #: hista losses registered with verl: verl has no equivalent, and each needs only log-probs,
 #: old log-probs, advantages and the mask (``strace`` also needs old-policy entropies).
 LOSSES = ("ptrace", "grpo_lambda")
-#: verl estimator names -> hista estimators: rewards, the mask and the group index, and for the
-#: names of ``verl_trainer.TEXT_ESTIMATORS`` the responses, for those of
-#: ``verl_trainer.HIDDEN_ESTIMATORS`` the states captured on the actor, that a hista trainer provides.
-ESTIMATORS = {"hista_grpo": "grpo", "hista_numca": "numca", "hista_hista": "hista", "hista_probe": "probe"}
-#: ``HISTA_ESTIMATOR`` keys that are not the estimator's own parameters.
-RUN_KEYS = ("scale", "gae_lambda", "states_dtype")
-#: The environment variables that carry parameters verl's config cannot hold.
-LOSS_ENV, ESTIMATOR_ENV = "HISTA_LOSS", "HISTA_ESTIMATOR"
 #: hista losses verl already has: the verl overrides that give the same objective
 #: (docs/verl.md; tests/test_verl.py checks each on random tensors). verl's ``vanilla`` loss adds a
 #: dual clip for negative advantages (``clip_ratio_c``, default 3), which hista's losses do not
@@ -68,18 +63,6 @@ EQUIVALENT = {
     "cispo": {f"{_A}policy_loss.loss_mode": "cispo", f"{_A}loss_agg_mode": "token-mean",
               f"{_A}clip_ratio_low": 1.0, f"{_A}clip_ratio_high": 4.0},
 }
-
-
-def settings(variable: str) -> dict:
-    """The YAML mapping in environment variable ``variable`` (empty when unset), or an
-    InputError naming the variable."""
-    raw = os.environ.get(variable, "").strip()
-    if not raw:
-        return {}
-    value = yamlio.load(raw, field=variable, what="the setting")
-    if not isinstance(value, dict):
-        raise InputError(f"must be a YAML mapping such as '{{lam: 0.95}}', got {raw!r}", field=variable)
-    return value
 
 
 def _clip(config: Any, name: str) -> Optional[float]:
@@ -119,34 +102,6 @@ def make_loss(name: str) -> Callable:
 
     loss_fn.__name__ = loss_fn.__qualname__ = f"hista_{name}_loss"
     return loss_fn
-
-
-def estimator_params() -> dict:
-    """The estimator's own parameters in ``HISTA_ESTIMATOR`` (its other keys, :data:`RUN_KEYS`,
-    left out)."""
-    return {k: v for k, v in settings(ESTIMATOR_ENV).items() if k not in RUN_KEYS}
-
-
-#: The estimator of each verl name, kept across steps for one that learns across groups (the
-#: probe's history), with the parameters it was made with.
-_KEPT: dict[str, tuple[dict, Any]] = {}
-
-
-def estimator_for(verl_name: str) -> tuple[Any, str]:
-    """The hista estimator behind ``verl_name`` with ``HISTA_ESTIMATOR``'s parameters, and the
-    dtype the captured states travel in (``states_dtype``, default float32: exact). The same
-    object across calls while the parameters stay (the probe keeps its history in it)."""
-    from .verl_trainer import DTYPES
-
-    params = estimator_params()
-    dtype = str(settings(ESTIMATOR_ENV).get("states_dtype", "float32"))
-    if dtype not in DTYPES:
-        raise InputError(f"unknown states_dtype {dtype!r}; valid: {', '.join(DTYPES)}",
-                         field=f"{ESTIMATOR_ENV}.states_dtype")
-    kept = _KEPT.get(verl_name)
-    if kept is None or kept[0] != params:
-        kept = _KEPT[verl_name] = (params, estimators.get(ESTIMATORS[verl_name], **params))
-    return kept[1], dtype
 
 
 def make_estimator(name: str) -> Callable:

@@ -38,8 +38,8 @@ from verl.workers.engine_workers import ActorRolloutRefWorker, TrainingWorker
 from .. import estimators
 from ..errors import InputError
 from ..estimators.probe import Probe, features
-from ..models.capture import _backbone, _hook_layer
-from .verl_trainer import DTYPES
+from ..models.capture import backbone_of, hook_layer
+from .verl_settings import DTYPES
 
 #: the batch's non-tensor key that switches capture on: {"estimator", "params", "dtype"}
 CAPTURE = "hista_capture"
@@ -88,7 +88,7 @@ def capturing(engine: Any, spec: dict) -> Iterator[None]:
     layer = est.hidden_layer(engine.model_config.hf_config.num_hidden_layers)
     dtype = DTYPES[spec["dtype"]]
     seen: list[torch.Tensor] = []
-    handles = _hook_layer(_backbone(engine.module), layer, seen.append)
+    handles = hook_layer(backbone_of(engine.module), layer, seen.append)
     original = engine.prepare_model_outputs
 
     def prepare_model_outputs(output, output_args, micro_batch, logits_processor_func):

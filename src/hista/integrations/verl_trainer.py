@@ -40,8 +40,6 @@ TEXT_ESTIMATORS = ("hista_numca",)
 HIDDEN_ESTIMATORS = ("hista_hista", "hista_probe")
 #: verl v1 trainer modes that hista's trainers extend: ``hista_<mode>``.
 MODES = ("sync", "colocate_async", "separate_async")
-#: dtypes the captured states may travel in (``HISTA_ESTIMATOR``'s ``states_dtype``; float32: exact)
-DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 #: The probe's history in a verl checkpoint folder (``global_step_N/``).
 PROBE_FILE = "hista_probe.pt"
 #: The current batch's responses, row by row as verl hands the estimator its rows: (token ids,
@@ -107,10 +105,10 @@ class HistaSteps:
         if config.algorithm.adv_estimator in HIDDEN_ESTIMATORS:
             from transformers import AutoConfig
 
-            from . import verl as plugin
             from .verl_hidden import check
+            from .verl_settings import estimator_for
 
-            est, _ = plugin.estimator_for(config.algorithm.adv_estimator)
+            est, _ = estimator_for(config.algorithm.adv_estimator)
             depth = AutoConfig.from_pretrained(config.actor_rollout_ref.model.path).num_hidden_layers
             check(config, est, depth)
 
@@ -148,16 +146,16 @@ class HistaSteps:
         import transfer_queue as tq
         from tensordict import TensorDict
 
-        from . import verl as plugin
         from .verl_hidden import STRIDE
+        from .verl_settings import estimator_for, estimator_params
 
-        est, dtype = plugin.estimator_for(self.config.algorithm.adv_estimator)
+        est, dtype = estimator_for(self.config.algorithm.adv_estimator)
         if hasattr(est, "structure"):
             uids = tq.kv_batch_get(keys=batch.keys, partition_id=batch.partition_id, select_fields=["uid"])["uid"]
             strides = group_strides(est, list(uids), *row_lengths(batch))
             tq.kv_batch_put(keys=batch.keys, partition_id=batch.partition_id,
                             fields=TensorDict({STRIDE: torch.tensor(strides)}, batch_size=len(strides)))
-        return {"estimator": est.name, "params": plugin.estimator_params(), "dtype": dtype}
+        return {"estimator": est.name, "params": estimator_params(), "dtype": dtype}
 
     def _compute_advantage(self, batch, metrics: dict):
         name = self.config.algorithm.adv_estimator
@@ -212,23 +210,23 @@ def save_probe(folder: str) -> None:
     ``folder`` (``global_step_N``), before verl marks the checkpoint as the latest."""
     from verl.utils.fs import local_mkdir_safe
 
-    from . import verl as plugin
+    from .verl_settings import estimator_for
 
     local_mkdir_safe(folder)
-    est, _ = plugin.estimator_for("hista_probe")
+    est, _ = estimator_for("hista_probe")
     torch.save(est.state_dict(), os.path.join(folder, PROBE_FILE))
 
 
 def load_probe(folder: str) -> None:
     """Restore the probe's history from verl's checkpoint folder ``folder`` (SPEC §9: a resumed
     run fits as an uninterrupted one); an InputError naming the file when it is missing."""
-    from . import verl as plugin
+    from .verl_settings import estimator_for
 
     path = os.path.join(folder, PROBE_FILE)
     if not os.path.exists(path):
         raise InputError(f"resuming hista_probe from {folder}, which has no {PROBE_FILE}: the probe's history would "
                          "restart empty (a checkpoint of another estimator?)", field="trainer.resume_mode")
-    est, _ = plugin.estimator_for("hista_probe")
+    est, _ = estimator_for("hista_probe")
     est.load_state_dict(torch.load(path, weights_only=True))
 
 

@@ -35,7 +35,9 @@ class PassRecord:
         return hidden, entropy
 
 
-def _backbone(model: torch.nn.Module) -> torch.nn.Module:
+def backbone_of(model: torch.nn.Module) -> torch.nn.Module:
+    """The decoder of a causal LM ``model`` (its ``model`` or PEFT ``base_model``), through DDP,
+    DeepSpeed and FSDP1 wrappers (``module``): where :func:`hook_layer` finds the layers."""
     inner = getattr(model, "module", model)  # DDP / DeepSpeed wrappers
     base = getattr(inner, "base_model", None)
     if base is None or base is inner:
@@ -53,7 +55,7 @@ def _decoder_layers(backbone: torch.nn.Module) -> torch.nn.ModuleList:
     raise ValueError(f"cannot find the decoder layers of {type(backbone).__name__}; only layer=-1 can be captured")
 
 
-def _hook_layer(backbone: torch.nn.Module, layer: int, grab: Callable[[torch.Tensor], None]) -> list:
+def hook_layer(backbone: torch.nn.Module, layer: int, grab: Callable[[torch.Tensor], None]) -> list:
     """A hook that hands ``hidden_states[layer]`` (transformers' convention: entry 0 is the input
     of the first decoder layer, entry k the output of layer k − 1, the last entry the output
     after the final norm) to ``grab`` on every forward call; returns the hook handles."""
@@ -109,7 +111,7 @@ def capture_logprob_pass(model: torch.nn.Module, layer: Optional[int] = -1) -> I
 
     handles = [inner.register_forward_pre_hook(before, with_kwargs=True)]
     if layer is not None:
-        handles += _hook_layer(_backbone(model), layer, grab)
+        handles += hook_layer(backbone_of(model), layer, grab)
     handles.append(inner.register_forward_hook(after, with_kwargs=True))
     try:
         yield record
