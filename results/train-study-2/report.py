@@ -160,7 +160,8 @@ def setting_report(setting: int) -> list[str]:
         comps = {a: paired(primary[a], primary["grpo"]) for a in arms if a != "grpo"}
         adjusted = holm({a: c["p"] for a, c in comps.items() if not math.isnan(c["p"])})
         lines += ["", "**Paired differences against GRPO** (points; seeds both arms finished):", "",
-                  "| arm − GRPO | seeds | mean [95% t-interval] | p | p (Holm) | SD of differences | MDE (80%, α 0.05) |",
+                  "| arm − GRPO | seeds | mean [95% t-interval] | p | p (Holm) | SD of differences "
+                  "| MDE (80%, α 0.05) |",
                   "|---|---|---|---|---|---|---|"]
         for a, c in comps.items():
             lines.append(f"| {a} | {c['n']} | {pct(c['mean'])} [{pct(c['lo'])}, {pct(c['hi'])}] | "
@@ -170,9 +171,10 @@ def setting_report(setting: int) -> list[str]:
               "| train reward, last 10 steps | entropy, last 10 steps | minutes per run |", "|---" * 8 + "|"]
     for a in arms:
         cols: dict[str, list[float]] = {}
-        for s, f in found[a].items():
+        for f in found[a].values():
             rows = read_metrics(f / "metrics.jsonl")
-            val = [v for r in rows for k, v in r.items() if k.startswith("eval/") and k.endswith("/avg@1") and r["step"] > 0]
+            val = [v for r in rows for k, v in r.items()
+                   if k.startswith("eval/") and k.endswith("/avg@1") and r["step"] > 0]
             last = [r for r in rows if "reward" in r][-10:]
             t07 = summary(read_json_gz(f / "test-t07.json.gz"))
             greedy = summary(read_json_gz(f / "test-greedy.json.gz"))
