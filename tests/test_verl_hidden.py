@@ -175,9 +175,12 @@ def test_hista_in_verl_equals_hista(tiny, store, tmp_path, monkeypatch, params, 
     lengths = [len(r[1]) for r in rows], [len(r[2]) for r in rows]
     assert strides == verl_trainer.group_strides(est, [r[0] for r in rows], *lengths)
     assert len(set(strides)) == (1 if params else 2)
-    calls = [([(p, r, s) for (_, p, r, _), s in zip(rows, strides)], capture),
-             ([(p, r, s) for (_, p, r, _), s in zip(rows, strides)], None)]
-    captured, plain = _actor(folder, calls, tmp_path, packed, dynamic)
+    rows_with_strides = [(p, r, s) for (_, p, r, _), s in zip(rows, strides)]
+    calls = [(rows_with_strides, capture), (rows_with_strides, None),
+             (rows_with_strides, {**capture, "dtype": "bfloat16"})]
+    captured, plain, halved = _actor(folder, calls, tmp_path, packed, dynamic)
+    for full, half in zip(captured["states"], halved["states"]):  # states_dtype: rounded after smoothing
+        assert half.dtype == torch.bfloat16 and torch.equal(half, full.to(torch.bfloat16))
     assert verl_hidden.STATES in captured["keys"] and verl_hidden.STATES not in plain["keys"]
     assert captured["hooks_added"] == plain["hooks_added"] == 0 and not captured["wrapped"]
     for a, b in zip(captured["log_probs"], plain["log_probs"]):  # the capture leaves verl's own outputs alone
