@@ -262,11 +262,13 @@ def test_a_configuration_the_capture_cannot_serve_fails_at_start_naming_it(chang
     assert field in str(caught.value) and "\n" not in str(caught.value)
 
 
-def test_a_layer_beyond_the_model_and_an_unknown_dtype_fail_naming_the_setting(monkeypatch):
-    config = _run_config(**{"algorithm.adv_estimator": "hista_probe"})
-    verl_hidden.check(config, estimators.get("probe"), LAYERS)  # the default layer is inside
+def test_a_layer_beyond_the_model_and_an_unknown_dtype_fail_naming_the_setting(tiny, monkeypatch):
+    folder, _ = tiny
+    config = _run_config(**{"algorithm.adv_estimator": "hista_probe", "actor_rollout_ref.model.path": str(folder)})
+    verl_trainer.check_start(config)  # the default layer is inside the model's depth (read from its config)
+    monkeypatch.setenv(plugin.ESTIMATOR_ENV, "{layer: -9}")
     with pytest.raises(InputError, match="HISTA_ESTIMATOR.layer"):
-        verl_hidden.check(config, estimators.get("probe", layer=-9), LAYERS)
+        verl_trainer.check_start(config)
     monkeypatch.setenv(plugin.ESTIMATOR_ENV, "{states_dtype: float8}")
     with pytest.raises(InputError, match="HISTA_ESTIMATOR.states_dtype"):
         plugin.estimator_for("hista_hista")

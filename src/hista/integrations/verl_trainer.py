@@ -103,14 +103,7 @@ class HistaSteps:
     def __init__(self, config, *args, **kwargs):
         super().__init__(config, *args, **kwargs)
         if config.algorithm.adv_estimator in HIDDEN_ESTIMATORS:
-            from transformers import AutoConfig
-
-            from .verl_hidden import check
-            from .verl_settings import estimator_for
-
-            est, _ = estimator_for(config.algorithm.adv_estimator)
-            depth = AutoConfig.from_pretrained(config.actor_rollout_ref.model.path).num_hidden_layers
-            check(config, est, depth)
+            check_start(config)
 
     def _init_resource_pool_mgr(self):
         super()._init_resource_pool_mgr()
@@ -203,6 +196,21 @@ class HistaSteps:
                       else os.path.join(trainer.default_local_dir, f"global_step_{self.global_steps}"))
             load_probe(folder)
         return out
+
+
+def check_start(config: Any) -> None:
+    """Refuse at start, naming the setting, a run whose hidden-state estimator the capture cannot
+    serve (:func:`verl_hidden.check`), reading the model's depth from its config
+    (``actor_rollout_ref.model.path``)."""
+    from transformers import AutoConfig
+
+    from .verl_hidden import check
+    from .verl_settings import estimator_for
+
+    est, _ = estimator_for(config.algorithm.adv_estimator)
+    model = config.actor_rollout_ref.model
+    depth = AutoConfig.from_pretrained(model.path, trust_remote_code=bool(model.get("trust_remote_code", False)))
+    check(config, est, depth.num_hidden_layers)
 
 
 def save_probe(folder: str) -> None:
