@@ -3,6 +3,7 @@
     python bench/estimators.py                      # G16·T256·H576 and G32·T4096·H1536
     python bench/estimators.py --full               # + G 8/16/32 x T 512..4096 at H 576
     python bench/estimators.py --grid 16:2048,32:4096:1536
+    python bench/estimators.py --lengths            # G16·H576 at T 128, 256, ..., 8192 (the cost table)
 
 For every (G, T, H) it prints the interval and stride the default profile's structure rule
 resolves to, the wall time and peak extra memory (RSS on CPU, allocator peak on CUDA) of
@@ -124,6 +125,8 @@ def main() -> None:
     ap.add_argument("--full", action="store_true", help="G 8/16/32 x T 512..4096 at H 576, and the default cells")
     ap.add_argument("--grid", type=comma_list(grid_cell), default=None,
                     help="comma list of G:T[:H] cells, e.g. 16:2048,32:4096:1536")
+    ap.add_argument("--lengths", action="store_true",
+                    help="G 16 x T 128, 256, ..., 8192 at H 576: default, paper and floor across lengths")
     ap.add_argument("--device", type=device, default="cuda" if torch.cuda.is_available() else "cpu")
     ap.add_argument("--repeat", type=POSITIVE, default=2, help="best of N runs (default 2)")
     args = ap.parse_args()
@@ -131,6 +134,8 @@ def main() -> None:
     cells = [(16, 256, 576), (32, 4096, 1536)]
     if args.grid:
         cells = args.grid
+    elif args.lengths:
+        cells = [(16, 128 << k, 576) for k in range(7)]
     elif args.full:
         cells = [(G, T) for G in (8, 16, 32) for T in (512, 1024, 2048, 4096)] + cells
     cells = [c if len(c) == 3 else (*c, 576) for c in cells]
