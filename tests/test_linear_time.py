@@ -17,6 +17,7 @@ parsing may be superlinear, so the timing tests do not count the CPU time spent 
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import signal
 import threading
@@ -230,6 +231,22 @@ def test_math_parts_verifier_is_linear(math_verify_excluded):
     _assert_linear(lambda text: verify_math_parts(text, "6; 15; 5"))
     _assert_linear(lambda text: verify_math_parts(text + " \\boxed{6} \\boxed{" + text[:900] + "} \\boxed{5}",
                                                   "6; 15; 5"))
+    assert max(math_verify_excluded, default=0) <= _window_bound()
+
+
+@pytest.mark.skipif(importlib.util.find_spec("reasoning_gym") is None,
+                    reason="the gym extra (pip install 'hista[gym]') brings reasoning-gym")
+def test_gym_verifier_is_linear(math_verify_excluded):
+    """The gym verifier's own work: the box, the tag and the math fallback's bounded tail; the
+    task's scorer runs in its worker process (not this one's CPU time) on at most
+    MAX_ANSWER_CHARS characters, within its time bound."""
+    from hista import tasks
+    from hista.rewards.gym import verify_gym
+
+    answer = tasks.load("gym:chain_sum?min_terms=2&max_terms=2", n=1)[0]["answer"]
+    _assert_linear(lambda text: verify_gym(text, answer))
+    _assert_linear(lambda text: verify_gym("\\boxed{" + text[:900] + "} " + text, answer))
+    _assert_linear(lambda text: verify_gym(text + "<answer>" + text[:900] + "</answer>", answer))
     assert max(math_verify_excluded, default=0) <= _window_bound()
 
 

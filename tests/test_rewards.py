@@ -24,7 +24,7 @@ from hista.rewards.math import boxed_contents, extract_math_answer, last_boxed, 
 
 
 def test_unknown_kind_lists_valid_kinds():
-    with pytest.raises(ValueError, match="choice, code, math"):
+    with pytest.raises(ValueError, match="choice, code, gym, math"):
         verify("judge-me", "x", "y")
     with pytest.raises(ValueError):
         verify_with_reason(None, "x", "y")  # type: ignore[arg-type]

@@ -14,6 +14,8 @@ import pytest
 from hista import hub, rewards, tasks
 from hista.errors import InputError
 from hista.tasks import arith, base, builtin, choice
+from hista.tasks import champ as champ_mod
+from hista.tasks import gym as gym_mod
 from hista.tasks import hf as hf_mod
 from hista.tasks import jsonl as jsonl_mod
 
@@ -33,7 +35,7 @@ def test_list_builtin_and_preview():
 
 
 def test_public_functions_cite_spec():
-    for mod in (tasks, arith, choice, jsonl_mod, hf_mod, builtin, base, tasks.filter):
+    for mod in (tasks, arith, choice, jsonl_mod, hf_mod, builtin, base, tasks.filter, gym_mod, champ_mod):
         for name, obj in vars(mod).items():
             if name.startswith("_") or getattr(obj, "__module__", None) != mod.__name__:
                 continue
@@ -44,10 +46,10 @@ def test_public_functions_cite_spec():
 
 
 def test_sources_are_registered_by_prefix():
-    assert tasks.names() == ["builtin", "hf", "humaneval", "jsonl"]
+    assert tasks.names() == ["builtin", "champ", "gym", "hf", "humaneval", "jsonl"]
     assert isinstance(tasks.get("jsonl"), jsonl_mod.JsonlSource)
     assert tasks.get("builtin").load("choice", 2) == tasks.load("builtin:choice", 2)
-    with pytest.raises(InputError, match="builtin, hf, humaneval, jsonl"):
+    with pytest.raises(InputError, match="builtin, champ, gym, hf, humaneval, jsonl"):
         tasks.get("file")
     with pytest.raises(ValueError, match="already registered"):
         tasks.register("hf")(builtin.BuiltinSource)

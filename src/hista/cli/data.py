@@ -4,6 +4,7 @@ rollouts, each parser next to its handler."""
 from __future__ import annotations
 
 import argparse
+import textwrap
 import time
 
 from ..errors import InputError
@@ -119,6 +120,10 @@ def cmd_tasks(args: argparse.Namespace) -> int:
         print("\nsources:")
         for prefix in tasks.names():
             print(f"{prefix + ':':10s} {tasks.REGISTRY.lookup(prefix).description}")
+        from ..tasks.gym import listing
+
+        print("\nreasoning-gym's tasks (gym:TASK?option=value&...):")
+        print("\n".join(textwrap.fill(line, 100, subsequent_indent="    ") for line in listing()))
         return 0
     if args.action == "preview":
         print(tasks.preview(args.spec, n=args.n, seed=args.seed, split=args.split))

@@ -24,8 +24,9 @@ def register(sub: argparse._SubParsersAction) -> None:
                         "checkpoint (runs/x, runs/x/final, runs/x/checkpoint-50), posed with the run's system prompt "
                         "(default: %(default)s)")
     p.add_argument("--suite", action="append", metavar="SUITE[,SUITE...]",
-                   help="presets builtin (offline), paper-math, paper-hybrid (Hugging Face hub), or task source specs "
-                        "(builtin:arith?steps=2, builtin:choice, jsonl:PATH, hf:math500), comma-separated or repeated")
+                   help="presets builtin, humaneval, gym, champ (offline), paper-math, paper-hybrid (Hugging Face "
+                        "hub), or task source specs (builtin:arith?steps=2, gym:chain_sum, champ:test, jsonl:PATH, "
+                        "hf:math500), comma-separated or repeated")
     p.add_argument("--k", type=POSITIVE, default=None,
                    help="samples per problem when sampling: avg@k and pass@1..k (default: each benchmark's own; 1 for "
                         "a task spec). Greedy decoding takes one sample whatever k says")
@@ -75,8 +76,9 @@ def cmd_eval(args: argparse.Namespace) -> int:
     from ..sharding import parse
 
     if not args.suite:
-        raise InputError("give --suite: a preset (builtin, paper-math, paper-hybrid) or a task source spec such as "
-                         "builtin:arith?steps=2, jsonl:PATH or hf:math500", field="suite")
+        raise InputError("give --suite: a preset (builtin, humaneval, gym, champ, paper-math, paper-hybrid) or a "
+                         "task source spec such as builtin:arith?steps=2, gym:chain_sum, jsonl:PATH or hf:math500",
+                         field="suite")
     suites = [part.strip() for item in args.suite for part in item.split(",")]
     config = EvalConfig(model=args.model, suites=suites, k=args.k, temperature=args.temperature,
                         max_new_tokens=args.max_new_tokens, limit=args.limit, seed=args.seed,

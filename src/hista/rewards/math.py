@@ -56,6 +56,7 @@ __all__ = [
     "boxed_contents",
     "last_boxed",
     "extract_math_answer",
+    "last_answer_tag",
     "math_equal",
     "to_number",
     "verify_math",
@@ -201,8 +202,9 @@ def _fallback_extract(text: str) -> tuple[list[Any], Optional[str]]:
     return parsed, (strings[-1] if strings else None)
 
 
-def _last_answer_tag(text: str) -> Optional[str]:
-    """Stripped content of the last closed ``<answer>...</answer>``, or None."""
+def last_answer_tag(text: str) -> Optional[str]:
+    """Stripped content of the last closed ``<answer>...</answer>`` (any case), or None when
+    there is none or it is empty (SPEC §6); one backward scan."""
     low = text.lower()
     close = low.rfind("</answer>")
     if close < 0:
@@ -222,7 +224,7 @@ def _extract(completion: str) -> tuple[Optional[str], str, Optional[list[Any]]]:
     if boxed is not None:
         return boxed, "boxed", None
     source, text = "fallback", completion
-    tag = _last_answer_tag(completion)
+    tag = last_answer_tag(completion)
     if tag:
         source, text = "answer tag", tag
     parsed, found = _fallback_extract(_tail(text, FALLBACK_TAIL_CHARS))

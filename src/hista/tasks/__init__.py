@@ -107,10 +107,12 @@ def list_builtin() -> dict[str, str]:
 
 
 def preview(spec: str, n: int = 3, seed: int = 0, split: str = "test") -> str:
-    """Human-readable text showing the first ``n`` problems of a source (SPEC §7)."""
+    """Human-readable text showing the first ``n`` problems of a source (SPEC §7): each one's id,
+    field, verifier, text and answer (the ``gold`` of its ``meta`` where a source puts the
+    answer a reader wants there, as ``gym:`` does beside its scorer's record)."""
     records = load(spec, n=n, seed=seed, split=split)
     blocks = []
     for r in records:
         blocks.append(f"[{r['id']}] field={r['field']} verifier={r['verifier']}\n"
-                      f"{r['problem']}\n=> {r['answer']}")
+                      f"{r['problem']}\n=> {r.get('meta', {}).get('gold') or r['answer']}")
     return "\n\n".join(blocks) if blocks else f"(no problems in {spec})"

@@ -1,0 +1,149 @@
+"""Task source ``champ:all|train|test``: CHAMP's competition math problems (SPEC §7), offline.
+
+``pip install 'hista[gym]'`` brings ``champ-dataset`` (MIT), whose
+``champ_dataset/dataset_files/v0.json`` holds 270 problems (number theory, inequalities,
+polynomials, sequences, combinatorics) with final answers. hista reads that file only, found
+without importing the package.
+
+CHAMP's answers are free-form ("239", "x=2, y=1", "No", "3 is the only possible value"); the
+``math`` verifier (math-verify) can check only some of them. Every answer is checked when the
+file loads (:func:`checkable`): it must be a mathematical expression as a whole (no word other
+than a function name such as ``sqrt``, or a product of the answer's own one-letter variables
+such as ``xy``), math-verify must read it as an expression rather than text, its boxed form
+must score 1 and a wrong number 0. The others (144 of the 270 in v0: yes/no answers, sentences,
+"..." patterns) are left out, and a warning says how many, once per process; the 126 kept are
+the benchmark.
+
+A record's ``problem`` is CHAMP's text followed by a request for the final answer in
+``\\boxed{}``; ``answer`` is CHAMP's answer, ``verifier`` ``math``, ``field`` the category in
+lower case (``number-theory``, ...), the id CHAMP's (``P_Combinatorics_1``). ``all`` is every kept
+problem in the file's order; ``train`` and ``test`` are a fixed split by position in the file
+(every fourth problem of the file, the 4th, 8th, ..., is ``test``: 28 kept problems; 98 are ``train``), so
+training on ``champ:train`` and scoring ``champ:test`` never shares a problem. ``n`` takes the
+first problems; ``seed`` and the loader's ``split`` are not used.
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib.util
+import logging
+import re
+from pathlib import Path
+from typing import Any, Optional
+
+from hista.errors import InputError
+from hista.jsonio import loads, read_input
+from hista.rewards import verify
+from hista.tasks.base import TaskSource, register
+
+logger = logging.getLogger(__name__)
+
+PARTS = ("all", "train", "test")
+#: every TEST_EVERY-th problem of the file (counting from TEST_EVERY - 1) is in the test part
+TEST_EVERY = 4
+INSTALL = "pip install 'hista[gym]' (champ-dataset==1.0.0, which ships CHAMP's data file)"
+#: what follows every problem
+ANSWER_TEXT = "\n\nSolve the problem, then give your final answer in \\boxed{}."
+#: letter runs an answer may hold besides its own one-letter variables
+FUNCTION_NAMES = frozenset({"sqrt", "sin", "cos", "tan", "log", "ln", "exp", "frac", "cdot", "infty", "pi"})
+_LETTERS = re.compile(r"[A-Za-z]+")
+
+
+def data_file() -> Path:
+    """CHAMP's data file inside the installed ``champ-dataset`` package (SPEC §7; found without importing
+    it: its ``__init__`` needs natsort); an InputError saying how to install it otherwise."""
+    spec = importlib.util.find_spec("champ_dataset")
+    for folder in list(spec.submodule_search_locations or []) if spec else []:
+        path = Path(folder) / "dataset_files" / "v0.json"
+        if path.is_file():
+            return path
+    raise InputError(f"champ: needs CHAMP's data file; {INSTALL}", field="spec")
+
+
+def checkable(answer: str) -> Optional[str]:
+    """None when the ``math`` verifier can check ``answer`` (SPEC §7; the module docstring), else
+    why not."""
+    import math_verify as mv
+
+    text = answer.strip().rstrip(".")
+    runs = _LETTERS.findall(text)
+    variables = {r for r in runs if len(r) == 1}
+    words = [w for w in runs if len(w) > 1 and w.lower() not in FUNCTION_NAMES and not set(w) <= variables]
+    if words:
+        return f"the answer holds words ({', '.join(words[:3])})"
+    parsed = mv.parse(f"${text}$", extraction_config=[mv.LatexExtractionConfig(), mv.ExprExtractionConfig()])
+    if not parsed or isinstance(parsed[0], str):
+        return "math-verify does not read the answer as an expression"
+    if verify("math", f"\\boxed{{{text}}}", answer) != 1.0 or verify("math", "\\boxed{123456789}", answer) != 0.0:
+        return "the math verifier does not tell the answer from a wrong one"
+    return None
+
+
+@functools.lru_cache(maxsize=2)
+def read_problems(path: Path) -> tuple[tuple[int, dict], ...]:
+    """(position in the file, problem) of every checkable problem of the CHAMP data file ``path``
+    (SPEC §7, §11: a file that is not in its layout is an InputError naming it and the field); a
+    warning says how many were left out."""
+    data = loads(read_input(path, "CHAMP data file").decode("utf-8"), path=str(path))
+    problems = data.get("problems") if isinstance(data, dict) else None
+    if not isinstance(problems, dict) or not problems:
+        raise InputError("expected an object with a non-empty 'problems' object", path=str(path), field="problems")
+    kept, left_out = [], []
+    for position, (key, row) in enumerate(problems.items()):
+        for name in ("_text", "_answer", "category"):
+            if not isinstance(row, dict) or not isinstance(row.get(name), str) or not row[name].strip():
+                raise InputError(f"problem {key!r}: expected a non-empty string", path=str(path), field=name)
+        (left_out if checkable(row["_answer"]) else kept).append((position, dict(row, identifier=key)))
+    if left_out:
+        logger.warning("champ: left out %d of %d problems whose answers the math verifier cannot check "
+                       "(yes/no, sentences, patterns); %d remain", len(left_out), len(problems), len(kept))
+    return tuple(kept)
+
+
+def _part(rest: str) -> str:
+    part = rest.strip().lower()
+    if part not in PARTS:
+        raise InputError(f"champ:{rest}: name the part, one of {', '.join(PARTS)} (e.g. champ:all)", field="spec")
+    return part
+
+
+def _record(row: dict[str, Any]) -> dict:
+    return {"id": row["identifier"], "problem": row["_text"].strip() + ANSWER_TEXT, "answer": row["_answer"].strip(),
+            "verifier": "math", "field": row["category"].lower(), "meta": {"source": "CHAMP v0"}}
+
+
+@register("champ")
+class ChampSource(TaskSource):
+    """``champ:all|train|test``: CHAMP's problems whose answers math-verify can check (SPEC §7)."""
+
+    description = ("CHAMP's competition math problems with checkable answers (pip install 'hista[gym]'); "
+                   "all, train or test")
+
+    def load(self, rest: str, n: Optional[int] = None, seed: int = 0, split: str = "test") -> list[dict]:
+        """The first ``n`` problems (default all) of the part ``rest`` names, in the file's order
+        (SPEC §7)."""
+        part = _part(rest)
+        records = [_record(row) for position, row in read_problems(data_file())
+                   if part == "all" or (position % TEST_EVERY == TEST_EVERY - 1) == (part == "test")]
+        return records if n is None else records[:n]
+
+    def check(self, rest: str) -> None:
+        """The part must be all, train or test and the data file there and sound (SPEC §7)."""
+        _part(rest)
+        read_problems(data_file())
+
+    def files(self, rest: str) -> list[Path]:
+        """The data file (SPEC §7, §11)."""
+        try:
+            return [data_file()]
+        except InputError:
+            return []
+
+    def example(self, tmp_dir: Path) -> str:
+        """The test part (SPEC §7); needs the ``champ-dataset`` package."""
+        try:
+            data_file()
+        except InputError as exc:
+            raise NotImplementedError(str(exc)) from None
+        return "test"
