@@ -4,14 +4,16 @@
         [--specs "builtin:arith?steps=1,gym:chain_sum?max_terms=2"] [--split test]
 
 For each task spec it samples rollouts with the rollout engine, verifies them and prints the mean
-accuracy with the fraction of problems whose accuracy lies in [0.1, 0.8] (the paper's filter),
-and at the end a Markdown table of them. Specs are separated by commas outside their options
+accuracy with the fraction of problems whose accuracy lies in [0.1, 0.8] (the paper's filter)
+and the share of the problems whose gold answer is the most common one (what a policy that always
+gives that answer scores), and at the end a Markdown table of them. Specs are separated by commas outside their options
 (a spec starts with its source prefix, e.g. ``gym:`` or ``builtin:``).
 """
 
 from __future__ import annotations
 
 import argparse
+import collections
 import time
 
 from arguments import POSITIVE, TEMPERATURE, checked, comma_list, seed
@@ -50,14 +52,16 @@ def main() -> None:
         groups = sample_groups(engine, problems, args.rollouts, seed=args.seed, progress=False)
         accs = [float(g.rewards.mean()) for g in groups]
         in_range = sum(0.1 <= a <= 0.8 for a in accs) / len(accs)
-        rows.append((spec, sum(accs) / len(accs), in_range, time.time() - start))
-        print(f"{spec:48s} accuracy {rows[-1][1]:.3f}  in[0.1,0.8] {in_range:.2f}  "
-              f"per-problem {' '.join(f'{a:.2f}' for a in accs)}  ({rows[-1][3]:.0f}s)", flush=True)
+        golds = collections.Counter(p.get("meta", {}).get("gold") or p["answer"] for p in problems)
+        constant = golds.most_common(1)[0][1] / len(problems)
+        rows.append((spec, sum(accs) / len(accs), in_range, constant, time.time() - start))
+        print(f"{spec:48s} accuracy {rows[-1][1]:.3f}  in[0.1,0.8] {in_range:.2f}  most common answer {constant:.2f}  "
+              f"per-problem {' '.join(f'{a:.2f}' for a in accs)}  ({rows[-1][4]:.0f}s)", flush=True)
     print(f"\n{args.problems} problems x {args.rollouts} rollouts per spec ({args.split} split, seed {args.seed}), "
           f"temperature {args.temperature}, max {args.max_new_tokens} new tokens, model {lm.name}\n")
-    print("| task | accuracy | problems in [0.1, 0.8] |\n|---|---|---|")
-    for spec, accuracy, in_range, _ in rows:
-        print(f"| `{spec}` | {accuracy:.3f} | {in_range:.2f} |")
+    print("| task | accuracy | problems in [0.1, 0.8] | most common answer |\n|---|---|---|---|")
+    for spec, accuracy, in_range, constant, _ in rows:
+        print(f"| `{spec}` | {accuracy:.3f} | {in_range:.2f} | {constant:.2f} |")
 
 
 if __name__ == "__main__":

@@ -39,7 +39,7 @@ from .. import estimators
 from ..errors import InputError
 from ..estimators.probe import Probe, features
 from ..models.capture import backbone_of, hook_layer
-from .verl_settings import DTYPES
+from .verl_settings import DTYPES, nested_lengths
 
 #: the batch's non-tensor key that switches capture on: {"estimator", "params", "dtype"}
 CAPTURE = "hista_capture"
@@ -74,10 +74,6 @@ def sequences(hidden: torch.Tensor, lengths: list[int], packed: bool) -> list[to
     return [hidden[k, :n] for k, n in enumerate(lengths)]
 
 
-def _lengths(nested: torch.Tensor) -> list[int]:
-    return nested.offsets().diff().tolist()
-
-
 @contextmanager
 def capturing(engine: Any, spec: dict) -> Iterator[None]:
     """For the ``with`` block, every forward of ``engine`` (a verl FSDP engine) captures the
@@ -95,10 +91,10 @@ def capturing(engine: Any, spec: dict) -> Iterator[None]:
         out = original(output, output_args, micro_batch, logits_processor_func)
         hidden = seen[-1]
         seen.clear()
-        lengths = _lengths(micro_batch["input_ids"])
+        lengths = nested_lengths(micro_batch["input_ids"])
         packed = bool(tu.get_non_tensor_data(data=micro_batch, key="use_remove_padding", default=True))
         rows = sequences(hidden, lengths, packed)
-        prompts = _lengths(micro_batch["prompts"])
+        prompts = nested_lengths(micro_batch["prompts"])
         strides = micro_batch[STRIDE].tolist() if STRIDE in micro_batch.keys() else [1] * len(rows)
         # to host memory at once: the rank's states wait there, not on the accelerator, until returned
         states = [sequence_states(est, h, p, int(s)).to("cpu", dtype) for h, p, s in zip(rows, prompts, strides)]

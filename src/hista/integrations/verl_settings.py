@@ -26,6 +26,11 @@ RUN_KEYS = ("scale", "gae_lambda", "states_dtype")
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
 
+def nested_lengths(nested: Any) -> list[int]:
+    """The row lengths of a nested (jagged) tensor, as verl's batches carry token ids."""
+    return [int(n) for n in nested.offsets().diff().tolist()]
+
+
 def settings(variable: str) -> dict:
     """The YAML mapping in environment variable ``variable`` (empty when unset), or an
     InputError naming the variable."""

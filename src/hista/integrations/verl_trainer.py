@@ -64,10 +64,6 @@ def responses(ids: Any, tokenizer: Any) -> list[tuple[list[int], str, list]]:
     return out
 
 
-def _lengths(nested: Any) -> list[int]:
-    return [int(n) for n in nested.offsets().diff().tolist()]
-
-
 def row_lengths(batch: Any) -> tuple[list[int], list[int]]:
     """Each row's prompt and response lengths: from the tags verl's agent loop gives every row
     (``prompt_len``, ``response_len``), else from the rows' token ids in the TransferQueue."""
@@ -77,7 +73,9 @@ def row_lengths(batch: Any) -> tuple[list[int], list[int]]:
     import transfer_queue as tq
 
     data = tq.kv_batch_get(keys=batch.keys, partition_id=batch.partition_id, select_fields=["prompts", "responses"])
-    return _lengths(data["prompts"]), _lengths(data["responses"])
+    from .verl_settings import nested_lengths
+
+    return nested_lengths(data["prompts"]), nested_lengths(data["responses"])
 
 
 def group_strides(est: Any, uids: list, prompt_lens: list[int], response_lens: list[int]) -> list[int]:
