@@ -23,7 +23,7 @@ LAYERS = {
     1: {"hista", "errors", "types", "registry", "hub", "jsonio", "yamlio", "schema", "sharding"},
     2: {"models", "rewards", "estimators", "losses"},
     3: {"tasks", "rollout", "critic"},
-    4: {"sveb", "evaluation"},
+    4: {"sveb", "evaluation", "advantages"},
     5: {"train"},
     6: {"integrations"},
     7: {"cli"},

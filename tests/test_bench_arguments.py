@@ -30,6 +30,7 @@ CASES = [
     ("difficulty.py", ["--specs", "builtin:arith?steps=x"], "steps"),
     ("difficulty.py", ["--specs", "gym:chain_sum?max_terms=x"], "max_terms"),
     ("critic.py", ["--G", "0"], "--G"),
+    ("advantages_cost.py", ["--prompts", "0"], "--prompts"),
     ("estimation_traffic.py", ["/nonexistent.yaml"], "recipes"),
     ("sveb_quick.py", ["--out", "{tmp}"], "--out"),
     ("sveb_sweep.py", [str(CASES_FILE), "--grid", "layer"], "--grid"),

@@ -160,8 +160,14 @@ def test_champ_parts_and_the_answer_check(caplog):
     assert not {r["id"] for r in train} & {r["id"] for r in test}
     assert {r["field"] for r in every} == {"combinatorics", "inequality", "number-theory", "polynomial", "sequence"}
     for record in every:
-        assert record["verifier"] == "math" and record["problem"].endswith("in \\boxed{}.")
-        assert rewards.verify("math", f"\\boxed{{{record['answer']}}}", record["answer"]) == 1.0, record["id"]
+        assert record["verifier"] == "math-boxed" and record["problem"].endswith("in \\boxed{}.")
+        assert rewards.verify("math-boxed", f"\\boxed{{{record['answer']}}}", record["answer"]) == 1.0, record["id"]
+    # an unfinished derivation whose last number happens to be the answer does not pay (math's fallback would)
+    # (the embedded model's text on P_Sequence_11, whose answer is 1, cut off at 1,024 tokens)
+    one = next(r for r in every if r["answer"] == "1")
+    unfinished = "x_{n+1} = 1 + x1 + x2 + x3 + ... + x100 = 1 + x1 + x2 + x3 + ... + x100 = 1 + x1"
+    assert rewards.verify("math", unfinished, one["answer"]) == 1.0
+    assert rewards.verify_with_reason("math-boxed", unfinished, one["answer"]) == (0.0, "no boxed answer")
     assert tasks.load("champ:test", n=3) == test[:3]
     # the answers the math verifier cannot check are left out, and said so
     for answer in ("No", "Yes", "3 is the only possible value", "x(x-1)(x-2)...(x-2022)", "Infinitely many solutions"):

@@ -500,7 +500,7 @@ def _padded_batch(prompts, completions, hidden_width=None, seed=0):
 
 def test_batch_to_groups_and_back():
     from hista import estimators
-    from hista.train.batch import batch_to_groups, groups_to_batch
+    from hista.advantages import batch_to_groups, groups_to_batch
     from hista.types import Rollout, RolloutGroup
 
     prompts = [[5, 6, 7], [5, 6, 7], [9], [9]]
@@ -536,7 +536,7 @@ def test_batch_to_groups_and_back():
 
 
 def test_batch_to_groups_decodes_text_when_asked(tiny):
-    from hista.train.batch import batch_to_groups
+    from hista.advantages import batch_to_groups
 
     ids = tiny.tokenizer(" 12 then 7", add_special_tokens=False)["input_ids"]
     args = _padded_batch([[1], [1]], [ids, ids[:2]])[:4]

@@ -9,8 +9,8 @@ import pytest
 import torch
 
 from hista import estimators
+from hista.advantages import build_group
 from hista.models.loading import tokenizer_for_tiny
-from hista.train.batch import build_group
 
 pytest.importorskip("verl")
 core_algos = pytest.importorskip("verl.trainer.ppo.core_algos")

@@ -23,7 +23,8 @@ from .. import tasks
 from ..errors import InputError
 
 #: The category of a benchmark given as a plain task spec, by the verifier its records name.
-VERIFIER_CATEGORY = {"math": "math", "choice": "general", "code": "code", "python-tests": "code", "gym": "reasoning"}
+VERIFIER_CATEGORY = {"math": "math", "math-boxed": "math", "math-parts": "math", "choice": "general", "code": "code",
+                     "python-tests": "code", "gym": "reasoning"}
 #: Split and seed of the built-in generators' problems (SPEC §7: seeded, split-aware).
 SPLIT, TASK_SEED = "test", 0
 

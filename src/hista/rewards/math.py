@@ -467,6 +467,17 @@ def verify_math(completion: Any, answer: Any) -> tuple[float, str]:
     return 0.0, f"wrong answer: got {_show(pred)}"
 
 
+@register("math-boxed")
+@_never_raises("math-boxed")
+def verify_math_boxed(completion: Any, answer: Any) -> tuple[float, str]:
+    """``math`` for problems that ask for the answer in ``\\boxed{}`` (SPEC §6; CHAMP's): only a
+    complete box (or an ``<answer>`` tag) is read, never the fallback's last number of the text,
+    which in an unfinished derivation is whatever number came last (``c^2`` read as 2)."""
+    if isinstance(completion, str) and last_boxed(completion) is None and last_answer_tag(completion) is None:
+        return 0.0, "no boxed answer"
+    return verify_math(completion, answer)
+
+
 #: a numbered item's marker at the start of a line: "1." / "1)" / "(1)" (not "1.5")
 _ITEM = re.compile(r"^[ \t]*(?:\(\s*([1-9])\s*\)|([1-9])[.)](?![0-9]))", re.MULTILINE)
 

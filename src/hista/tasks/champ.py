@@ -15,7 +15,9 @@ must score 1 and a wrong number 0. The others (144 of the 270 in v0: yes/no answ
 the benchmark.
 
 A record's ``problem`` is CHAMP's text followed by a request for the final answer in
-``\\boxed{}``; ``answer`` is CHAMP's answer, ``verifier`` ``math``, ``field`` the category in
+``\\boxed{}``; ``answer`` is CHAMP's answer, ``verifier`` ``math-boxed`` (``math`` reading only a
+box or an ``<answer>`` tag: its fallback, the text's last number, pays for unfinished derivations
+that happen to end in the answer's digit), ``field`` the category in
 lower case (``number-theory``, ...), the id CHAMP's (``P_Combinatorics_1``). ``all`` is every kept
 problem in the file's order; ``train`` and ``test`` are a fixed split by position in the file
 (every fourth problem of the file, the 4th, 8th, ..., is ``test``: 28 kept problems; 98 are ``train``), so
@@ -110,7 +112,7 @@ def _part(rest: str) -> str:
 
 def _record(row: dict[str, Any]) -> dict:
     return {"id": row["identifier"], "problem": row["_text"].strip() + ANSWER_TEXT, "answer": row["_answer"].strip(),
-            "verifier": "math", "field": row["category"].lower(), "meta": {"source": "CHAMP v0"}}
+            "verifier": "math-boxed", "field": row["category"].lower(), "meta": {"source": "CHAMP v0"}}
 
 
 @register("champ")

@@ -36,12 +36,12 @@ from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
 from trl import GRPOTrainer
 
 from .. import estimators, losses
+from ..advantages import batch_to_groups, build_group, estimate, groups_to_batch, unpad
 from ..errors import InputError
 from ..models.capture import capture_logprob_pass
 from ..models.forward import decoder_layers
 from ..types import Rollout
 from . import checkpoints, dynamic, packing, rollouts, split
-from .batch import batch_to_groups, build_group, groups_to_batch, unpad
 from .limits import UNSUPPORTED, untrainable
 from .sampler import EpochSampler
 
@@ -349,15 +349,12 @@ class HistaGRPOTrainer(GRPOTrainer):
         the structure the estimator resolved per group (docs/estimators.md "Structure rule")
         as ``estimator/<name>``, averaged over the groups, and the hidden layer read as
         ``estimator/layer``."""
-        est = self.estimator
-        fitted = est.for_batch(groups) if est.learns_across_groups else [est] * len(groups)
         for g in groups:
             for key, value in self.estimator.resolved(g).items():
                 self._metrics["train"][f"estimator/{key}"].append(float(value))
         if self.hidden_layer is not None and groups:
             self._metrics["train"]["estimator/layer"].append(float(self.hidden_layer))
-        return [est.token_advantages(g, gae_lambda=self.gae_lambda, scale=self.scale, batch_std=batch_std)
-                for est, g in zip(fitted, groups)]
+        return estimate(self.estimator, groups, gae_lambda=self.gae_lambda, scale=self.scale, batch_std=batch_std)
 
     def _split_advantages(self, out: dict, hidden: Optional[torch.Tensor], problem_ids: Optional[list[str]],
                           rewards: torch.Tensor, batch_std: float, tokenizer: Any) -> torch.Tensor:

@@ -1,0 +1,299 @@
+"""From a batch of prompts, completions and rewards to per-token advantages, for any estimator
+(SPEC §3, §4, §9; docs/estimators.md "Use in your own loop").
+
+:func:`token_advantages` is the one call a training loop of one's own makes: padded or ragged
+prompt and completion ids, the rewards, a group index per row, and (for the estimators that read
+hidden states) the model or the hidden states already at hand; it returns the [B, T] advantages.
+Underneath, the layout functions convert a padded batch, TRL's (``prompt_ids`` [B, P] padded on
+the left, ``completion_ids`` [B, T] padded on the right), into the RolloutGroups estimators read
+and their advantages back (:func:`batch_to_groups`, :func:`unpad`, :func:`build_group`,
+:func:`groups_to_batch`), and :func:`estimate` runs an estimator on a batch's groups; hista's
+trainer uses these too.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from typing import Any, Hashable, Optional, Sequence, Union
+
+import torch
+
+from . import estimators
+from .estimators.base import Estimator, check_finite
+from .models.forward import decoder_layers, shared_prefix_hidden
+from .rollout.offsets import decode_with_offsets
+from .types import Rollout, RolloutGroup
+
+Ids = Union[torch.Tensor, Sequence[Sequence[int]]]
+
+
+def batch_to_groups(
+    prompt_ids: torch.Tensor,
+    prompt_mask: torch.Tensor,
+    completion_ids: torch.Tensor,
+    completion_mask: torch.Tensor,
+    rewards: torch.Tensor,
+    group_size: int,
+    *,
+    problem_ids: Optional[Sequence[Optional[str]]] = None,
+    hidden: Optional[torch.Tensor] = None,
+    tokenizer: Any = None,
+) -> list[RolloutGroup]:
+    """Cut a padded batch into RolloutGroups of ``group_size`` consecutive rows (SPEC §3).
+
+    ``rewards`` [B]; ``hidden`` [B, P + T, H] aligned with the columns of ``prompt_ids`` then
+    ``completion_ids`` (padding dropped: a rollout gets [prompt_len + T_i, H]); ``tokenizer``
+    decodes completion text and token offsets (for estimators that declare ``needs_text``).
+    A group's ``prompt_id`` is its problem id (``problem_ids[row]``), so that value tables kept
+    across steps follow the problem, not the batch slot; without one it is a digest of the
+    prompt's token ids.
+    """
+    batch, width = completion_ids.shape
+    if group_size < 1 or batch % group_size:
+        raise ValueError(f"{batch} rows cannot be cut into groups of {group_size}")
+    if rewards.numel() != batch:
+        raise ValueError(f"{rewards.numel()} rewards for {batch} completions")
+    if problem_ids is not None and len(problem_ids) != batch:
+        raise ValueError(f"{len(problem_ids)} problem ids for {batch} completions")
+    prompt_width = prompt_ids.size(1)
+    if hidden is not None and hidden.shape[:2] != (batch, prompt_width + width):
+        raise ValueError(f"hidden states of shape {tuple(hidden.shape)} for a batch of {batch} x "
+                         f"({prompt_width} + {width}) tokens")
+    prompts, completions, states = unpad(prompt_ids, prompt_mask, completion_ids, completion_mask, hidden)
+    groups = []
+    for start in range(0, batch, group_size):
+        rows = slice(start, start + group_size)
+        groups.append(build_group(prompts[rows], completions[rows], rewards[rows].tolist(),
+                                  hidden=None if states is None else states[rows], tokenizer=tokenizer,
+                                  problem_id=problem_ids[start] if problem_ids is not None else None))
+    return groups
+
+
+def unpad(prompt_ids: torch.Tensor, prompt_mask: torch.Tensor, completion_ids: torch.Tensor,
+          completion_mask: torch.Tensor, hidden: Optional[torch.Tensor] = None
+          ) -> tuple[list[list[int]], list[list[int]], Optional[list[torch.Tensor]]]:
+    """Each row of a padded batch without its padding (SPEC §3): prompt ids (left padding
+    dropped), completion ids (right padding dropped) and, with ``hidden`` [B, P + T, H], the
+    row's hidden states [prompt_len + T_i, H] (None without)."""
+    prompt_width = prompt_ids.size(1)
+    lengths = completion_mask.sum(dim=1).long().tolist()
+    prompts, completions, states = [], [], []
+    for i, length in enumerate(lengths):
+        keep = prompt_mask[i].bool()
+        prompts.append(prompt_ids[i][keep].tolist())
+        completions.append(completion_ids[i, :length].tolist())
+        if hidden is not None:
+            states.append(torch.cat([hidden[i, :prompt_width][keep], hidden[i, prompt_width: prompt_width + length]]))
+    return prompts, completions, states if hidden is not None else None
+
+
+def build_group(prompts: Sequence[Sequence[int]], completions: Sequence[Sequence[int]], rewards: Sequence[float], *,
+                hidden: Optional[Sequence[torch.Tensor]] = None, problem_id: Optional[str] = None,
+                tokenizer: Any = None) -> RolloutGroup:
+    """One RolloutGroup from unpadded rows (SPEC §3): prompt and completion ids, rewards, and
+    optionally each row's hidden states [prompt + completion, H]; ``tokenizer`` decodes text and
+    offsets. Its ``prompt_id`` is ``problem_id``, else a digest of the first prompt's ids."""
+    rollouts = []
+    for i, (prompt, ids, reward) in enumerate(zip(prompts, completions, rewards)):
+        text, offsets = decode_with_offsets(tokenizer, ids) if tokenizer is not None else ("", None)
+        rollouts.append(Rollout(prompt_ids=prompt, completion_ids=ids, reward=float(reward), completion_text=text,
+                                offsets=offsets, hidden=None if hidden is None else hidden[i]))
+    prompt_id = str(problem_id) if problem_id is not None else _digest(rollouts[0].prompt_ids)
+    return RolloutGroup(rollouts, prompt_id=prompt_id)
+
+
+def groups_to_batch(advantages: Sequence[Sequence[torch.Tensor]], shape: Sequence[int],
+                    device: Optional[torch.device] = None) -> torch.Tensor:
+    """The inverse direction (SPEC §9): per-group lists of per-rollout advantages [T_i] (in the
+    order of :func:`batch_to_groups`) written into a zero-padded float32 tensor of ``shape``
+    [B, T]."""
+    out = torch.zeros(tuple(shape), dtype=torch.float32, device=device)
+    row = 0
+    for group in advantages:
+        for adv in group:
+            out[row, : adv.numel()] = adv.to(out.device)
+            row += 1
+    if row != out.size(0):
+        raise ValueError(f"advantages for {row} rollouts but the batch has {out.size(0)} rows")
+    return out
+
+
+def _digest(token_ids: Sequence[int]) -> str:
+    """A stable id for a prompt without a problem id: a digest of its token ids."""
+    return "prompt-" + hashlib.sha1(",".join(map(str, token_ids)).encode()).hexdigest()[:16]
+
+
+def estimate(est: Estimator, groups: Sequence[RolloutGroup], *, gae_lambda: Optional[float] = None,
+             scale: Optional[str] = None, batch_std: Optional[float] = None) -> list[list[torch.Tensor]]:
+    """Each group's per-token advantages under ``est`` (SPEC §4, §9): an estimator that learns
+    across groups (the probe) is fitted for each group on the batch's other groups and its own
+    history first (``for_batch``, which then adds the batch to that history). ``gae_lambda`` and
+    ``scale`` default to the estimator's own (1.0; its ``default_scale``, else ``group``);
+    ``batch_std`` is the reward std over the batch, for ``scale="batch"``."""
+    fitted = est.for_batch(groups) if est.learns_across_groups else [est] * len(groups)
+    gae_lambda = est.default_gae_lambda() if gae_lambda is None else float(gae_lambda)
+    scale = scale or est.default_scale or "group"
+    return [e.token_advantages(g, gae_lambda=gae_lambda, scale=scale, batch_std=batch_std)
+            for e, g in zip(fitted, groups)]
+
+
+def token_advantages(estimator: Union[str, Estimator], prompt_ids: Ids, completion_ids: Ids,
+                     rewards: Union[torch.Tensor, Sequence[float]], groups: Sequence[Hashable], *,
+                     prompt_mask: Optional[torch.Tensor] = None, completion_mask: Optional[torch.Tensor] = None,
+                     model: Optional[torch.nn.Module] = None,
+                     hidden: Optional[Union[torch.Tensor, Sequence[torch.Tensor]]] = None, tokenizer: Any = None,
+                     gae_lambda: Optional[float] = None, scale: Optional[str] = None,
+                     batch_size: int = 8) -> torch.Tensor:
+    """Per-token advantages [B, T] of a batch under ``estimator`` (SPEC §3, §4; docs/estimators.md
+    "Use in your own loop"), float32 on the CPU, zero past each completion's end.
+
+    - ``estimator``: a registered name (``"grpo"``, ``"numca"``, ``"hista"``, ``"probe"``) or an
+      estimator object (``hista.estimators.get(name, **config)``). The probe learns from earlier
+      batches: pass the same object every step to keep its history.
+    - ``prompt_ids`` and ``completion_ids``: tensors [B, P] and [B, T] with ``prompt_mask`` and
+      ``completion_mask`` (TRL's layout: prompts padded on the left, completions on the right;
+      without a mask every position counts), or lists of B token-id lists. T is the width of
+      ``completion_ids``, or the longest completion for lists.
+    - ``rewards``: B finite numbers. ``groups``: B hashable keys, one per row; the rows with one
+      key are the rollouts of one prompt, compared with each other (in any order; at least two
+      per group). A key is also the group's ``prompt_id``.
+    - For an estimator that reads hidden states (``hista``, ``probe``): ``hidden``, the states
+      of its layer (:meth:`Estimator.hidden_layer`), [B, P + T, H] aligned with the padded
+      prompt and completion columns, or B tensors [P_i + T_i, H]; or ``model``, a transformers
+      causal LM run here once, without its output head, under no_grad, each group's prompt
+      encoded once (:func:`hista.models.forward.shared_prefix_hidden`; micro-batches of
+      ``batch_size`` completions).
+    - ``tokenizer``: for an estimator that reads the completions' text (``numca``): text and
+      token offsets are decoded from the ids, never re-tokenised.
+    - ``gae_lambda``, ``scale``: as :func:`estimate`; ``batch`` scaling uses the std of ``rewards``.
+
+    Bad input raises a ValueError naming the argument: lengths that differ, masks of another
+    shape or completions not padded on the right, a group of one row, a non-finite reward,
+    hidden states of another shape, a layer the model does not have, or a model, hidden states
+    or tokenizer the estimator needs and did not get.
+    """
+    est = estimators.get(estimator) if isinstance(estimator, str) else estimator
+    if est.needs_model or est.needs_continuations:
+        need = "a critic model" if est.needs_model else "Monte-Carlo continuations"
+        raise ValueError(f"estimator: {est.name} needs {need}; token_advantages serves the estimators that read the "
+                         "batch and hidden states (grpo, numca, hista, probe)")
+    batch = _Batch.of(prompt_ids, completion_ids, prompt_mask, completion_mask)
+    reward = _rewards(rewards, len(batch.prompts))
+    members = _members(groups, len(batch.prompts))
+    if est.needs_text and tokenizer is None:
+        raise ValueError(f"tokenizer: {est.name} reads the completions' text; pass the tokenizer that made the ids")
+    states = batch.states(est, hidden, model, batch_size, tokenizer) if est.needs_hidden else None
+    built = [build_group([batch.prompts[r] for r in rows], [batch.completions[r] for r in rows],
+                         reward[rows].tolist(), hidden=None if states is None else [states[r] for r in rows],
+                         problem_id=str(key), tokenizer=tokenizer if est.needs_text else None)
+             for key, rows in members.items()]
+    batch_std = float(reward.std()) if reward.numel() > 1 else 0.0
+    per_group = estimate(est, built, gae_lambda=gae_lambda, scale=scale, batch_std=batch_std)
+    out = torch.zeros(len(batch.prompts), batch.width, dtype=torch.float32)
+    for rows, advantages in zip(members.values(), per_group):
+        for r, a in zip(rows, advantages):
+            out[r, : a.numel()] = a.float().cpu()
+    return out
+
+
+class _Batch:
+    """A batch's rows without padding, and its padded tensors when it came as tensors."""
+
+    def __init__(self, prompts: list[list[int]], completions: list[list[int]], width: int,
+                 padded: Optional[tuple[torch.Tensor, ...]] = None):
+        self.prompts, self.completions, self.width, self.padded = prompts, completions, width, padded
+
+    @classmethod
+    def of(cls, prompt_ids: Ids, completion_ids: Ids, prompt_mask: Optional[torch.Tensor],
+           completion_mask: Optional[torch.Tensor]) -> "_Batch":
+        if isinstance(prompt_ids, torch.Tensor) != isinstance(completion_ids, torch.Tensor):
+            raise ValueError("prompt_ids, completion_ids: give both as tensors (with masks) or both as lists of "
+                             "id lists")
+        if not isinstance(prompt_ids, torch.Tensor):
+            if prompt_mask is not None or completion_mask is not None:
+                raise ValueError("prompt_mask, completion_mask: only with tensors; lists of id lists hold no padding")
+            prompts = [[int(i) for i in p] for p in prompt_ids]
+            completions = [[int(i) for i in c] for c in completion_ids]
+            if len(prompts) != len(completions):
+                raise ValueError(f"completion_ids: {len(completions)} completions for {len(prompts)} prompts")
+            return cls(prompts, completions, max((len(c) for c in completions), default=0))
+        for name, ids in (("prompt_ids", prompt_ids), ("completion_ids", completion_ids)):
+            if ids.dim() != 2:
+                raise ValueError(f"{name}: expected a [B, width] tensor, got shape {tuple(ids.shape)}")
+        if completion_ids.size(0) != prompt_ids.size(0):
+            raise ValueError(f"completion_ids: {completion_ids.size(0)} rows for {prompt_ids.size(0)} prompts")
+        masks = []
+        for name, mask, ids in (("prompt_mask", prompt_mask, prompt_ids),
+                                ("completion_mask", completion_mask, completion_ids)):
+            mask = torch.ones_like(ids) if mask is None else mask
+            if tuple(mask.shape) != tuple(ids.shape):
+                raise ValueError(f"{name}: shape {tuple(mask.shape)}, but the ids are {tuple(ids.shape)}")
+            masks.append(mask.cpu())
+        if bool((masks[1][:, 1:] > masks[1][:, :-1]).any()):
+            raise ValueError("completion_mask: a completion's tokens come first in its row (padding on the right)")
+        padded = (prompt_ids.cpu(), masks[0], completion_ids.cpu(), masks[1])
+        prompts, completions, _ = unpad(*padded)
+        return cls(prompts, completions, completion_ids.size(1), padded)
+
+    def states(self, est: Estimator, hidden: Any, model: Optional[torch.nn.Module], batch_size: int,
+               tokenizer: Any) -> list[torch.Tensor]:
+        """Each row's hidden states [P_i + T_i, H] of ``est``'s layer: from ``hidden``, or one
+        no-grad pass of ``model`` in eval mode (its mode is restored after)."""
+        rows = len(self.prompts)
+        if hidden is None:
+            if model is None:
+                raise ValueError(f"model: {est.name} reads hidden states; pass the model (run once here) or hidden=")
+            count = decoder_layers(model) + 1
+            layer = est.hidden_layer(count - 1)
+            if not -count <= layer < count:
+                raise ValueError(f"model: {est.name} reads layer {layer}, but the model has {count} hidden states "
+                                 f"(layers {-count}..{count - 1})")
+            pad = getattr(tokenizer, "pad_token_id", None) or 0
+            index = layer % count
+            training = model.training
+            model.eval()  # no dropout in the states
+            try:
+                with torch.no_grad():
+                    return shared_prefix_hidden(model.base_model, self.prompts, self.completions, [index],
+                                                batch_size, pad=pad)[index]
+            finally:
+                model.train(training)
+        if isinstance(hidden, torch.Tensor):
+            if self.padded is None:
+                raise ValueError("hidden: a [B, P + T, H] tensor goes with padded id tensors; with lists of ids give "
+                                 "a list of [P_i + T_i, H] tensors")
+            width = self.padded[0].size(1) + self.padded[2].size(1)
+            if hidden.dim() != 3 or tuple(hidden.shape[:2]) != (rows, width):
+                raise ValueError(f"hidden: shape {tuple(hidden.shape)}; expected [{rows}, {width}, H], the columns "
+                                 "of prompt_ids then completion_ids")
+            return unpad(*self.padded, hidden)[2]
+        states = list(hidden)
+        if len(states) != rows:
+            raise ValueError(f"hidden: {len(states)} tensors for {rows} rows")
+        for r, (state, prompt, completion) in enumerate(zip(states, self.prompts, self.completions)):
+            if state.dim() != 2 or state.size(0) != len(prompt) + len(completion):
+                raise ValueError(f"hidden[{r}]: shape {tuple(state.shape)}; expected [{len(prompt) + len(completion)}, "
+                                 "H], the row's prompt and completion tokens")
+        return states
+
+
+def _rewards(rewards: Union[torch.Tensor, Sequence[float]], rows: int) -> torch.Tensor:
+    reward = torch.as_tensor(rewards, dtype=torch.float32).flatten().cpu()
+    if reward.numel() != rows:
+        raise ValueError(f"rewards: {reward.numel()} rewards for {rows} completions")
+    return check_finite(reward, "rewards")
+
+
+def _members(groups: Sequence[Hashable], rows: int) -> dict[Hashable, list[int]]:
+    """The rows of each group key, keys in order of first appearance."""
+    keys = groups.tolist() if isinstance(groups, torch.Tensor) else list(groups)
+    if len(keys) != rows:
+        raise ValueError(f"groups: {len(keys)} group keys for {rows} completions (one per row)")
+    members: dict[Hashable, list[int]] = {}
+    for row, key in enumerate(keys):
+        members.setdefault(key, []).append(row)
+    single = [key for key, rows_ in members.items() if len(rows_) < 2]
+    if single:
+        raise ValueError(f"groups: group {single[0]!r} has one row ({len(single)} such group(s)); an advantage "
+                         "compares a rollout with the other rollouts of its prompt, so a group needs two or more")
+    return members
