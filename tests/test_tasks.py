@@ -18,6 +18,7 @@ from hista.tasks import champ as champ_mod
 from hista.tasks import gym as gym_mod
 from hista.tasks import hf as hf_mod
 from hista.tasks import jsonl as jsonl_mod
+from hista.tasks import parts as parts_mod
 
 KEYS = {"id", "problem", "answer", "verifier", "field"}
 
@@ -35,7 +36,7 @@ def test_list_builtin_and_preview():
 
 
 def test_public_functions_cite_spec():
-    for mod in (tasks, arith, choice, jsonl_mod, hf_mod, builtin, base, tasks.filter, gym_mod, champ_mod):
+    for mod in (tasks, arith, choice, jsonl_mod, hf_mod, builtin, base, tasks.filter, gym_mod, champ_mod, parts_mod):
         for name, obj in vars(mod).items():
             if name.startswith("_") or getattr(obj, "__module__", None) != mod.__name__:
                 continue

