@@ -167,7 +167,7 @@ def test_champ_parts_and_the_answer_check(caplog):
     one = next(r for r in every if r["answer"] == "1")
     unfinished = "x_{n+1} = 1 + x1 + x2 + x3 + ... + x100 = 1 + x1 + x2 + x3 + ... + x100 = 1 + x1"
     assert rewards.verify("math", unfinished, one["answer"]) == 1.0
-    assert rewards.verify_with_reason("math-boxed", unfinished, one["answer"]) == (0.0, "no boxed answer")
+    assert rewards.verify_with_reason("math-boxed", unfinished, one["answer"]) == (0.0, "no boxed answer found")
     assert tasks.load("champ:test", n=3) == test[:3]
     # the answers the math verifier cannot check are left out, and said so
     for answer in ("No", "Yes", "3 is the only possible value", "x(x-1)(x-2)...(x-2022)", "Infinitely many solutions"):

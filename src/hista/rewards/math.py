@@ -474,7 +474,7 @@ def verify_math_boxed(completion: Any, answer: Any) -> tuple[float, str]:
     complete box (or an ``<answer>`` tag) is read, never the fallback's last number of the text,
     which in an unfinished derivation is whatever number came last (``c^2`` read as 2)."""
     if isinstance(completion, str) and last_boxed(completion) is None and last_answer_tag(completion) is None:
-        return 0.0, "no boxed answer"
+        return 0.0, "no boxed answer found"
     return verify_math(completion, answer)
 
 
