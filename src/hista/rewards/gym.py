@@ -32,6 +32,7 @@ the completion plus a bounded answer.
 
 from __future__ import annotations
 
+import atexit
 import dataclasses
 import enum
 import json
@@ -236,6 +237,7 @@ class _Worker:
 
 
 _WORKER = _Worker()
+atexit.register(_WORKER.stop)  # the worker would end at its stdin's EOF anyway; no process is left behind
 
 
 def score(task: str, options: dict[str, str], entry: dict, answer: str,
