@@ -198,6 +198,8 @@ class _Worker:
         if self._proc is not None:
             self._proc.kill()
             self._proc.wait()
+            for pipe in (self._proc.stdin, self._proc.stdout):
+                pipe.close()
             self._proc = None
 
     def _line(self, timeout: float) -> Optional[dict]:
