@@ -47,7 +47,7 @@ from typing import Any, Optional
 
 from ..errors import InputError
 from . import register
-from .math import extract_math_answer, last_answer_tag, last_boxed
+from .math import extract_math_answer, last_answer_tag, last_boxed, shown
 
 __all__ = ["INSTALL", "MAX_ANSWER_CHARS", "SCORE_TIMEOUT_S", "config_values", "dataset", "final_answer",
            "option_defaults",
@@ -300,11 +300,6 @@ def _record(answer: Any) -> Optional[dict]:
     return record
 
 
-def _show(s: str, n: int = 60) -> str:
-    s = " ".join(s.split())
-    return s if len(s) <= n else s[: n - 3] + "..."
-
-
 def final_answer(completion: str) -> Optional[str]:
     """The answer a completion gives (module docstring: the last box, else the last
     ``<answer>`` tag, else the ``math`` verifier's fallback), or None."""
@@ -340,7 +335,7 @@ def verify_gym(completion: Any, answer: Any) -> tuple[float, str]:
     if value is None:
         return 0.0, why
     if record.get("partial") is True:
-        return value, "correct" if value >= 1 else f"partial credit {value:.3g}: got {_show(given)}"
+        return value, "correct" if value >= 1 else f"partial credit {value:.3g}: got {shown(given)}"
     if value >= 1:
         return 1.0, "correct"
-    return 0.0, f"wrong answer: got {_show(given)} (task score {value:.3g})"
+    return 0.0, f"wrong answer: got {shown(given)} (task score {value:.3g})"

@@ -57,6 +57,7 @@ __all__ = [
     "last_boxed",
     "extract_math_answer",
     "last_answer_tag",
+    "shown",
     "math_equal",
     "to_number",
     "verify_math",
@@ -418,7 +419,8 @@ def math_equal(gold: str, pred: str, *, pred_parsed: Optional[list[Any]] = None)
     return bool(mv.verify(g, p, timeout_seconds=_timeout()))
 
 
-def _show(s: str, n: int = 60) -> str:
+def shown(s: str, n: int = 60) -> str:
+    """``s`` on one line, at most ``n`` characters (an answer quoted in a verifier's reason; SPEC §6)."""
     s = " ".join(s.split())
     return s if len(s) <= n else s[: n - 3] + "..."
 
@@ -461,10 +463,10 @@ def verify_math(completion: Any, answer: Any) -> tuple[float, str]:
     if math_equal(answer, pred, pred_parsed=parsed):
         return 1.0, "correct"
     if _too_expensive(_clean(pred)):
-        return 0.0, f"answer too complex to check: got {_show(pred)}"
+        return 0.0, f"answer too complex to check: got {shown(pred)}"
     if to_number(_clean(answer)) is not None and to_number(_clean(pred)) is None:
-        return 0.0, f"the answer is not a number: got {_show(pred)}"
-    return 0.0, f"wrong answer: got {_show(pred)}"
+        return 0.0, f"the answer is not a number: got {shown(pred)}"
+    return 0.0, f"wrong answer: got {shown(pred)}"
 
 
 @register("math-boxed")
@@ -534,5 +536,5 @@ def verify_math_parts(completion: Any, answer: Any) -> tuple[float, str]:
         if pred is None:
             return 0.0, f"part {k}: no answer found"
         if not math_equal(gold, pred, pred_parsed=parsed):
-            return 0.0, f"part {k} wrong: got {_show(pred)}"
+            return 0.0, f"part {k} wrong: got {shown(pred)}"
     return 1.0, "correct"
