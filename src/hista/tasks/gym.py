@@ -48,8 +48,6 @@ ANSWER_TEXT = "\n\nGive your final answer inside \\boxed{}."
 CHUNK = 64
 #: problems of a load when ``n`` is not given
 DEFAULT_N = 1000
-#: hista's own options (not the task's)
-OWN_OPTIONS = ("partial",)
 
 
 def listing() -> list[str]:
@@ -133,18 +131,18 @@ def generate(rest: str, n: int, seed: int, split: str) -> list[dict]:
             if len(records) == n:
                 break
             entry = _entry(rest, data, index)
-            question = entry.get("question")
-            if not isinstance(question, str) or split_of_text(question) != split or question in seen:
+            question, gold = entry.get("question"), entry.get("answer")
+            usable = isinstance(question, str) and split_of_text(question) == split and question not in seen
+            if usable:
+                seen.add(question)
+                if isinstance(gold, str) and data.score_answer(gold, entry) < 1:
+                    dropped, usable = dropped + 1, False
+            if not usable:  # another split's, a repeat, or a gold its own scorer refuses
                 misses += 1
                 if misses > MAX_ATTEMPTS:
                     raise InputError(f"gym:{rest}: could not draw problem {len(records)} for split {split!r} in "
-                                     f"{MAX_ATTEMPTS} tries; the options allow too few distinct questions",
-                                     field="spec")
-                continue
-            seen.add(question)
-            gold = entry.get("answer")
-            if isinstance(gold, str) and data.score_answer(gold, entry) < 1:
-                dropped += 1
+                                     f"{MAX_ATTEMPTS} tries; the options allow too few distinct questions "
+                                     f"({dropped} left out: their gold answer does not score 1)", field="spec")
                 continue
             misses = 0
             answer = json.dumps({"task": task, "options": options, "entry": entry, "partial": partial},
