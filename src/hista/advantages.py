@@ -20,7 +20,7 @@ import torch
 
 from . import estimators
 from .estimators.base import Estimator, check_finite
-from .models.forward import decoder_layers, shared_prefix_hidden
+from .models.forward import decoder_layers, model_hidden_states
 from .rollout.offsets import decode_with_offsets
 from .types import Rollout, RolloutGroup
 
@@ -161,7 +161,7 @@ def token_advantages(estimator: Union[str, Estimator], prompt_ids: Ids, completi
       of its layer (:meth:`Estimator.hidden_layer`), [B, P + T, H] aligned with the padded
       prompt and completion columns, or B tensors [P_i + T_i, H]; or ``model``, a transformers
       causal LM run here once, without its output head, under no_grad, each group's prompt
-      encoded once (:func:`hista.models.forward.shared_prefix_hidden`; micro-batches of
+      encoded once (:func:`hista.models.forward.model_hidden_states`; micro-batches of
       ``batch_size`` completions).
     - ``tokenizer``: for an estimator that reads the completions' text (``numca``): text and
       token offsets are decoded from the ids, never re-tokenised.
@@ -243,19 +243,14 @@ class _Batch:
         if hidden is None:
             if model is None:
                 raise ValueError(f"model: {est.name} reads hidden states; pass the model (run once here) or hidden=")
-            count = decoder_layers(model) + 1
-            layer = est.hidden_layer(count - 1)
-            if not -count <= layer < count:
-                raise ValueError(f"model: {est.name} reads layer {layer}, but the model has {count} hidden states "
-                                 f"(layers {-count}..{count - 1})")
-            pad = getattr(tokenizer, "pad_token_id", None) or 0
-            index = layer % count
+            layer = est.hidden_layer(decoder_layers(model))
             training = model.training
             model.eval()  # no dropout in the states
             try:
-                with torch.no_grad():
-                    return shared_prefix_hidden(model.base_model, self.prompts, self.completions, [index],
-                                                batch_size, pad=pad)[index]
+                return model_hidden_states(model, self.prompts, self.completions, layer=layer, batch_size=batch_size,
+                                           pad=getattr(tokenizer, "pad_token_id", None) or 0)
+            except IndexError as exc:
+                raise ValueError(f"model: {est.name}: {exc}") from None
             finally:
                 model.train(training)
         if isinstance(hidden, torch.Tensor):

@@ -78,24 +78,28 @@ def hidden_states(lm: LoadedModel, prompt_ids: Sequence[Sequence[int]], completi
     dict layer -> the per-sequence list (``layer`` is ignored); two names of one layer (-1 and
     count - 1) share their tensors. A layer the model does not have raises an IndexError naming
     it (:func:`hidden_state_count` tells the valid range)."""
+    return model_hidden_states(lm.model, prompt_ids, completion_ids, layer=layer, layers=layers,
+                               batch_size=batch_size, pad=lm.tokenizer.pad_token_id or 0)
+
+
+@torch.no_grad()
+def model_hidden_states(model: torch.nn.Module, prompt_ids: Sequence[Sequence[int]],
+                        completion_ids: Sequence[Sequence[int]], *, layer: int = -1,
+                        layers: Optional[Sequence[int]] = None, batch_size: int = 8,
+                        pad: int = 0) -> list[torch.Tensor] | dict[int, list[torch.Tensor]]:
+    """:func:`hidden_states` of a transformers causal LM ``model`` without a LoadedModel around
+    it (SPEC §4.3): ``pad`` fills the micro-batches' padding (masked out)."""
     if len(prompt_ids) != len(completion_ids):
         raise ValueError(f"{len(prompt_ids)} prompts but {len(completion_ids)} completions")
     wanted = [layer] if layers is None else [int(x) for x in layers]
-    count = hidden_state_count(lm)
+    count = decoder_layers(model) + 1
     index = {w: _layer_index(w, count) for w in wanted}
     picked = sorted(set(index.values()))
-    per_index = _hidden_layers(lm, prompt_ids, completion_ids, picked, batch_size)
+    with packed_linears(model):
+        per_index = shared_prefix_hidden(model.base_model, prompt_ids, completion_ids, picked, batch_size, pad=pad)
     if layers is None:
         return per_index[index[layer]]
     return {w: per_index[index[w]] for w in wanted}
-
-
-def _hidden_layers(lm: LoadedModel, prompt_ids: Sequence[Sequence[int]], completion_ids: Sequence[Sequence[int]],
-                   picked: list[int], batch_size: int) -> dict[int, list[torch.Tensor]]:
-    """:func:`hidden_states` of the tuple indices ``picked`` (0..count-1), from one pass."""
-    with packed_linears(lm.model):
-        return shared_prefix_hidden(lm.model.base_model, prompt_ids, completion_ids, picked, batch_size,
-                                    pad=lm.tokenizer.pad_token_id or 0)
 
 
 def shared_prefix_hidden(model: torch.nn.Module, prompt_ids: Sequence[Sequence[int]],
