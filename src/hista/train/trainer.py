@@ -72,10 +72,9 @@ class HistaGRPOTrainer(GRPOTrainer):
                  dynamic_sampling: Union[bool, dict] = False, packed_loss: bool = True, **kwargs: Any):
         est_cfg = dict(advantage_estimator)
         name = est_cfg.pop("name", "grpo")
-        gae_lambda, scale = est_cfg.pop("gae_lambda", None), est_cfg.pop("scale", None)
+        # the recipe's, or None: hista.advantages.estimate falls back to the estimator's own
+        self.gae_lambda, self.scale = est_cfg.pop("gae_lambda", None), est_cfg.pop("scale", None)
         self.estimator = estimators.get(name, **est_cfg)
-        self.gae_lambda = float(self.estimator.default_gae_lambda() if gae_lambda is None else gae_lambda)
-        self.scale = scale or self.estimator.default_scale or "group"
         loss_cfg = dict(loss)
         loss_name = loss_cfg.pop("name", "dapo")
         self.loss = losses.get(loss_name, **loss_cfg)
