@@ -517,3 +517,14 @@ def test_build_refuses_to_append_to_a_gzip_file(tmp_path):
     with pytest.raises(InputError, match="plain JSON lines"):
         build(BuildConfig(model="tiny", problems=1, rollouts=2, continuations=1), tmp_path / "cases.jsonl.gz",
               progress=False)
+
+
+def test_a_missing_case_file_is_named_as_missing(tmp_path):
+    """sveb eval, report and sweep read cases through read_cases: a wrong path says the file is not
+    there (not that it holds no cases)."""
+    with pytest.raises(InputError, match="no such case file"):
+        cases.read_cases(tmp_path / "nowhere.jsonl")
+    empty = tmp_path / "empty.jsonl"
+    empty.write_text("")
+    with pytest.raises(InputError, match="holds no cases"):
+        cases.read_cases(empty)

@@ -189,6 +189,18 @@ class Numca(Estimator):
         answer = positions[-1] if self.config.answered == "reward" else None
         return keys[:-1], positions[:-1], answer
 
+    def value_points(self, group: RolloutGroup) -> list[list[int]]:
+        """Per rollout, the starts of its segments before T: 0, the merged milestones p_1 … p_K
+        and, with ``answered="reward"``, the answer's start (the states whose values the GAE of
+        :meth:`_raw_advantages` reads; the value is constant between them)."""
+        points = []
+        for i, r in enumerate(group.rollouts):
+            length = len(r.completion_ids)
+            keys, positions, answer = self._parsed(r, f"rollout {i}") if length else ([], [], None)
+            starts = {0, *(p for p, _ in self._path(keys, positions)), *([] if answer is None else [answer])}
+            points.append(sorted(p for p in starts if p < length))
+        return points
+
     def _raw_advantages(self, group: RolloutGroup, gae_lambda: float) -> list[torch.Tensor]:
         """Segment GAE over each rollout's macro states (SPEC §4.2): boundaries 0, p_1 … p_K, T
         with values V(∅), V(S_1) … V(S_K), R_i; with ``answered="reward"`` the answer's start

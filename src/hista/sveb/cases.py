@@ -238,8 +238,10 @@ def split_problems(problems: Sequence[str], fraction: float, seed: int) -> tuple
 
 def read_cases(path: str | Path, model: Optional[str] = None) -> tuple[list[dict], str, str]:
     """The case records of ``path`` (skips left out) and the model and revision that built them
-    (SPEC §8); an InputError when the file holds no case, mixes models or sampling engines
+    (SPEC §8); an InputError when the file is missing or holds no case, mixes models or sampling engines
     (``settings.engine``), or was built with another model than ``model``."""
+    if not os.path.lexists(path):
+        raise InputError("no such case file", path=str(path))
     records = [r for r in read(path) if r["kind"] == "case"]
     if not records:
         raise InputError("holds no cases", path=str(path))
