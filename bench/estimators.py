@@ -10,7 +10,8 @@ resolves to, the wall time and peak extra memory (RSS on CPU, allocator peak on 
 Hista's default profile and of its paper profile (interval 50, stride 5) on one random group,
 their ratio, the *floor* (a bare ``torch.cdist`` over every rollout pair of hidden states
 compressed at the default's stride, which any exact MinDistance computation must at least
-do), the probe (data, fit and advantages of one group), numca and grpo. With ``--full`` it
+do), the blend of Hista and Numca (docs/estimators.md "Blend"), the probe (data, fit and
+advantages of one group), numca and grpo. With ``--full`` it
 ends with the scaling exponent of Hista's time in T (least squares on log time vs log T per G).
 """
 
@@ -140,11 +141,11 @@ def main() -> None:
         cells = [(G, T) for G in (8, 16, 32) for T in (512, 1024, 2048, 4096)] + cells
     cells = [c if len(c) == 3 else (*c, 576) for c in cells]
     hista, paper, probe = get("hista"), get("hista", profile="paper"), get("probe")
-    numca, grpo = get("numca"), get("grpo")
+    numca, grpo, blend = get("numca"), get("grpo"), get("blend")
     print(f"device {args.device}, torch threads {torch.get_num_threads()}, best of {args.repeat}; "
           f"time in s, peak extra memory in MiB; P = {PROMPT}")
     head = (f"{'G':>3s} {'T':>5s} {'H':>5s} | {'interval':>8s} {'stride':>6s} | {'hista':>8s} {'MiB':>6s} | "
-            f"{'paper':>8s} {'MiB':>6s} | {'hista/paper':>11s} | {'floor':>7s} {'hista/floor':>11s} | "
+            f"{'paper':>8s} {'MiB':>6s} | {'hista/paper':>11s} | {'floor':>7s} {'hista/floor':>11s} | {'blend':>8s} | "
             f"{'probe':>7s} {'MiB':>5s} | {'numca':>7s} | {'grpo':>7s}")
     print(head)
     times: dict[int, list[tuple[int, float]]] = {}
@@ -155,11 +156,12 @@ def main() -> None:
         t_h, m_h = timed(lambda g=group: hista.token_advantages(g), args.device, args.repeat)
         t_p, m_p = timed(lambda g=group: paper.token_advantages(g), args.device, args.repeat)
         t_f, _ = timed(lambda g=group, s=stride: floor(g, s), args.device, args.repeat)
+        t_b, _ = timed(lambda g=group: blend.token_advantages(g), args.device, args.repeat)
         t_q, m_q = timed(lambda g=group, o=other: probe_step(probe, g, o), args.device, args.repeat)
         t_n, _ = timed(lambda g=group: numca.token_advantages(g), args.device, args.repeat)
         t_g, _ = timed(lambda g=group: grpo.token_advantages(g), args.device, args.repeat)
         line = (f"{G:3d} {T:5d} {H:5d} | {interval:8d} {stride:6d} | {t_h:8.3f} {m_h / 2**20:6.0f} | "
-                f"{t_p:8.3f} {m_p / 2**20:6.0f} | {t_h / t_p:10.2f}x | {t_f:7.3f} {t_h / t_f:10.2f}x | "
+                f"{t_p:8.3f} {m_p / 2**20:6.0f} | {t_h / t_p:10.2f}x | {t_f:7.3f} {t_h / t_f:10.2f}x | {t_b:8.3f} | "
                 f"{t_q:7.3f} {m_q / 2**20:5.0f} | {t_n:7.3f} | {t_g:7.4f}")
         print(line, flush=True)
         del group, other

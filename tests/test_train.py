@@ -263,7 +263,8 @@ def test_unsupported_trl_flags_are_refused(tmp_path):
 
 
 @pytest.mark.parametrize("estimator, loss", [("grpo", "dapo"), ("numca", "dapo"), ("hista", "strace"),
-                                             ("hista", "gspo"), ("grpo", "dr_grpo"), ("probe", "dapo")])
+                                             ("hista", "gspo"), ("grpo", "dr_grpo"), ("probe", "dapo"),
+                                             ("blend", "dapo")])
 def test_train_two_steps_on_tiny(tmp_path, capsys, estimator, loss):
     out = tmp_path / "run"
     code = main(["train", str(SMOKE), "model=tiny", f"output_dir={out}", f"advantage_estimator.name={estimator}",
@@ -278,9 +279,9 @@ def test_train_two_steps_on_tiny(tmp_path, capsys, estimator, loss):
                 "estimator/seconds"):
         assert key in rows[0], key
     assert "estimator/time_frac" in rows[1]
-    if estimator in ("hista", "probe"):  # the layer read (tiny: 2 layers) and Hista's resolved structure
-        assert rows[0]["estimator/layer"] == {"hista": -1, "probe": -2}[estimator]
-    if estimator == "hista":
+    if estimator in ("hista", "probe", "blend"):  # the layer read (tiny: 2 layers) and Hista's resolved structure
+        assert rows[0]["estimator/layer"] == {"hista": -1, "probe": -2, "blend": -1}[estimator]
+    if estimator in ("hista", "blend"):
         assert rows[0]["estimator/interval"] == 10 and rows[0]["estimator/stride"] == 1
     if estimator == "probe":  # its history of recent batches is in the checkpoint, for a resume
         state = torch.load(out / "checkpoint-2" / "estimator-0.pt", weights_only=True)
