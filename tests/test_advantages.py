@@ -62,7 +62,7 @@ def _trainer(tmp_path, tiny, name):
                             advantage_estimator={"name": name}, loss={"name": "dapo"}, rollout_engine="trl")
 
 
-@pytest.mark.parametrize("name", ["grpo", "numca", "hista", "probe"])
+@pytest.mark.parametrize("name", ["grpo", "numca", "hista", "probe", "blend"])
 def test_equal_to_the_trainers_own_advantages(tmp_path, tiny, name):
     """The trainer's advantages of a batch and this function's, on the same ids, rewards and
     hidden states: equal within 1e-6 (every registered estimator that reads the batch)."""

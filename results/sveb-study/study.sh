@@ -8,11 +8,12 @@
 # is made on the selection half only, and every reported number comes from the report half.
 # Sweeps are staged: Hista's structure (layer, interval, stride) first, then its weights
 # (alpha, k, power, clamp) around the structure picked; Numca's parser and reference switches.
-# Two sweeps run on the selection half's cases alone and feed choices made across both settings
-# (docs/estimators.md "Structure rule" and "Probe"): the default profile's layer and interval,
-# and the probe's defaults. The report tables then compare the defaults (Hista's structure rule,
-# the paper profile, the probe) with GRPO, Numca and a PPO-N critic trained on the report
-# half's own rollouts (hista critic train's defaults, lambda 1).
+# Three sweeps run on the selection half's cases alone and feed choices made across both
+# settings (docs/estimators.md "Structure rule", "Probe" and "Blend"): the default profile's layer
+# and interval, the probe's defaults and the blend's weight. The report tables then compare the
+# defaults (Hista's structure rule, the paper profile, the probe) with GRPO, Numca and a PPO-N
+# critic trained on the report half's own rollouts (hista critic train's defaults, lambda 1), and
+# the blend with its members, the probe and MCS@1/MCS@2 (blend.md).
 # Set HISTA to the hista command to use (default: hista on PATH) and PYTHON to a Python that
 # imports hista (default: python on PATH).
 set -euo pipefail
@@ -39,6 +40,8 @@ numca_best=$(picked "$dir/sweep-numca")
     --base hista --grid 'layer=-2,-4,-6,-8,-10,-12,-14;interval=5,8,10,12,15;stride=1'
 "$hista" sveb sweep --cases "$dir/split/selection.jsonl" --out "$dir/sweep-probe" --select-on 0.5 --seed 0 \
     --base probe --grid 'layer=-1,-4,-8,-12,-16;alpha=0,0.7,0.9;ridge=10,100,1000,10000;offset=group_mean,none'
+"$hista" sveb sweep --cases "$dir/split/selection.jsonl" --out "$dir/sweep-blend" --select-on 0.5 --seed 0 \
+    --base blend --grid 'hista_weight=0,0.25,0.5,0.75,1'
 "$hista" critic train --cases "$dir/split/report.jsonl" --mode ppo-n --lam 1.0 --out "$dir/split/critic-report"
 
 # the tables: the report half only (the selection half's, for reference, beside them)
@@ -46,6 +49,10 @@ methods="grpo,numca,numca-reference,hista,hista-paper,hista-reference,probe,${nu
 "$hista" sveb eval --cases "$dir/split/report.jsonl" --methods "$methods,ppo-n?lam=1" --critic "$dir/split/critic-report" \
     --out "$dir/results-report.json"
 "$hista" sveb eval --cases "$dir/split/selection.jsonl" --methods "$methods" --out "$dir/results-selection.json"
+# the blend of Hista and Numca (issue 45) against its members, the probe and MCS@1/MCS@2
+"$hista" sveb eval --cases "$dir/split/report.jsonl" --methods grpo,hista,blend,numca,probe \
+    --out "$dir/results-report-blend.json"
+"$python" "$(dirname "$0")/blend.py" "$dir/results-report-blend.json" > "$dir/blend.md"
 for part in report selection; do
     "$hista" sveb report --results "$dir/results-$part.json" --out "$dir/report-$part"
 done

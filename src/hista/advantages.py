@@ -147,9 +147,9 @@ def token_advantages(estimator: Union[str, Estimator], prompt_ids: Ids, completi
     """Per-token advantages [B, T] of a batch under ``estimator`` (SPEC §3, §4; docs/estimators.md
     "Use in your own loop"), float32 on the CPU, zero past each completion's end.
 
-    - ``estimator``: a registered name (``"grpo"``, ``"numca"``, ``"hista"``, ``"probe"``) or an
-      estimator object (``hista.estimators.get(name, **config)``). The probe learns from earlier
-      batches: pass the same object every step to keep its history.
+    - ``estimator``: a registered name (``"grpo"``, ``"numca"``, ``"hista"``, ``"probe"``,
+      ``"blend"``) or an estimator object (``hista.estimators.get(name, **config)``). The probe
+      learns from earlier batches: pass the same object every step to keep its history.
     - ``prompt_ids`` and ``completion_ids``: tensors [B, P] and [B, T] with ``prompt_mask`` and
       ``completion_mask`` (TRL's layout: prompts padded on the left, completions on the right;
       without a mask every position counts), or lists of B token-id lists. T is the width of
