@@ -81,13 +81,12 @@ class Blend(Estimator):
         states = [State(rollout=i, t=c) for i, cs in enumerate(points) for c in cs]
         values = self.state_values(group, states) if states else torch.zeros(0)
         device, values = values.device, values.cpu()
-        out, start = [], 0
-        for cs, r in zip(points, group.rollouts):
+        out = []
+        for cs, r, v in zip(points, group.rollouts, values.split([len(cs) for cs in points])):
             length = len(r.completion_ids)
             if length == 0:
                 out.append(torch.zeros(0))
                 continue
-            chain = torch.cat([values[start:start + len(cs)], torch.tensor([float(r.reward)])])
+            chain = torch.cat([v, torch.tensor([float(r.reward)])])
             out.append(segment_gae([*cs, length], chain, length, gae_lambda).to(device))
-            start += len(cs)
         return out

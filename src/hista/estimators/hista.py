@@ -233,8 +233,8 @@ def knn_average(dist: torch.Tensor, valid: torch.Tensor, rewards: torch.Tensor, 
     d = torch.where(torch.isnan(dist), inf, dist).clamp_min(min_distance)
     d = torch.where(valid, d, inf)
     k = torch.minimum(k, valid.sum(dim=1))
-    nearest = int(k.max()) if k.numel() else 1  # the k-th distance from the kmax smallest, not a full sort
-    kth = d.topk(min(max(nearest, 1), d.shape[1]), dim=1, largest=False).values.gather(1, (k - 1).clamp_min(0)[:, None])
+    width = int(k.max().clamp_min(1)) if k.numel() else 1  # the kmax smallest distances, not a full sort
+    kth = d.topk(width, dim=1, largest=False).values.gather(1, (k - 1).clamp_min(0)[:, None])
     closer = d < kth * (1 - TIE_RTOL)
     tied = (d >= kth * (1 - TIE_RTOL)) & (d <= kth * (1 + TIE_RTOL))
     free = (k[:, None] - closer.sum(dim=1, keepdim=True)).clamp_min(0)
