@@ -68,7 +68,8 @@ def traffic(path: Path, prompt_tokens: int, overrides: list[str]) -> dict:
     ids = 2 * 2 * width * 8  # ids and mask of prompt and completion, int64
     per_row_hidden = width * hidden * dtype_bytes if est.needs_hidden and hidden else 0
     others = total - rows
-    local = layout["group_local"] and not est.trains_with_policy  # a critic sees every group on every process
+    with_policy = isinstance(est, estimators.ReadsCritic) and est.trains_with_policy
+    local = layout["group_local"] and not with_policy  # a critic sees every group on every process
     completion = recipe.trl["max_completion_length"]
     received, states = [0] * world, [0] * world  # the split path: rows to their owners, advantages back
     sent_states = completion * hidden * dtype_bytes if per_row_hidden else 0  # raw completion states
@@ -86,7 +87,7 @@ def traffic(path: Path, prompt_tokens: int, overrides: list[str]) -> dict:
             "estimator": est.name, "world": world, "G": layout["num_generations"], "rows": rows, "total": total,
             "width": width, "H": hidden, "local": local,
             "old_in": others * (ids + per_row_hidden), "old_mem": total * per_row_hidden,
-            "new_in": 0 if local else (others * ids if est.trains_with_policy else max(received)),
+            "new_in": 0 if local else (others * ids if with_policy else max(received)),
             "new_mem": rows * per_row_hidden + (0 if local else max(states))}
 
 

@@ -26,7 +26,8 @@ from hista.models import load
 from hista.sveb import sweep as sweep_module
 from hista.sveb.cases import read_cases
 from hista.sveb.eval import evaluate
-from hista.sveb.sweep import parse_grid, sweep
+from hista.sveb.grid import parse_grid
+from hista.sveb.sweep import sweep
 
 GRID = "layer=-1,-2;interval=10,25,50;stride=1,5;max_k=8,66"
 
@@ -42,7 +43,8 @@ def main() -> None:
     if args.threads:
         torch.set_num_threads(args.threads)
     grid = checked(ap, parse_grid, args.grid)
-    records, model, _ = checked(ap, read_cases, args.cases)
+    read = checked(ap, read_cases, args.cases)
+    records, model = read.records, read.model
     points = 1
     for values in grid.values():
         points *= len(values)

@@ -56,7 +56,7 @@ def _random_specs(seed: int, size: int, longest: int = 12) -> list[tuple[list[st
 @pytest.fixture(scope="module")
 def critic():
     """A critic on the tiny model with a random head, for estimators that read one
-    (``needs_model``: PPO-1 / PPO-N, SPEC §4.5)."""
+    (``ReadsCritic``: PPO-1 / PPO-N, SPEC §4.5)."""
     from hista.critic.model import ValueModel
     from hista.models import load
 
@@ -69,7 +69,7 @@ def critic():
 def _estimator(name: str, profile: str, request):
     """The estimator, handed a critic when it declares it reads one."""
     est = estimators.get(name, profile=profile)
-    if est.needs_model:
+    if isinstance(est, estimators.ReadsCritic):
         est.use_critic(request.getfixturevalue("critic"))
     return est
 
@@ -150,8 +150,11 @@ def test_config_round_trips_through_json(name, profile):
 @pytest.mark.parametrize("name, profile", METHODS, ids=IDS)
 def test_declarations_and_strict_configuration(name, profile):
     est = estimators.get(name, profile=profile)
-    for flag in ("needs_hidden", "needs_text", "needs_continuations", "needs_model"):
+    for flag in ("needs_hidden", "needs_text", "needs_continuations"):
         assert isinstance(getattr(est, flag), bool)
+    # an opt-in protocol is a type, and brings its methods: they are not on every estimator
+    assert isinstance(est, estimators.ReadsCritic) == hasattr(est, "use_critic")
+    assert isinstance(est, estimators.LearnsAcrossGroups) == hasattr(est, "for_batch")
     assert isinstance(est.hidden_layer(30), int) and -31 <= est.hidden_layer(30) <= -1
     assert est.__doc__ and type(est).state_values.__doc__
     with pytest.raises(InputError, match="bogus_parameter"):
@@ -163,7 +166,7 @@ def test_declarations_and_strict_configuration(name, profile):
 def _fitted(est, group: RolloutGroup, seed: int):
     """The estimator ready to score ``group``: one that learns across groups (the probe) is
     fitted on three other random groups of the same batch first."""
-    if not est.learns_across_groups:
+    if not isinstance(est, estimators.LearnsAcrossGroups):
         return est
     others = [_group(est, _random_specs(100 + seed * 7 + k, 5), 100 + seed * 7 + k) for k in range(3)]
     return est.for_batch(others + [group])[-1]

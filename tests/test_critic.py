@@ -177,7 +177,7 @@ def test_save_and_load_give_identical_values(policy, tmp_path, layers):
 def test_ppo_estimators_read_a_critic(policy):
     assert {"ppo-1", "ppo-n"} <= set(estimators.names())
     est = estimators.get("ppo-n", lam=0.95)
-    assert est.needs_model and est.critic_requirement() == {"mode": "ppo-n", "lam": 0.95}
+    assert isinstance(est, estimators.ReadsCritic) and est.critic_requirement() == {"mode": "ppo-n", "lam": 0.95}
     group = GROUPS[2]
     with pytest.raises(ValueError, match="hista critic train --mode ppo-n"):
         est.state_values(group, [State(0, 1)])

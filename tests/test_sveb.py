@@ -298,9 +298,11 @@ def test_states_of_one_problem_share_a_forward_pass(tmp_path, monkeypatch):
     results = sveb_eval.evaluate(cases, methods, progress=False, n_boot=10)
     assert len(results["cases"]) == 8 and len(calls) == 4
     chosen = sveb_eval.build_methods(methods)
-    lm, layers = sveb_eval.open_model(chosen, cases, "tiny", records[0]["settings"]["revision"])
-    setup = sveb_eval.Setup(chosen, lm, layers)
-    alone = [sveb_eval.evaluate_case(r, setup, cases)["values"] for r in records]
+    read = case_file.read_cases(cases)
+    assert (read.model, read.revision, read.path) == ("tiny", records[0]["settings"]["revision"], cases)
+    lm, layers = sveb_eval.open_model(chosen, read)
+    setup = sveb_eval.Setup(read, chosen, lm, layers)
+    alone = [sveb_eval.evaluate_case(r, setup)["values"] for r in records]
     assert [row["values"] for row in results["cases"]] == alone
 
 

@@ -14,9 +14,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from hista.sveb.figures import plot_differences, plot_mae
 from hista.sveb.methods import build_methods
 from hista.sveb.metrics import MAX_MCS_TERMS, bootstrap_ci, mcs_error, pearson, summarise
-from hista.sveb.report import markdown_table, plot_differences, plot_mae, write_report
+from hista.sveb.report import write_report
+from hista.sveb.tables import markdown_table
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 
@@ -401,11 +403,11 @@ def test_write_report_on_empty_benchmark(tmp_path):
 
 def test_the_table_says_which_cases_a_method_left_out():
     """A method without a finite value on a case is named under the table, not dropped silently."""
-    from hista.sveb import metrics, report
+    from hista.sveb import metrics, tables
 
     results = json.loads((Path(__file__).parent / "data" / "sveb_results_tiny.json").read_text())
     rows = copy.deepcopy(results["cases"])
-    assert "left out" not in report.markdown_table(metrics.summarise(rows, list(results["methods"]), n_boot=50))
+    assert "left out" not in tables.markdown_table(metrics.summarise(rows, list(results["methods"]), n_boot=50))
     rows[0]["values"]["numca"] = None
-    table = report.markdown_table(metrics.summarise(rows, list(results["methods"]), n_boot=50), results["labels"])
+    table = tables.markdown_table(metrics.summarise(rows, list(results["methods"]), n_boot=50), results["labels"])
     assert "left out of a row because the method gave no finite value: Numca (1 of 2 cases)." in table

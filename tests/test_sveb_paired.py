@@ -14,7 +14,8 @@ from hista.sveb import eval as sveb_eval
 from hista.sveb.methods import unknown_method
 from hista.sveb.metrics import bootstrap_ci, summarise
 from hista.sveb.paired import length_slices, paired_summary, position_slice
-from hista.sveb.report import paired_markdown, paired_table, report_file, slices_table, write_report
+from hista.sveb.report import report_file, write_report
+from hista.sveb.tables import paired_markdown, paired_table, slices_table
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 METHODS = ["m", "same", "better", "gappy"]

@@ -9,10 +9,13 @@ import math
 
 import pytest
 
-from hista.sveb import report
+from hista.sveb import figures as sveb_figures
+from hista.sveb.figures import difference_stats
+from hista.sveb.labels import report_labels
 from hista.sveb.methods import build_methods
 from hista.sveb.metrics import summarise
-from hista.sveb.report import difference_stats, markdown_table, report_labels, table1, table1_markdown, write_report
+from hista.sveb.report import write_report
+from hista.sveb.tables import markdown_table, table1, table1_markdown
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 PPO_METHODS = ["grpo", "hista", "ppo-1?lam=0.95", "ppo-n?lam=0.95", "ppo-1", "numca", "ppo-n?lam=1.0"]
@@ -152,13 +155,13 @@ def test_report_records_the_differences_and_draws_them_in_the_papers_order(tmp_p
     recs = _records()
     s = summarise(recs, PPO_METHODS, n_boot=50)
     figures = {}
-    save = report.save_figure
+    save = sveb_figures.save_figure
 
     def keep(fig, path):
         figures[path.name] = fig
         return save(fig, path)
 
-    monkeypatch.setattr(report, "save_figure", keep)
+    monkeypatch.setattr(sveb_figures, "save_figure", keep)
     paths = write_report(s, recs, _methods(), tmp_path)
     data = paths["differences_plot"].read_bytes()
     assert data[:8] == PNG_SIGNATURE and len(data) > 5000

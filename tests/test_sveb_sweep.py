@@ -16,8 +16,10 @@ from hista.sveb import eval as sveb_eval
 from hista.sveb import sweep as sveb_sweep
 from hista.sveb.cases import split_problems
 from hista.sveb.eval import evaluate
+from hista.sveb.grid import grid_points, parse_grid
 from hista.sveb.methods import build_method, format_method, parse_method, read_methods_file
-from hista.sveb.sweep import grid_points, parse_grid, selection_plan
+from hista.sveb.selection import select, selection_plan
+from hista.sveb.sweep_outputs import markdown, ranked, summary_text, write_outputs
 
 DATA = Path(__file__).parent / "data"
 TINY = str(DATA / "sveb_cases_tiny.jsonl")
@@ -148,7 +150,7 @@ def test_sweep_values_equal_evaluate_with_one_forward_pass_per_problem(cases_pat
     # one heatmap per pair of keys with 2+ values; the table is sorted by ΔMAE, best first
     assert sorted(p.name for p in (tmp_path / "s").glob("heatmap_*.png")) == ["heatmap_layer_interval.png"]
     md = (tmp_path / "s" / "sweep.md").read_text()
-    deltas = [p["delta_mae"] for p in sveb_sweep.ranked(result["points"])]
+    deltas = [p["delta_mae"] for p in ranked(result["points"])]
     assert deltas == sorted(deltas) and "heatmap_layer_interval.png" in md and "| rank |" in md
 
 
@@ -255,13 +257,13 @@ def test_sweep_intervals_resample_problems_when_cases_share_them(tmp_path):
     by_problem = bootstrap_ci(diffs, n_boot=300, seed=1, clusters=[f"p{k // 2}" for k in range(8)])
     assert (a["delta_lo"], a["delta_hi"]) == by_problem != bootstrap_ci(diffs, n_boot=300, seed=1)
     plan = selection_plan([f"p{k}" for k in range(4)], folds=2, select_on=None, seed=0)
-    selection = sveb_sweep.select(rows, ["a", "b"], labels, plan, n_boot=300, seed=1)
+    selection = select(rows, ["a", "b"], labels, plan, n_boot=300, seed=1)
     assert selection["reported"]["resampled"] == "problems"
     result = {"cases_file": "c.jsonl", "grid": None, "base": None, **summary, "selection": selection}
     phrase = "over problems (cases share problems)"
-    assert f"paired bootstrap 95% interval (300 resamples, seed 1) {phrase};" in sveb_sweep.markdown(result)
-    assert f"[95% interval {phrase}]" in sveb_sweep.summary_text(result)
-    paths = sveb_sweep.write_outputs(result, tmp_path)
+    assert f"paired bootstrap 95% interval (300 resamples, seed 1) {phrase};" in markdown(result)
+    assert f"[95% interval {phrase}]" in summary_text(result)
+    paths = write_outputs(result, tmp_path)
     assert json.loads(paths["sweep.json"].read_text())["resampled"] == "problems"
 
     one_each = sveb_sweep.summarise(_rows(1), points, labels, n_boot=300, seed=1)
@@ -269,9 +271,9 @@ def test_sweep_intervals_resample_problems_when_cases_share_them(tmp_path):
     assert one_each["resampled"] == "cases"
     assert (a["delta_lo"], a["delta_hi"]) == bootstrap_ci(diffs, n_boot=300, seed=1)  # the same diffs, per case
     result = {**result, **one_each}
-    assert "(300 resamples, seed 1) over cases;" in sveb_sweep.markdown(result)
+    assert "(300 resamples, seed 1) over cases;" in markdown(result)
     del result["resampled"]  # a sweep.json written before the key existed
-    assert "[95% interval over cases]" in sveb_sweep.summary_text(result)
+    assert "[95% interval over cases]" in summary_text(result)
 
 
 @pytest.mark.parametrize("kw, field", [

@@ -454,7 +454,7 @@ def test_multi_process_advantages_equal_single_process(tmp_path, estimator, proc
                                              for r, rw in zip(members, rewards[first: first + group])]))
     owners = [(first // group * group) // per_device for first in range(0, len(rows), group)]
     fitted = [est] * len(wholes)
-    if est.learns_across_groups:  # each owner fits its groups on one another
+    if isinstance(est, estimators.LearnsAcrossGroups):  # each owner fits its groups on one another
         for rank in set(owners):
             mine = [k for k, o in enumerate(owners) if o == rank]
             fresh = estimators.get(name, profile=profile or None)  # each process's probe has its own history

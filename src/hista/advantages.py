@@ -19,7 +19,7 @@ from typing import Any, Hashable, Optional, Sequence, Union
 import torch
 
 from . import estimators
-from .estimators.base import Estimator, check_finite
+from .estimators.base import Estimator, LearnsAcrossGroups, ReadsCritic, check_finite
 from .models.forward import decoder_layers, model_hidden_states
 from .rollout.offsets import decode_with_offsets
 from .types import Rollout, RolloutGroup
@@ -130,7 +130,7 @@ def estimate(est: Estimator, groups: Sequence[RolloutGroup], *, gae_lambda: Opti
     history first (``for_batch``, which then adds the batch to that history). ``gae_lambda`` and
     ``scale`` default to the estimator's own (1.0; its ``default_scale``, else ``group``);
     ``batch_std`` is the reward std over the batch, for ``scale="batch"``."""
-    fitted = est.for_batch(groups) if est.learns_across_groups else [est] * len(groups)
+    fitted = est.for_batch(groups) if isinstance(est, LearnsAcrossGroups) else [est] * len(groups)
     gae_lambda = est.default_gae_lambda() if gae_lambda is None else float(gae_lambda)
     scale = scale or est.default_scale or "group"
     return [e.token_advantages(g, gae_lambda=gae_lambda, scale=scale, batch_std=batch_std)
@@ -173,8 +173,8 @@ def token_advantages(estimator: Union[str, Estimator], prompt_ids: Ids, completi
     or tokenizer the estimator needs and did not get.
     """
     est = estimators.get(estimator) if isinstance(estimator, str) else estimator
-    if est.needs_model or est.needs_continuations:
-        need = "a critic model" if est.needs_model else "Monte-Carlo continuations"
+    if isinstance(est, ReadsCritic) or est.needs_continuations:
+        need = "a critic model" if isinstance(est, ReadsCritic) else "Monte-Carlo continuations"
         raise ValueError(f"estimator: {est.name} needs {need}; token_advantages serves the estimators that read the "
                          "batch and hidden states (grpo, numca, hista, probe)")
     batch = _Batch.of(prompt_ids, completion_ids, prompt_mask, completion_mask)

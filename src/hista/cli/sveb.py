@@ -34,7 +34,7 @@ BUILD_FIELDS = ("model", "tasks", "problems", "rollouts", "continuations", "stat
 
 def register(sub: argparse._SubParsersAction) -> None:
     """Add ``sveb`` (build, merge, eval, sweep, split, report, run) and ``critic`` (train) to the
-    command parser ``sub`` (SPEC §11)."""
+    command parser ``sub``."""
     p = sub.add_parser("sveb", help="State Value Estimation Benchmark: build, merge, eval, report, run, sweep",
                        description="SVEB (SPEC §8). build: sample G rollouts per problem, pick states, sample M "
                                    "continuations (targets); merge: join the parts of a sharded build; eval: "
@@ -42,6 +42,96 @@ def register(sub: argparse._SubParsersAction) -> None:
                                    "with a preset; sweep: a grid of method parameters with selection on held-out "
                                    "problems.")
     actions = p.add_subparsers(dest="action", required=True, metavar="ACTION")
+    _add_build(actions)
+    _add_merge(actions)
+    _add_eval(actions)
+    _add_sweep(actions)
+    _add_split(actions)
+    _add_report(actions)
+    _add_run(actions)
+    register_critic(sub)
+
+
+def register_critic(sub: argparse._SubParsersAction) -> None:
+    """Add ``critic train`` to the command parser ``sub``."""
+    p = sub.add_parser("critic", help="train PPO critics (value models) for the SVEB methods ppo-1 and ppo-n",
+                       description="PPO critics (SPEC §4.5): a copy of the policy's transformer plus a linear value "
+                                   "head, regressed on GAE(lambda) targets (reward at the last token, gamma = 1).")
+    actions = p.add_subparsers(dest="action", required=True, metavar="ACTION")
+    _add_critic_train(actions)
+
+
+def add_build_options(p: argparse.ArgumentParser, default_preset: str) -> None:
+    """Options of ``sveb build`` and ``sveb run``: a preset and any of its fields."""
+    d = PRESETS[default_preset]
+    p.add_argument("--preset", choices=sorted(PRESETS), default=default_preset,
+                   help="settings preset; the options below override its fields (default: %(default)s)")
+    p.add_argument("--tasks", action="append", metavar="SPEC",
+                   help=f"task source, repeatable (preset: {' '.join(d.tasks)})")
+    p.add_argument("--problems", type=POSITIVE, help=f"problems per task source (preset: {d.problems})")
+    p.add_argument("--rollouts", type=AT_LEAST_2, help=f"initial rollouts per problem, G (preset: {d.rollouts})")
+    p.add_argument("--continuations", type=POSITIVE, help=f"continuations per state, M (preset: {d.continuations})")
+    p.add_argument("--states-per-problem", type=POSITIVE, help=f"states per problem (preset: {d.states_per_problem})")
+    p.add_argument("--split", choices=["train", "test"], help=f"built-in task split (preset: {d.split})")
+    p.add_argument("--lo", type=FRACTION, help=f"lowest initial accuracy kept (preset: {d.lo})")
+    p.add_argument("--hi", type=FRACTION, help=f"highest initial accuracy kept (preset: {d.hi})")
+    p.add_argument("--no-filter", action="store_true", help="keep every problem, whatever its accuracy")
+    p.add_argument("--model", help=f"alias, local path or Hugging Face id (preset: {d.model})")
+    p.add_argument("--temperature", type=TEMPERATURE, help=f"sampling temperature (preset: {d.temperature})")
+    p.add_argument("--top-p", type=TOP_P, help=f"nucleus sampling threshold (preset: {d.top_p})")
+    p.add_argument("--max-new-tokens", type=POSITIVE, help=f"completion length cap (preset: {d.max_new_tokens})")
+    p.add_argument("--batch-size", type=POSITIVE, help=f"sequences per generate call (preset: {d.batch_size})")
+    p.add_argument("--seed", type=SEED, help=f"random seed: same seed, same cases (preset: {d.seed})")
+    add_engine_options(p, None)
+
+
+def add_methods_option(p: argparse.ArgumentParser) -> None:
+    """``--methods`` or ``--methods-file``, and ``--device`` for hidden states."""
+    which = p.add_mutually_exclusive_group()
+    which.add_argument("--methods", default=None,
+                       help="comma list of estimator methods, name[-profile][?key=value&...], the key label= names "
+                            "the method in reports (e.g. hista?layer=-6&interval=10, mc?num=1&label=MC 1) "
+                            f"(default: {','.join(DEFAULT_METHODS)})")
+    which.add_argument("--methods-file", metavar="FILE.yaml",
+                       help="a YAML list of methods: spec strings, or mappings {name, profile, label, params}")
+    p.add_argument("--device", type=device, default=None,
+                   help="cpu or cuda for hidden states (default: cuda if available)")
+
+
+def add_critic_option(p: argparse.ArgumentParser) -> None:
+    """``--critic DIR`` (repeatable): the critic folders ``ppo-1`` and ``ppo-n`` read."""
+    p.add_argument("--critic", action="append", metavar="DIR",
+                   help="a critic folder written by hista critic train (or a folder of them), repeatable; the "
+                        "methods ppo-1 and ppo-n read the critic of their mode and lam")
+
+
+def build_overrides(args: argparse.Namespace) -> dict:
+    """The build settings given on the command line (None: left to the preset)."""
+    out = {key: getattr(args, key) for key in BUILD_FIELDS if getattr(args, key) is not None}
+    if "tasks" in out:
+        out["tasks"] = tuple(out["tasks"])
+    if args.no_filter:
+        out["lo"] = out["hi"] = None
+    return out
+
+
+def method_specs(args: argparse.Namespace) -> list[str]:
+    """The method specs of ``--methods`` or ``--methods-file`` (the presets' defaults without either)."""
+    from ..sveb.methods import read_methods_file
+
+    if args.methods_file is not None:
+        return read_methods_file(args.methods_file)
+    if args.methods is None:
+        return list(DEFAULT_METHODS)
+    methods = [m.strip() for m in args.methods.split(",")]
+    if not any(methods):
+        raise InputError(f"no method in {args.methods!r}: give a comma list of methods, e.g. grpo,hista",
+                         field="--methods")
+    return methods
+
+
+def _add_build(actions: argparse._SubParsersAction) -> None:
+    """``sveb build``: the output, a shard, and a preset with any of its fields."""
     q = actions.add_parser("build", help="sample cases into a JSONL file (resumable)",
                            description="Sample G rollouts per problem, verify them, pick states, sample M "
                                        "continuations per state; append each case to --out at once. A rerun "
@@ -52,6 +142,27 @@ def register(sub: argparse._SubParsersAction) -> None:
                                                   "parts with hista sveb merge")
     add_build_options(q, "default")
     q.set_defaults(func=cmd_sveb_build)
+
+
+def cmd_sveb_build(args: argparse.Namespace) -> int:
+    """`hista sveb build`: build or resume a case file from a preset and overrides."""
+    import dataclasses
+
+    from .. import sharding
+    from ..sveb.build import build
+    from ..sveb.presets import preset
+
+    config = dataclasses.replace(preset(args.preset), **build_overrides(args))
+    shard = sharding.parse(args.shard) if args.shard is not None else None
+    counts = build(config, args.out, shard=shard)
+    part = f" (shard {shard[0]}/{shard[1]}; join the parts with hista sveb merge)" if shard else ""
+    print(f"sveb build: {counts['cases']} new cases, {counts['skipped']} problems skipped, "
+          f"{counts['present']} records already present -> {args.out}{part}")
+    return 0
+
+
+def _add_merge(actions: argparse._SubParsersAction) -> None:
+    """``sveb merge``: the parts of a sharded build and the merged file."""
     q = actions.add_parser("merge", help="join the parts of a sharded build",
                            description="Join the case files of every shard of one build (sveb build --shard K/N) "
                                        "into the file a single build writes; refuses parts of different builds, "
@@ -59,6 +170,20 @@ def register(sub: argparse._SubParsersAction) -> None:
     q.add_argument("parts", nargs="+", help="the shards' case files (their manifests lie beside them)")
     q.add_argument("--out", required=True, help="the merged cases JSONL")
     q.set_defaults(func=cmd_sveb_merge)
+
+
+def cmd_sveb_merge(args: argparse.Namespace) -> int:
+    """`hista sveb merge`: join the case files of a sharded build into one."""
+    from ..sveb import shards
+
+    counts = shards.merge(args.parts, args.out)
+    print(f"sveb merge: {counts['parts']} parts, {counts['cases']} cases, {counts['skipped']} problems skipped "
+          f"-> {args.out}")
+    return 0
+
+
+def _add_eval(actions: argparse._SubParsersAction) -> None:
+    """``sveb eval``: the cases, the results file, the methods and the critics they read."""
     q = actions.add_parser("eval", help="evaluate estimators on stored cases",
                            description="Evaluate estimators on the cases of --cases against their Monte-Carlo "
                                        "targets, without generating; write a results JSON and print the table.")
@@ -69,6 +194,29 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="refuse unless the cases were built with this model")
     add_critic_option(q)
     q.set_defaults(func=cmd_sveb_eval)
+
+
+def cmd_sveb_eval(args: argparse.Namespace) -> int:
+    """`hista sveb eval`: evaluate methods on stored cases, write the results JSON and print its tables."""
+    from ..jsonio import check_not_inputs, check_output_file, write_json_atomic
+    from ..sveb.eval import evaluate
+    from ..sveb.labels import report_labels
+    from ..sveb.methods import from_results
+    from ..sveb.tables import markdown_table, paired_markdown
+
+    check_not_inputs([args.out], [args.cases, *([args.methods_file] if args.methods_file else [])])
+    check_output_file(args.out, "json")
+    results = evaluate(args.cases, method_specs(args), model=args.model, device=args.device, critics=args.critic)
+    write_json_atomic(args.out, results)
+    print(f"sveb eval: {len(results['cases'])} cases -> {args.out}")
+    labels = report_labels(from_results(results))
+    print(markdown_table(results["summary"], labels))
+    print(paired_markdown(results["paired"], labels))
+    return 0
+
+
+def _add_sweep(actions: argparse._SubParsersAction) -> None:
+    """``sveb sweep``: the cases, the output folder, a grid over a base (or specs), the selection."""
     q = actions.add_parser("sweep", help="evaluate a grid of method parameters on stored cases (resumable)",
                            description="Evaluate the Cartesian product of --grid laid over --base (or the specs of "
                                        "--specs) on the cases of --cases: hidden states once per case for all the "
@@ -98,6 +246,25 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="cpu or cuda for hidden states (default: cuda if available)")
     add_critic_option(q)
     q.set_defaults(func=cmd_sveb_sweep)
+
+
+def cmd_sveb_sweep(args: argparse.Namespace) -> int:
+    """`hista sveb sweep`: a grid of method specs on stored cases, resumable, with selection."""
+    from ..sveb.methods import read_methods_file
+    from ..sveb.sweep import VALUES, sweep
+    from ..sveb.sweep_outputs import summary_text
+
+    specs = read_methods_file(args.specs) if args.specs is not None else None
+    result = sweep(args.cases, args.out, base=args.base, grid=args.grid, specs=specs, folds=args.folds,
+                   select_on=args.select_on, seed=args.seed, n_boot=args.n_boot, device=args.device,
+                   critics=args.critic)
+    print("sveb sweep: " + summary_text(result))
+    print("sveb sweep: " + ", ".join(str(p) for p in [Path(args.out) / VALUES, *result["paths"].values()]))
+    return 0
+
+
+def _add_split(actions: argparse._SubParsersAction) -> None:
+    """``sveb split``: the cases, the output folder and the split sweep selects on."""
     q = actions.add_parser("split", help="split a case file by problem into selection and report parts",
                            description="Write OUT/selection.jsonl and OUT/report.jsonl: the cases of --cases split "
                                        "by problem exactly as sveb sweep splits them with the same --select-on "
@@ -108,11 +275,38 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="fraction of the problems in the selection part (default: %(default)s)")
     q.add_argument("--seed", type=SEED, default=0, help="seed of the split (default: %(default)s)")
     q.set_defaults(func=cmd_sveb_split)
+
+
+def cmd_sveb_split(args: argparse.Namespace) -> int:
+    """`hista sveb split`: the selection and report parts of a case file, as sweep splits it."""
+    from ..sveb.selection import split_cases
+
+    paths = split_cases(args.cases, args.out, select_on=args.select_on, seed=args.seed)
+    print("sveb split: " + ", ".join(f"{part} {path}" for part, path in paths.items()))
+    return 0
+
+
+def _add_report(actions: argparse._SubParsersAction) -> None:
+    """``sveb report``: the results file and the output folder."""
     q = actions.add_parser("report", help="markdown table, JSON and plots from a results file",
                            description="Write report.md, report.json and the plots of a results JSON into --out.")
     q.add_argument("--results", required=True, help="the results JSON written by sveb eval")
     q.add_argument("--out", required=True, help="output folder")
     q.set_defaults(func=cmd_sveb_report)
+
+
+def cmd_sveb_report(args: argparse.Namespace) -> int:
+    """`hista sveb report`: the markdown table, JSON and plots of a results file."""
+    from ..sveb import report
+
+    paths, table = report.report_file(args.results, Path(args.out))
+    print(table)
+    print("sveb report: " + ", ".join(str(p) for p in paths.values()))
+    return 0
+
+
+def _add_run(actions: argparse._SubParsersAction) -> None:
+    """``sveb run``: the output folder, a preset with any of its fields, the methods, the critics."""
     q = actions.add_parser("run", help="build + eval + report with a preset",
                            description="Build (or resume) OUT/cases.jsonl with a preset, evaluate the methods "
                                        "into OUT/results.json and write the report into OUT.")
@@ -124,16 +318,27 @@ def register(sub: argparse._SubParsersAction) -> None:
                         "defaults) into OUT/critics after the build, and evaluate the four ppo methods beside the "
                         "others")
     q.set_defaults(func=cmd_sveb_run)
-    register_critic(sub)
 
 
-def register_critic(sub: argparse._SubParsersAction) -> None:
-    """Add ``critic train`` to the command parser ``sub`` (SPEC §4.5, §11)."""
+def cmd_sveb_run(args: argparse.Namespace) -> int:
+    """`hista sveb run`: build + eval + report with a preset, through :func:`hista.sveb.run`."""
+    from ..sveb import run
+    from ..sveb.tables import markdown_table
+
+    result = run(args.preset, args.out, methods=method_specs(args), overrides=build_overrides(args),
+                 device=args.device, with_critic=args.with_critic)
+    counts = result["counts"]
+    print(f"sveb build: {counts['cases']} new cases, {counts['skipped']} problems skipped, "
+          f"{counts['present']} records already present -> {result['cases']}")
+    print(f"sveb eval: {result['results']}")
+    print(markdown_table(result["summary"], result["labels"]))
+    print("sveb report: " + ", ".join(str(p) for p in result["report"].values()))
+    return 0
+
+
+def _add_critic_train(actions: argparse._SubParsersAction) -> None:
+    """``critic train``: the cases, the modes and lambdas, the output folder, the fit's settings."""
     d = FitConfig()
-    p = sub.add_parser("critic", help="train PPO critics (value models) for the SVEB methods ppo-1 and ppo-n",
-                       description="PPO critics (SPEC §4.5): a copy of the policy's transformer plus a linear value "
-                                   "head, regressed on GAE(lambda) targets (reward at the last token, gamma = 1).")
-    actions = p.add_subparsers(dest="action", required=True, metavar="ACTION")
     q = actions.add_parser("train", help="train PPO-1 or PPO-N critics on the rollouts of a case file",
                            description="Train critics on the G initial rollouts of the cases of --cases. ppo-n: one "
                                        "critic on every problem of the cases, written to --out. ppo-1: cross-fitted "
@@ -175,172 +380,8 @@ def register_critic(sub: argparse._SubParsersAction) -> None:
     q.set_defaults(func=cmd_critic_train)
 
 
-def add_build_options(p: argparse.ArgumentParser, default_preset: str) -> None:
-    """Options of ``sveb build`` and ``sveb run`` (SPEC §8): a preset and any of its fields."""
-    d = PRESETS[default_preset]
-    p.add_argument("--preset", choices=sorted(PRESETS), default=default_preset,
-                   help="settings preset; the options below override its fields (default: %(default)s)")
-    p.add_argument("--tasks", action="append", metavar="SPEC",
-                   help=f"task source, repeatable (preset: {' '.join(d.tasks)})")
-    p.add_argument("--problems", type=POSITIVE, help=f"problems per task source (preset: {d.problems})")
-    p.add_argument("--rollouts", type=AT_LEAST_2, help=f"initial rollouts per problem, G (preset: {d.rollouts})")
-    p.add_argument("--continuations", type=POSITIVE, help=f"continuations per state, M (preset: {d.continuations})")
-    p.add_argument("--states-per-problem", type=POSITIVE, help=f"states per problem (preset: {d.states_per_problem})")
-    p.add_argument("--split", choices=["train", "test"], help=f"built-in task split (preset: {d.split})")
-    p.add_argument("--lo", type=FRACTION, help=f"lowest initial accuracy kept (preset: {d.lo})")
-    p.add_argument("--hi", type=FRACTION, help=f"highest initial accuracy kept (preset: {d.hi})")
-    p.add_argument("--no-filter", action="store_true", help="keep every problem, whatever its accuracy")
-    p.add_argument("--model", help=f"alias, local path or Hugging Face id (preset: {d.model})")
-    p.add_argument("--temperature", type=TEMPERATURE, help=f"sampling temperature (preset: {d.temperature})")
-    p.add_argument("--top-p", type=TOP_P, help=f"nucleus sampling threshold (preset: {d.top_p})")
-    p.add_argument("--max-new-tokens", type=POSITIVE, help=f"completion length cap (preset: {d.max_new_tokens})")
-    p.add_argument("--batch-size", type=POSITIVE, help=f"sequences per generate call (preset: {d.batch_size})")
-    p.add_argument("--seed", type=SEED, help=f"random seed: same seed, same cases (preset: {d.seed})")
-    add_engine_options(p, None)
-
-
-def add_methods_option(p: argparse.ArgumentParser) -> None:
-    """``--methods`` or ``--methods-file``, and ``--device`` for hidden states (SPEC §8)."""
-    which = p.add_mutually_exclusive_group()
-    which.add_argument("--methods", default=None,
-                       help="comma list of estimator methods, name[-profile][?key=value&...], the key label= names "
-                            "the method in reports (e.g. hista?layer=-6&interval=10, mc?num=1&label=MC 1) "
-                            f"(default: {','.join(DEFAULT_METHODS)})")
-    which.add_argument("--methods-file", metavar="FILE.yaml",
-                       help="a YAML list of methods: spec strings, or mappings {name, profile, label, params}")
-    p.add_argument("--device", type=device, default=None,
-                   help="cpu or cuda for hidden states (default: cuda if available)")
-
-
-def add_critic_option(p: argparse.ArgumentParser) -> None:
-    """``--critic DIR`` (repeatable): the critic folders ``ppo-1`` and ``ppo-n`` read (SPEC §4.5)."""
-    p.add_argument("--critic", action="append", metavar="DIR",
-                   help="a critic folder written by hista critic train (or a folder of them), repeatable; the "
-                        "methods ppo-1 and ppo-n read the critic of their mode and lam")
-
-
-def build_overrides(args: argparse.Namespace) -> dict:
-    """The build settings given on the command line (SPEC §8; None: left to the preset)."""
-    out = {key: getattr(args, key) for key in BUILD_FIELDS if getattr(args, key) is not None}
-    if "tasks" in out:
-        out["tasks"] = tuple(out["tasks"])
-    if args.no_filter:
-        out["lo"] = out["hi"] = None
-    return out
-
-
-def method_specs(args: argparse.Namespace) -> list[str]:
-    """The method specs of ``--methods`` or ``--methods-file`` (SPEC §8; the presets' defaults
-    without either)."""
-    from ..sveb.methods import read_methods_file
-
-    if args.methods_file is not None:
-        return read_methods_file(args.methods_file)
-    if args.methods is None:
-        return list(DEFAULT_METHODS)
-    methods = [m.strip() for m in args.methods.split(",")]
-    if not any(methods):
-        raise InputError(f"no method in {args.methods!r}: give a comma list of methods, e.g. grpo,hista",
-                         field="--methods")
-    return methods
-
-
-def cmd_sveb_build(args: argparse.Namespace) -> int:
-    """`hista sveb build`: build or resume a case file from a preset and overrides (SPEC §8)."""
-    import dataclasses
-
-    from .. import sharding
-    from ..sveb.build import build
-    from ..sveb.presets import preset
-
-    config = dataclasses.replace(preset(args.preset), **build_overrides(args))
-    shard = sharding.parse(args.shard) if args.shard is not None else None
-    counts = build(config, args.out, shard=shard)
-    part = f" (shard {shard[0]}/{shard[1]}; join the parts with hista sveb merge)" if shard else ""
-    print(f"sveb build: {counts['cases']} new cases, {counts['skipped']} problems skipped, "
-          f"{counts['present']} records already present -> {args.out}{part}")
-    return 0
-
-
-def cmd_sveb_merge(args: argparse.Namespace) -> int:
-    """`hista sveb merge`: join the case files of a sharded build into one (SPEC §8)."""
-    from ..sveb import shards
-
-    counts = shards.merge(args.parts, args.out)
-    print(f"sveb merge: {counts['parts']} parts, {counts['cases']} cases, {counts['skipped']} problems skipped "
-          f"-> {args.out}")
-    return 0
-
-
-def cmd_sveb_eval(args: argparse.Namespace) -> int:
-    """`hista sveb eval`: evaluate methods on stored cases, write the results JSON and print its
-    tables (SPEC §8)."""
-    from ..jsonio import check_not_inputs, check_output_file, write_json_atomic
-    from ..sveb import report
-    from ..sveb.eval import evaluate
-    from ..sveb.methods import from_results
-
-    check_not_inputs([args.out], [args.cases, *([args.methods_file] if args.methods_file else [])])
-    check_output_file(args.out, "json")
-    results = evaluate(args.cases, method_specs(args), model=args.model, device=args.device, critics=args.critic)
-    write_json_atomic(args.out, results)
-    print(f"sveb eval: {len(results['cases'])} cases -> {args.out}")
-    labels = report.report_labels(from_results(results))
-    print(report.markdown_table(results["summary"], labels))
-    print(report.paired_markdown(results["paired"], labels))
-    return 0
-
-
-def cmd_sveb_sweep(args: argparse.Namespace) -> int:
-    """`hista sveb sweep`: a grid of method specs on stored cases, resumable, with selection (SPEC §8)."""
-    from ..sveb import sweep
-    from ..sveb.methods import read_methods_file
-
-    specs = read_methods_file(args.specs) if args.specs is not None else None
-    result = sweep.sweep(args.cases, args.out, base=args.base, grid=args.grid, specs=specs, folds=args.folds,
-                         select_on=args.select_on, seed=args.seed, n_boot=args.n_boot, device=args.device,
-                         critics=args.critic)
-    print("sveb sweep: " + sweep.summary_text(result))
-    print("sveb sweep: " + ", ".join(str(p) for p in [Path(args.out) / sweep.VALUES, *result["paths"].values()]))
-    return 0
-
-
-def cmd_sveb_split(args: argparse.Namespace) -> int:
-    """`hista sveb split`: the selection and report parts of a case file, as sweep splits it (SPEC §8)."""
-    from ..sveb import sweep
-
-    paths = sweep.split_cases(args.cases, args.out, select_on=args.select_on, seed=args.seed)
-    print("sveb split: " + ", ".join(f"{part} {path}" for part, path in paths.items()))
-    return 0
-
-
-def cmd_sveb_report(args: argparse.Namespace) -> int:
-    """`hista sveb report`: the markdown table, JSON and plots of a results file (SPEC §8)."""
-    from ..sveb import report
-
-    paths, table = report.report_file(args.results, Path(args.out))
-    print(table)
-    print("sveb report: " + ", ".join(str(p) for p in paths.values()))
-    return 0
-
-
-def cmd_sveb_run(args: argparse.Namespace) -> int:
-    """`hista sveb run`: build + eval + report with a preset, through :func:`hista.sveb.run` (SPEC §8)."""
-    from ..sveb import report, run
-
-    result = run(args.preset, args.out, methods=method_specs(args), overrides=build_overrides(args),
-                 device=args.device, with_critic=args.with_critic)
-    counts = result["counts"]
-    print(f"sveb build: {counts['cases']} new cases, {counts['skipped']} problems skipped, "
-          f"{counts['present']} records already present -> {result['cases']}")
-    print(f"sveb eval: {result['results']}")
-    print(report.markdown_table(result["summary"], result["labels"]))
-    print("sveb report: " + ", ".join(str(p) for p in result["report"].values()))
-    return 0
-
-
 def cmd_critic_train(args: argparse.Namespace) -> int:
-    """`hista critic train`: PPO-1 or PPO-N critics on the rollouts of a case file (SPEC §4.5)."""
+    """`hista critic train`: PPO-1 or PPO-N critics on the rollouts of a case file."""
     from ..sveb.critic_training import train_critics
 
     config = FitConfig(epochs=args.epochs, lr=args.lr, batch_size=args.batch_size, value_clip=args.value_clip,

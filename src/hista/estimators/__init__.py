@@ -8,8 +8,8 @@
 An estimator is a class registered with ``@register(name)`` (or ``@register(name,
 profile=...)`` for a non-default profile, which lives in its own module); other packages add
 theirs through the entry-point group ``hista.estimators``. What an estimator needs from its
-caller is declared on the class (``needs_hidden``, ``needs_text``, ``needs_continuations``,
-``needs_model``); see :class:`Estimator`.
+caller is declared on the class (``needs_hidden``, ``needs_text``, ``needs_continuations``), or
+by the protocol it follows (:class:`ReadsCritic`, :class:`LearnsAcrossGroups`); see :class:`Estimator`.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from typing import Any, Callable, Optional
 
 from ..errors import InputError
 from ..registry import Registry
-from .base import Estimator, EstimatorConfig, scale_advantages
+from .base import Estimator, EstimatorConfig, LearnsAcrossGroups, ReadsCritic, scale_advantages
 from .gae import segment_gae
 
 DEFAULT_PROFILE = "default"
@@ -96,5 +96,5 @@ def from_dict(record: dict) -> Estimator:
     return get(record["name"], **dict(record.get("config") or {}))
 
 
-__all__ = ["Estimator", "EstimatorConfig", "from_dict", "get", "names", "profiles", "register",
-           "scale_advantages", "segment_gae"]
+__all__ = ["Estimator", "EstimatorConfig", "LearnsAcrossGroups", "ReadsCritic", "from_dict", "get", "names",
+           "profiles", "register", "scale_advantages", "segment_gae"]

@@ -121,14 +121,11 @@ class Estimator(abc.ABC):
       :meth:`hidden_layer` for prompt + completion tokens;
     - ``needs_text``: ``Rollout.completion_text`` and ``Rollout.offsets`` are filled;
     - ``needs_continuations``: Monte-Carlo continuation rewards arrive with the states or in
-      ``RolloutGroup.continuations`` (only SVEB samples them; training cannot);
-    - ``needs_model``: the estimator calls a learned model (a critic) that the caller provides;
-    - ``trains_with_policy``: that model is trained alongside the policy, so only a trainer can
-      provide it (the PPO baseline, SPEC §4.5, §9: the trainer copies the critic from the policy
-      and updates it every generation batch); SVEB cannot;
-    - ``learns_across_groups``: the estimator fits a value model on *other* groups' rollouts
-      (the probe, docs/estimators.md): a trainer hands it each generation batch through
-      ``for_batch(groups)``, SVEB cross-fits it by problem (:mod:`hista.sveb.fits`).
+      ``RolloutGroup.continuations`` (only SVEB samples them; training cannot).
+
+    Two needs are protocols of their own, which callers check by type: an estimator that reads
+    a learned critic the caller hands over is a :class:`ReadsCritic`, one that fits a value
+    model on other groups' rollouts a :class:`LearnsAcrossGroups`.
 
     Defaults a trainer uses when the recipe names none: ``default_scale`` (None: the scaling the
     loss declares, SPEC §5) and :meth:`default_gae_lambda`.
@@ -141,10 +138,8 @@ class Estimator(abc.ABC):
     needs_hidden: ClassVar[bool] = False
     needs_text: ClassVar[bool] = False
     needs_continuations: ClassVar[bool] = False
-    needs_model: ClassVar[bool] = False
-    trains_with_policy: ClassVar[bool] = False
-    learns_across_groups: ClassVar[bool] = False
     default_scale: ClassVar[Optional[str]] = None
+    needs_model = trains_with_policy = learns_across_groups = False  # TEMP(issue 48): until train/ checks by type
     #: relative depth of the hidden layer that a None ``layer`` resolves to (:meth:`hidden_layer`)
     layer_depth: ClassVar[float] = 1.0
     #: for a profile that reproduces a public implementation number for number (its training
@@ -261,3 +256,43 @@ class Estimator(abc.ABC):
         default."""
         label = self.label or self.name
         return label if self.profile == "default" else f"{label}-{self.profile}"
+
+
+class ReadsCritic(Estimator):
+    """An estimator whose values come from a learned critic that the caller hands over with
+    :meth:`use_critic` (SPEC §4.5: PPO-1, PPO-N, the PPO baseline). ``trains_with_policy``: that
+    critic is trained alongside the policy, so only a trainer can provide it (SPEC §9: the
+    trainer copies it from the policy and updates it every generation batch); SVEB cannot."""
+
+    trains_with_policy: ClassVar[bool] = False
+    needs_model = True  # TEMP(issue 48)
+
+    @abc.abstractmethod
+    def use_critic(self, critic: Any) -> "ReadsCritic":
+        """Read values from ``critic`` (an object with ``values(prompt_ids, completion_ids,
+        terminal=..., batch_size=...)``); returns self."""
+
+
+class LearnsAcrossGroups(Estimator):
+    """An estimator that fits a value model on *other* groups' rollouts (the probe,
+    docs/estimators.md "Probe"): a trainer hands it each generation batch through
+    :meth:`for_batch`, SVEB cross-fits it by problem from :meth:`data` and :meth:`fitted`
+    (:mod:`hista.sveb.fits`)."""
+
+    learns_across_groups = True  # TEMP(issue 48)
+
+    @abc.abstractmethod
+    def data(self, group: RolloutGroup) -> Any:
+        """What a fit reads of ``group``; the data of several groups add up with ``+``."""
+
+    @abc.abstractmethod
+    def data_key(self) -> tuple:
+        """The parameters :meth:`data` depends on: estimators that agree on them share one pass."""
+
+    @abc.abstractmethod
+    def fitted(self, data: Any) -> "LearnsAcrossGroups":
+        """A copy of this estimator fitted on ``data``, the rollouts of other groups."""
+
+    @abc.abstractmethod
+    def for_batch(self, groups: Sequence[RolloutGroup]) -> list["LearnsAcrossGroups"]:
+        """One fitted copy per group of a training batch, each fitted without its own group."""

@@ -6,7 +6,7 @@ critic the trainer copies from the policy and trains alongside it.
 
 The estimators hold no math of their own: the values come from a critic
 (:class:`hista.critic.model.ValueModel`, or :class:`hista.critic.online.OnlineCritic` in
-training) that the caller hands over with :meth:`use_critic` (``needs_model``); ``sveb eval
+training) that the caller hands over with :meth:`use_critic` (:class:`ReadsCritic`); ``sveb eval
 --critic DIR`` finds the critic whose mode and λ match."""
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ import torch
 from ..errors import InputError
 from ..types import Rollout, RolloutGroup, State
 from . import register
-from .base import Estimator, EstimatorConfig, state_length
+from .base import EstimatorConfig, ReadsCritic, state_length
 from .gae import gae_advantages
 
 
@@ -55,12 +55,11 @@ class PPOConfig(EstimatorConfig):
         self.lam = float(self.lam)
 
 
-class _PPOCritic(Estimator):
+class _PPOCritic(ReadsCritic):
     """V(s) = a trained critic's value at s: the value head's output at the state's last token
     (SPEC §4.5). At a rollout's end (t = T) the value is its reward, as for every estimator."""
 
     config_class = PPOConfig
-    needs_model = True
     #: which critic the method reads: ``ppo-1`` (cross-fitted) or ``ppo-n`` (the cases' problems)
     critic_mode: ClassVar[str] = ""
 

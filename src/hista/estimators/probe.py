@@ -30,7 +30,7 @@ from ..errors import InputError
 from ..schema import fields
 from ..types import RolloutGroup, State
 from . import register
-from .base import Estimator, EstimatorConfig, check_finite, state_length
+from .base import EstimatorConfig, LearnsAcrossGroups, check_finite, state_length
 from .gae import segment_gae
 from .hista import smooth
 
@@ -222,7 +222,7 @@ def ridge(data: ProbeData, penalty: float) -> Optional[ProbeFit]:
 
 
 @register("probe")
-class Probe(Estimator):
+class Probe(LearnsAcrossGroups):
     """State values from a linear probe on the policy's hidden states (docs/estimators.md
     "Probe"): V(i, 0) = the group mean, V(i, t) = group mean + b + w·x_{i,t} for 0 < t < T
     (``offset="none"``: b + w·x_{i,t}), clamped to the range of the fitted rewards,
@@ -234,7 +234,6 @@ class Probe(Estimator):
     label = "Probe"
     config_class = ProbeConfig
     needs_hidden = True
-    learns_across_groups = True
     layer_depth = PROBE_DEPTH
 
     def __init__(self, config: Optional[ProbeConfig] = None, **overrides):

@@ -11,7 +11,7 @@ through the ``verl.plugins`` entry point hista declares; importing it registers,
   ``agg_loss`` aggregates it with the run's ``loss_agg_mode`` and global batch information;
 * the estimators of :data:`ESTIMATORS`, hista estimators that need only what verl's trainer
   hands an estimator (rewards, the response mask and the group index ``uid``), and those of
-  :data:`hista.integrations.verl_trainer.TEXT_ESTIMATORS` (Numca), which also read the
+  :data:`hista.integrations.verl_settings.TEXT_ESTIMATORS` (Numca), which also read the
   responses that hista's verl trainers provide;
 
 and, with ``verl.trainer.ppo.v1.trainer_base`` (verl's v1 trainer, which needs TransferQueue),
@@ -34,7 +34,7 @@ from typing import Any, Callable, Optional
 import numpy as np
 import torch
 
-from .. import losses
+from .. import estimators, losses
 from ..errors import InputError
 from ..types import Rollout, RolloutGroup
 from .verl_settings import ESTIMATOR_ENV, ESTIMATORS, LOSS_ENV, estimator_for, reset_estimators, settings
@@ -111,12 +111,13 @@ def make_estimator(name: str) -> Callable:
     ``scale`` comes from ``HISTA_ESTIMATOR``, else ``config.norm_adv_by_std_in_grpo`` (group
     std, or unscaled when false); ``gae_lambda`` from ``HISTA_ESTIMATOR``, else
     ``config.lam``. Returns are the advantages, as verl's GRPO returns them. An estimator of
-    ``TEXT_ESTIMATORS`` reads each row's token ids, text and offsets from
-    ``verl_trainer.RESPONSES``, one of ``HIDDEN_ESTIMATORS`` each row's captured states from
+    ``verl_settings.TEXT_ESTIMATORS`` reads each row's token ids, text and offsets from
+    ``verl_trainer.RESPONSES``, one of ``verl_settings.HIDDEN_ESTIMATORS`` each row's captured states from
     ``verl_trainer.STATES`` (both set by hista's verl trainers; elsewhere it raises naming
     them). An estimator that learns across groups (the probe) is fitted for each group on the
     batch's other groups and its history (:meth:`hista.estimators.probe.Probe.for_batch`)."""
-    from .verl_trainer import HIDDEN_ESTIMATORS, RESPONSES, STATES, TEXT_ESTIMATORS
+    from .verl_settings import HIDDEN_ESTIMATORS, TEXT_ESTIMATORS
+    from .verl_trainer import RESPONSES, STATES
 
     verl_name = next(v for v, n in ESTIMATORS.items() if n == name)
     source = RESPONSES if verl_name in TEXT_ESTIMATORS else STATES if verl_name in HIDDEN_ESTIMATORS else None
@@ -166,7 +167,7 @@ def make_estimator(name: str) -> Callable:
             if source is STATES:
                 group.representations = [held[r][2] for r in rows]
             groups.append(group)
-        scorers = est.for_batch(groups) if est.learns_across_groups else [est] * len(groups)
+        scorers = est.for_batch(groups) if isinstance(est, estimators.LearnsAcrossGroups) else [est] * len(groups)
         batch_std = float(rewards.std()) if rewards.numel() > 1 else 0.0
         out = torch.zeros_like(token_level_rewards, dtype=torch.float32)
         with torch.no_grad():

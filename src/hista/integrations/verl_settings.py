@@ -14,10 +14,22 @@ import torch
 from .. import estimators, yamlio
 from ..errors import InputError
 
-#: verl estimator names -> hista estimators: rewards, the mask and the group index, and for the
-#: names of ``verl_trainer.TEXT_ESTIMATORS`` the responses, for those of
-#: ``verl_trainer.HIDDEN_ESTIMATORS`` the states captured on the actor, that a hista trainer provides.
-ESTIMATORS = {"hista_grpo": "grpo", "hista_numca": "numca", "hista_hista": "hista", "hista_probe": "probe"}
+
+def _fed_in_verl(est: estimators.Estimator) -> bool:
+    """Whether a hista trainer inside verl gives ``est`` all it declares it needs: rewards, the mask
+    and the group index always, and either the responses or the states captured on the actor (one
+    trainer step adds one of them); never continuations or a critic."""
+    return not (est.needs_continuations or isinstance(est, estimators.ReadsCritic)
+                or (est.needs_text and est.needs_hidden))
+
+
+#: verl estimator names (``hista_NAME``) -> every registered estimator a hista trainer feeds
+#: (:func:`_fed_in_verl`, read from the estimators' declarations).
+ESTIMATORS = {f"hista_{name}": name for name in estimators.names() if _fed_in_verl(estimators.get(name))}
+#: verl estimator names that need the responses' token ids, text and offsets.
+TEXT_ESTIMATORS = tuple(v for v, name in ESTIMATORS.items() if estimators.get(name).needs_text)
+#: verl estimator names that read hidden states captured on the actor (:mod:`verl_hidden`).
+HIDDEN_ESTIMATORS = tuple(v for v, name in ESTIMATORS.items() if estimators.get(name).needs_hidden)
 #: The environment variables that carry parameters verl's config cannot hold.
 LOSS_ENV, ESTIMATOR_ENV = "HISTA_LOSS", "HISTA_ESTIMATOR"
 #: ``HISTA_ESTIMATOR`` keys that are not the estimator's own parameters.

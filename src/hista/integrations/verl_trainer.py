@@ -33,11 +33,8 @@ import torch
 
 from ..errors import InputError
 from ..rollout.offsets import decode_with_offsets
+from .verl_settings import HIDDEN_ESTIMATORS, TEXT_ESTIMATORS
 
-#: verl estimator names that need the responses' token ids, text and offsets.
-TEXT_ESTIMATORS = ("hista_numca",)
-#: verl estimator names that read hidden states captured on the actor (:mod:`verl_hidden`).
-HIDDEN_ESTIMATORS = ("hista_hista", "hista_probe")
 #: verl v1 trainer modes that hista's trainers extend: ``hista_<mode>``.
 MODES = ("sync", "colocate_async", "separate_async")
 #: The probe's history in a verl checkpoint folder (``global_step_N/``).

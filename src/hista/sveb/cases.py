@@ -10,6 +10,7 @@ rewards and the target (their mean).
 
 from __future__ import annotations
 
+import dataclasses
 import gzip
 import json
 import math
@@ -236,10 +237,27 @@ def split_problems(problems: Sequence[str], fraction: float, seed: int) -> tuple
     return sorted(order[:n]), sorted(order[n:])
 
 
-def read_cases(path: str | Path, model: Optional[str] = None) -> tuple[list[dict], str, str]:
-    """The case records of ``path`` (skips left out) and the model and revision that built them
-    (SPEC §8); an InputError when the file is missing or holds no case, mixes models or sampling engines
-    (``settings.engine``), or was built with another model than ``model``."""
+@dataclasses.dataclass(frozen=True)
+class CaseFile:
+    """The cases of one file with their provenance: the records (skips left out), the path they
+    were read from (which messages name), and the model and revision that built them (which
+    hidden states and critics must match)."""
+
+    path: str | Path
+    records: list[dict]
+    model: str
+    revision: str
+
+    @property
+    def settings(self) -> dict:
+        """The build settings, as recorded (the first case's)."""
+        return self.records[0]["settings"]
+
+
+def read_cases(path: str | Path, model: Optional[str] = None) -> CaseFile:
+    """The cases of ``path`` for evaluation (SPEC §8); an InputError when the file is missing or
+    holds no case, mixes models or sampling engines (``settings.engine``), or was built with
+    another model than ``model``."""
     if not os.path.lexists(path):
         raise InputError("no such case file", path=str(path))
     records = [r for r in read(path) if r["kind"] == "case"]
@@ -258,7 +276,7 @@ def read_cases(path: str | Path, model: Optional[str] = None) -> tuple[list[dict
     if model is not None and model != recorded:
         raise InputError(f"cases were built with model '{recorded}', not '{model}': hidden states "
                          "must come from the policy that sampled them", path=str(path))
-    return records, recorded, revision
+    return CaseFile(path, records, recorded, revision)
 
 
 def group_of(record: dict, hidden: Optional[list] = None) -> RolloutGroup:

@@ -19,7 +19,7 @@ from ..critic.model import CONFIG, ValueModel, check_layers, decoder_layers
 from ..errors import InputError
 from ..jsonio import write_json_atomic
 from ..types import RolloutGroup
-from .cases import fold_problems, read_cases
+from .cases import CaseFile, fold_problems, read_cases
 from .critics import FOLDS, FOLDS_FORMAT, MODES, case_groups, check_trained
 from .presets import DEFAULT_FOLDS
 
@@ -104,30 +104,12 @@ def train_critics(cases_path: str | Path, out: str | Path, *, mode: str | Sequen
     (before anything is trained) for a bad mode, an ``out`` holding anything else or a damaged
     critic, too few problems for ``folds``, a backbone of another revision or whose
     vocabulary does not hold the cases' tokens."""
-    from ..models import load
-
-    modes, lams = _as_list(mode, str), _as_list(lam, float)
-    for m in modes:
-        if m not in MODES:
-            raise InputError(f"unknown critic mode {m!r}; valid: {', '.join(MODES)}", field="--mode")
-    config = fit_config or FitConfig()
-    for value in lams:
-        dataclasses.replace(config, lam=value)  # checks the range
+    modes, lams, config = _checked_request(mode, lam, fit_config)
     out = Path(out)
-    records, recorded, revision = read_cases(cases_path)
-    groups = case_groups(records)
+    case_file = read_cases(cases_path)
+    groups = case_groups(case_file.records)
     problems = sorted({p for p, _, _ in groups})
-    if "ppo-1" in modes:
-        if folds is None and len(problems) < 2:
-            raise InputError(f"the cases hold {len(problems)} problem: PPO-1 needs at least 2 problems, one per fold "
-                             "(its critics each hold one fold of problems out of training)", path=str(cases_path),
-                             field="--folds")
-        folds = min(DEFAULT_FOLDS, len(problems)) if folds is None else folds
-        if folds < 2:
-            raise InputError(f"PPO-1 needs at least 2 folds, got {folds}", field="--folds")
-        if folds > len(problems):
-            raise InputError(f"{folds} folds but the cases hold {len(problems)} problems: PPO-1 needs a problem in "
-                             "every fold", path=str(cases_path), field="--folds")
+    folds = _folds(modes, folds, problems, case_file) if "ppo-1" in modes else folds
     pairs = [(m, value) for m in modes for value in lams]
     request = {"format": REQUEST_FORMAT, "cases": str(cases_path),
                "groups": hashlib.sha256("".join(d for _, d, _ in groups).encode()).hexdigest()[:16],
@@ -135,40 +117,19 @@ def train_critics(cases_path: str | Path, out: str | Path, *, mode: str | Sequen
                "model": model,
                "fit": {k: v for k, v in dataclasses.asdict(config).items() if k != "lam"}}
     new = _check_out(out, request)
-    policy = {"model": recorded, "revision": revision}
-    plans = []
-    for m, value in pairs:
-        root = out if len(pairs) == 1 else out / f"{m}-{value:g}"
-        if m == "ppo-1":
-            plan = [(root / f"fold-{f}", {"index": f, "folds": folds, "seed": config.seed, "scores": held})
-                    for f, held in enumerate(fold_problems(problems, folds, config.seed))]
-        else:
-            plan = [(root, None)]
-        plans.append((m, value, root, plan))
+    policy = {"model": case_file.model, "revision": case_file.revision}
+    plans = [_plan(m, value, out if len(pairs) == 1 else out / f"{m}-{value:g}", folds, problems, config.seed)
+             for m, value in pairs]
     kept = {} if new else _kept(plans, groups, policy)  # every kept critic checked before anything trains
-    lm = load(model or recorded, device=device)
-    if lm.name == recorded and lm.revision != revision:
-        raise InputError(f"cases were built with {recorded} revision '{revision}', but the model loaded now is "
-                         f"revision '{lm.revision}'", path=str(cases_path))
-    _check_vocabulary(lm, records, cases_path)
+    lm = _backbone(model, case_file, device)
     layers = default_layers(lm.device) if layers is None else layers
-    count = len(decoder_layers(lm.model.base_model)[1])
-    if layers is not None:  # before anything is written
-        check_layers(layers, count, field="--layers")
-    ours = {"backbone": {"model": lm.name, "revision": lm.revision},
-            "layers_trained": count if layers is None else layers}
-    for path, info in kept.items():  # kept critics have this run's backbone and trained layers
-        for key, want in ours.items():
-            if (have := info[key]) != want:
-                raise InputError(f"this critic has {key} {have!r}, but this request's critic here has {want!r}; "
-                                 f"remove the folder {path} to train it again", path=str(path / CONFIG), field=key)
+    _check_backbone_of_kept(kept, lm, layers)
     if new:
         write_json_atomic(out / REQUEST, request)
 
     features = FrozenFeatures()
     written = []
     for m, value, root, plan in plans:
-        fitted = dataclasses.replace(config, lam=value)
         base = {"policy": policy, "mode": m, "lam": value, "gamma": 1.0}
         for path, fold in plan:
             if path in kept:  # written by an interrupted run of this request
@@ -176,29 +137,104 @@ def train_critics(cases_path: str | Path, out: str | Path, *, mode: str | Sequen
                 written.append({"path": str(path), "mode": m, "lam": value, "problems": info["problems"],
                                 "losses": info["losses"], "seconds": info["seconds"], "resumed": True})
                 continue
-            held = set(fold["scores"]) if fold else set()
-            train = [(p, d, g) for p, d, g in groups if p not in held]
-            rewards = [r.reward for _, _, g in train for r in g.rollouts]
-            critic = ValueModel.from_policy(lm, layers=layers, init_value=sum(rewards) / len(rewards))
-            desc = f"critic {m} λ={value:g}" + (f" fold {fold['index'] + 1}/{folds}" if fold else "")
-            start = time.time()
-            losses = fit(critic, [g for _, _, g in train], fitted, progress=progress, desc=desc, features=features)
-            seconds = time.time() - start
-            critic.info.update(base, fold=fold, training={
-                "cases": str(cases_path), "settings": records[0]["settings"],
-                "problems": sorted({p for p, _, _ in train}), "groups": {p: d for p, d, _ in train},
-                "rollouts": len(rewards), "fit": dataclasses.asdict(fitted), "init_value": sum(rewards) / len(rewards),
-                "losses": losses, "seconds": round(seconds, 1)})
-            critic.save_pretrained(path)
-            written.append({"path": str(path), "mode": m, "lam": value, "problems": critic.info["training"]["problems"],
-                            "losses": losses, "seconds": seconds})
-            del critic
+            written.append(_train_one(lm, layers, groups, fold, folds, dataclasses.replace(config, lam=value), base,
+                                      path, case_file, features, progress))
         if m == "ppo-1":
             index = {"format": FOLDS_FORMAT, "hista_version": __version__, **base, "folds": folds,
                      "seed": config.seed, "cases": str(cases_path), "dirs": [p.name for p, _ in plan],
                      "problems": {p: f["index"] for _, f in plan for p in f["scores"]}}
             write_json_atomic(root / FOLDS, index)
     return {"out": str(out), "critics": written}
+
+
+def _checked_request(mode: str | Sequence[str], lam: float | Sequence[float], fit_config: Optional[FitConfig]
+                     ) -> tuple[list[str], list[float], FitConfig]:
+    """The modes, λs and fit configuration of a request, each mode and λ checked before any file is read."""
+    modes, lams = _as_list(mode, str), _as_list(lam, float)
+    for m in modes:
+        if m not in MODES:
+            raise InputError(f"unknown critic mode {m!r}; valid: {', '.join(MODES)}", field="--mode")
+    config = fit_config or FitConfig()
+    for value in lams:
+        dataclasses.replace(config, lam=value)  # checks the range
+    return modes, lams, config
+
+
+def _folds(modes: Sequence[str], folds: Optional[int], problems: Sequence[str], case_file: CaseFile) -> int:
+    """PPO-1's number of folds (None: DEFAULT_FOLDS, or one per problem when fewer), each fold
+    holding at least one of the cases' problems."""
+    if folds is None and len(problems) < 2:
+        raise InputError(f"the cases hold {len(problems)} problem: PPO-1 needs at least 2 problems, one per fold "
+                         "(its critics each hold one fold of problems out of training)", path=str(case_file.path),
+                         field="--folds")
+    folds = min(DEFAULT_FOLDS, len(problems)) if folds is None else folds
+    if folds < 2:
+        raise InputError(f"PPO-1 needs at least 2 folds, got {folds}", field="--folds")
+    if folds > len(problems):
+        raise InputError(f"{folds} folds but the cases hold {len(problems)} problems: PPO-1 needs a problem in "
+                         "every fold", path=str(case_file.path), field="--folds")
+    return folds
+
+
+def _plan(m: str, value: float, root: Path, folds: Optional[int], problems: Sequence[str], seed: int) -> tuple:
+    """(mode, λ, root, [(critic folder, fold or None)]): PPO-1's folds under ``root``, PPO-N's one critic at it."""
+    if m == "ppo-1":
+        plan = [(root / f"fold-{f}", {"index": f, "folds": folds, "seed": seed, "scores": held})
+                for f, held in enumerate(fold_problems(problems, folds, seed))]
+    else:
+        plan = [(root, None)]
+    return m, value, root, plan
+
+
+def _backbone(model: Optional[str], case_file: CaseFile, device: Optional[str]):
+    """The critics' backbone: ``model``, or the model that built the cases at their revision, whose
+    vocabulary holds the cases' tokens."""
+    from ..models import load
+
+    lm = load(model or case_file.model, device=device)
+    if lm.name == case_file.model and lm.revision != case_file.revision:
+        raise InputError(f"cases were built with {case_file.model} revision '{case_file.revision}', but the model "
+                         f"loaded now is revision '{lm.revision}'", path=str(case_file.path))
+    _check_vocabulary(lm, case_file.records, case_file.path)
+    return lm
+
+
+def _check_backbone_of_kept(kept: dict, lm, layers: Optional[int]) -> None:
+    """The trained layers checked against the backbone, and every kept critic against this run's
+    backbone and trained layers, before anything is written."""
+    count = len(decoder_layers(lm.model.base_model)[1])
+    if layers is not None:
+        check_layers(layers, count, field="--layers")
+    ours = {"backbone": {"model": lm.name, "revision": lm.revision},
+            "layers_trained": count if layers is None else layers}
+    for path, info in kept.items():
+        for key, want in ours.items():
+            if (have := info[key]) != want:
+                raise InputError(f"this critic has {key} {have!r}, but this request's critic here has {want!r}; "
+                                 f"remove the folder {path} to train it again", path=str(path / CONFIG), field=key)
+
+
+def _train_one(lm, layers: Optional[int], groups: Sequence[tuple[str, str, RolloutGroup]], fold: Optional[dict],
+               folds: Optional[int], fitted: FitConfig, base: dict, path: Path, case_file: CaseFile,
+               features: FrozenFeatures, progress: bool) -> dict:
+    """Fit one critic on the groups outside ``fold`` (all of them for PPO-N), save it to ``path``
+    with what it was trained on, and return its entry of the written list."""
+    held = set(fold["scores"]) if fold else set()
+    train = [(p, d, g) for p, d, g in groups if p not in held]
+    rewards = [r.reward for _, _, g in train for r in g.rollouts]
+    critic = ValueModel.from_policy(lm, layers=layers, init_value=sum(rewards) / len(rewards))
+    desc = f"critic {base['mode']} λ={base['lam']:g}" + (f" fold {fold['index'] + 1}/{folds}" if fold else "")
+    start = time.time()
+    losses = fit(critic, [g for _, _, g in train], fitted, progress=progress, desc=desc, features=features)
+    seconds = time.time() - start
+    critic.info.update(base, fold=fold, training={
+        "cases": str(case_file.path), "settings": case_file.settings,
+        "problems": sorted({p for p, _, _ in train}), "groups": {p: d for p, d, _ in train},
+        "rollouts": len(rewards), "fit": dataclasses.asdict(fitted), "init_value": sum(rewards) / len(rewards),
+        "losses": losses, "seconds": round(seconds, 1)})
+    critic.save_pretrained(path)
+    return {"path": str(path), "mode": base["mode"], "lam": base["lam"],
+            "problems": critic.info["training"]["problems"], "losses": losses, "seconds": seconds}
 
 
 def _kept(plans: Sequence[tuple], groups: Sequence[tuple[str, str, RolloutGroup]], policy: dict) -> dict:

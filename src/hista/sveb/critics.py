@@ -18,7 +18,7 @@ from ..critic.model import CONFIG, REWRITE, ValueModel, check_folder
 from ..errors import InputError
 from ..jsonio import loads
 from ..types import Rollout, RolloutGroup
-from .cases import problem_of
+from .cases import CaseFile, problem_of
 
 MODES = ("ppo-1", "ppo-n")
 FOLDS = "folds.json"
@@ -132,15 +132,16 @@ class CriticSet:
             out["folds"] = sorted(self.members)
         return out
 
-    def check_cases(self, records: Sequence[dict], model: str, revision: str, path: str | os.PathLike) -> None:
+    def check_cases(self, case_file: CaseFile) -> None:
         """An InputError unless this critic may score the cases (SPEC §4.5): trained on rollouts
         of the model and revision that built them; for PPO-N, trained on the cases' own groups
         of rollouts; for PPO-1, with a fold that scores each case's problem."""
+        model, revision = case_file.model, case_file.revision
         if (self.policy["model"], self.policy["revision"]) != (model, revision):
             raise InputError(f"this critic was trained on rollouts of {self.policy['model']} revision "
-                             f"'{self.policy['revision']}', but the cases {path} were built with {model} revision "
-                             f"'{revision}'", path=self._where, field="policy")
-        problems = {problem_of(r["key"]): r for r in records}
+                             f"'{self.policy['revision']}', but the cases {case_file.path} were built with {model} "
+                             f"revision '{revision}'", path=self._where, field="policy")
+        problems = {problem_of(r["key"]): r for r in case_file.records}
         if self.fold_of is not None:
             missing = sorted(p for p in problems if p not in self.fold_of)
             if missing:

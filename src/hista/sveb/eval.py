@@ -26,12 +26,13 @@ from .results import MAX_VALUE
 @dataclasses.dataclass
 class Setup:
     """What scoring methods on cases needs, prepared once before the first case (SPEC §8):
-    the estimators by method spec, the model that built the cases (None when no method reads
-    hidden states), each hidden-state method's layer (its structure rule resolved for that
-    model), the critic set of each method that reads a trained critic
+    the case file, the estimators by method spec, the model that built the cases (None when no
+    method reads hidden states), each hidden-state method's layer (its structure rule resolved
+    for that model), the critic set of each method that reads a trained critic
     (:func:`open_critics`) and the fit set of each cross-fitted method
     (:func:`hista.sveb.fits.open_fits`)."""
 
+    case_file: cases.CaseFile
     methods: dict[str, Method]
     lm: Optional[LoadedModel] = None
     layers: dict[str, int] = dataclasses.field(default_factory=dict)
@@ -43,9 +44,8 @@ class Setup:
         return sorted(set(self.layers.values()))
 
 
-def open_model(chosen: dict[str, Method], path: str | Path, recorded: str, revision: str, *,
-               lm: Optional[LoadedModel] = None, device: Optional[str] = None
-               ) -> tuple[Optional[LoadedModel], dict[str, int]]:
+def open_model(chosen: dict[str, Method], case_file: cases.CaseFile, *, lm: Optional[LoadedModel] = None,
+               device: Optional[str] = None) -> tuple[Optional[LoadedModel], dict[str, int]]:
     """The model that built the cases, when a method needs hidden states (``lm`` when given,
     else loaded), or None, and each such method's hidden layer for that model (SPEC §8; a
     layer left to the structure rule resolved from the model's depth); an InputError for
@@ -53,43 +53,42 @@ def open_model(chosen: dict[str, Method], path: str | Path, recorded: str, revis
     wanted = {m: method.estimator for m, method in chosen.items() if method.estimator.needs_hidden}
     if not wanted:
         return None, {}
-    lm = lm or load(recorded, device=device)
-    if lm.revision != revision:
-        raise InputError(f"cases were built with {recorded} revision '{revision}', but the model "
-                         f"loaded now is revision '{lm.revision}'", path=str(path))
+    lm = lm or load(case_file.model, device=device)
+    if lm.revision != case_file.revision:
+        raise InputError(f"cases were built with {case_file.model} revision '{case_file.revision}', but the model "
+                         f"loaded now is revision '{lm.revision}'", path=str(case_file.path))
     count = hidden_state_count(lm)
     layers = {m: est.hidden_layer(count - 1) for m, est in wanted.items()}
     for layer in sorted(set(layers.values())):
         if not -count <= layer < count:
             raise InputError(f"layer {layer} does not exist in {lm.name} (it has {count} hidden states, layers "
                              f"{-count} to {count - 1}): methods need hidden states of layer {layer}",
-                             path=str(path), field="methods")
+                             path=str(case_file.path), field="methods")
     return lm, layers
 
 
-def prepare(chosen: dict[str, Method], records: Sequence[dict], path: str | Path, recorded: str, revision: str,
-            *, critics: Optional[Sequence[str | Path]] = None, bound: Optional[dict] = None,
-            lm: Optional[LoadedModel] = None, device: Optional[str] = None, memo: Optional[dict] = None,
-            progress: bool = True) -> Setup:
-    """The :class:`Setup` of ``chosen`` on the case ``records`` of ``path`` (SPEC §8): critics
+def prepare(chosen: dict[str, Method], case_file: cases.CaseFile, *, critics: Optional[Sequence[str | Path]] = None,
+            bound: Optional[dict] = None, lm: Optional[LoadedModel] = None, device: Optional[str] = None,
+            memo: Optional[dict] = None, progress: bool = True) -> Setup:
+    """The :class:`Setup` of ``chosen`` on the cases of ``case_file`` (SPEC §8): critics
     matched from the ``critics`` folders (``bound``: matched already, by
     :func:`open_critics`), the model loaded and layers resolved
     (:func:`open_model`), and every cross-fitted method fitted over the folds of the cases'
     problems (:func:`hista.sveb.fits.open_fits`, one forward pass per problem, kept in
     ``memo`` for the first case). Raises what those raise."""
     if bound is None:
-        bound = open_critics(chosen, critics, records, recorded, revision, path, device=device)
-    lm, layers = open_model(chosen, path, recorded, revision, lm=lm, device=device)
-    setup = Setup(chosen, lm, layers, bound)
+        bound = open_critics(chosen, critics, case_file, device=device)
+    lm, layers = open_model(chosen, case_file, lm=lm, device=device)
+    setup = Setup(case_file, chosen, lm, layers, bound)
     estimators = {m: method.estimator for m, method in chosen.items()}
-    setup.fits = fits.open_fits(estimators, layers, records,
-                                lambda record, wanted: _hidden(record, lm, wanted, path, memo), cases.group_of,
-                                path=str(path), progress=progress)
+    setup.fits = fits.open_fits(estimators, layers, case_file,
+                                lambda record, wanted: _hidden(record, lm, wanted, case_file.path, memo),
+                                cases.group_of, progress=progress)
     return setup
 
 
-def open_critics(chosen: dict[str, Method], folders: Optional[Sequence[str | Path]], records: Sequence[dict],
-                 recorded: str, revision: str, path: str | Path, *, device: Optional[str] = None) -> dict:
+def open_critics(chosen: dict[str, Method], folders: Optional[Sequence[str | Path]], case_file: cases.CaseFile, *,
+                 device: Optional[str] = None) -> dict:
     """Method -> the critic set (:class:`hista.sveb.critics.CriticSet`) of every method that
     reads a trained critic (SPEC §4.5, §8), from the ``--critic`` ``folders`` (each a folder
     written by ``hista critic train``, or a folder of such folders), matched by mode and λ and
@@ -112,11 +111,11 @@ def open_critics(chosen: dict[str, Method], folders: Optional[Sequence[str | Pat
     sets = [s for folder in folders or [] for s in store.discover(folder, device=device, features=shared)]
     bound = {m: store.match(sets, m, need) for m, need in wanted.items()}
     for critic_set in {id(s): s for s in bound.values()}.values():
-        critic_set.check_cases(records, recorded, revision, path)
+        critic_set.check_cases(case_file)
     return bound
 
 
-def evaluate_case(record: dict, setup: Setup, path: str | Path, memo: Optional[dict] = None) -> dict:
+def evaluate_case(record: dict, setup: Setup, memo: Optional[dict] = None) -> dict:
     """The result row of one case (SPEC §8): ``case_id``, ``field``, ``target``, ``group_mean``,
     ``continuations``, ``state``, ``length`` (completion tokens of the state's rollout),
     ``values`` (method -> value at the state) and, for methods that resolve their structure per
@@ -127,7 +126,7 @@ def evaluate_case(record: dict, setup: Setup, path: str | Path, memo: Optional[d
     that pass. A method that reads a critic gets the one of ``setup.critics`` that scores the
     case's problem, a cross-fitted one the fit of ``setup.fits`` without the case's fold. An
     InputError names a method that fails or gives a value beyond what a results file holds."""
-    layers = setup.hidden_layers()
+    path, layers = setup.case_file.path, setup.hidden_layers()
     hidden = _hidden(record, setup.lm, layers, path, memo) if layers else {}
     # one group per hidden layer in use (None: without hidden states)
     groups = {None: cases.group_of(record, None)}
@@ -173,14 +172,13 @@ def evaluate(path: str | Path, methods: Sequence[str] = DEFAULT_METHODS, *, mode
     first, fold by fold (:func:`prepare`). Raises an InputError, before any output is written,
     for a bad line, a model mismatch, a method that is invalid or fails on a case (naming the
     method), a missing or mismatched critic."""
-    records, recorded, revision = cases.read_cases(path, model)
+    case_file = cases.read_cases(path, model)
     methods = list(methods)
     chosen = build_methods(methods, critics=bool(critics))
     memo: dict = {}
-    setup = prepare(chosen, records, path, recorded, revision, critics=critics, lm=lm, device=device, memo=memo,
-                    progress=progress)
-    rows = [evaluate_case(record, setup, path, memo)
-            for record in tqdm(records, desc="sveb eval", unit="case", disable=not progress)]
+    setup = prepare(chosen, case_file, critics=critics, lm=lm, device=device, memo=memo, progress=progress)
+    rows = [evaluate_case(record, setup, memo)
+            for record in tqdm(case_file.records, desc="sveb eval", unit="case", disable=not progress)]
     try:
         summary = metrics.summarise(rows, methods, n_boot=n_boot)
     except (ValueError, OverflowError) as exc:  # e.g. an MCS@n row too costly to enumerate exactly
@@ -190,7 +188,7 @@ def evaluate(path: str | Path, methods: Sequence[str] = DEFAULT_METHODS, *, mode
     return {
         "hista_version": __version__,
         "cases_file": str(path),
-        "settings": records[0]["settings"],
+        "settings": case_file.settings,
         "methods": {m: method.record() for m, method in chosen.items()},
         "labels": {m: method.label for m, method in chosen.items()},
         "cases": rows,

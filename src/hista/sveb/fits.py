@@ -1,5 +1,5 @@
 """Cross-fitted estimators in SVEB (SPEC §8; docs/sveb.md "Cross-fitted methods"): an estimator
-that learns across groups (``learns_across_groups``: the probe) is fitted, for the cases of
+that learns across groups (a :class:`hista.estimators.LearnsAcrossGroups`: the probe) is fitted, for the cases of
 each fold of problems, on the rollouts of the other folds only, so that no case's own rollouts
 or rewards enter its value.
 
@@ -18,9 +18,9 @@ from typing import Any, Callable, Optional, Sequence
 from tqdm.auto import tqdm
 
 from ..errors import InputError
-from ..estimators import Estimator
+from ..estimators import Estimator, LearnsAcrossGroups
 from ..types import RolloutGroup
-from .cases import fold_problems, problem_of
+from .cases import CaseFile, fold_problems, problem_of
 
 #: folds of problems a cross-fitted method is fitted over (fewer when there are fewer problems)
 FOLDS = 10
@@ -56,19 +56,20 @@ class FitSet:
         return {"folds": len(self.folds), "seed": SEED, "problems": [len(f) for f in self.folds]}
 
 
-def open_fits(chosen: dict[str, Estimator], layers: dict[str, int], records: Sequence[dict],
+def open_fits(chosen: dict[str, Estimator], layers: dict[str, int], case_file: CaseFile,
               hidden: Callable[[dict, list[int]], dict], group: Callable[[dict, Optional[list]], RolloutGroup], *,
-              path: str = "", progress: bool = True) -> dict[str, FitSet]:
+              progress: bool = True) -> dict[str, FitSet]:
     """Method -> its :class:`FitSet` for every method of ``chosen`` that learns across groups
     (SPEC §8, module docstring); empty when none does (no pass is made). ``layers``: each
     method's hidden layer; ``hidden(record, layers)`` the hidden states of a case's rollouts
     (layer -> one tensor per rollout) and ``group(record, hidden)`` its RolloutGroup, as
     ``sveb eval`` computes them. Folds: FOLDS seeded folds of the problems (as many as there
-    are problems when fewer). An InputError about ``path`` names a method whose data fail on a
-    case."""
-    wanted = {m: est for m, est in chosen.items() if est.learns_across_groups}
+    are problems when fewer). An InputError naming the case file names a method whose data fail
+    on a case."""
+    wanted = {m: est for m, est in chosen.items() if isinstance(est, LearnsAcrossGroups)}
     if not wanted:
         return {}
+    records = case_file.records
     problems = sorted({problem_of(r["key"]) for r in records})
     folds = fold_problems(problems, min(FOLDS, len(problems)), SEED)
     fold_of = {p: j for j, fold in enumerate(folds) for p in fold}
@@ -92,5 +93,5 @@ def open_fits(chosen: dict[str, Estimator], layers: dict[str, int], records: Seq
                 data[key][j] = data[key][j] + est.data(group(record, None if layer is None else states[layer]))
             except Exception as exc:  # any failure of a method is the method's, named as such
                 raise InputError(f"method {m!r} failed on case {record['key']} while fitting: {type(exc).__name__}: "
-                                 f"{exc}", path=path, field="methods") from None
+                                 f"{exc}", path=str(case_file.path), field="methods") from None
     return {m: FitSet(est, folds, data[key_of[m]]) for m, est in wanted.items()}

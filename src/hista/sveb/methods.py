@@ -24,7 +24,7 @@ import yaml
 
 from .. import estimators, yamlio
 from ..errors import InputError
-from ..estimators import Estimator
+from ..estimators import Estimator, ReadsCritic
 from ..estimators.group_mean import GroupMean
 
 __all__ = ["MethodSpec", "Method", "parse_method", "format_method", "scalar_text", "read_methods_file",
@@ -248,7 +248,7 @@ def build_methods(specs: Sequence[str], *, critics: bool = False) -> dict[str, M
         raise InputError(f"a method is named twice in {', '.join(specs)}", field="methods")
     chosen = {s: build_method(s) for s in specs}
     for s, method in chosen.items():
-        if not method.estimator.needs_model:
+        if not isinstance(method.estimator, ReadsCritic):
             continue
         if method.critic is None:
             raise InputError(f"method {s!r} needs a learned model, which sveb eval does not provide",

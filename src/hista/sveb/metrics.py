@@ -8,7 +8,8 @@ Everything here is pure (no I/O) and deterministic. A *record* is one benchmark 
      "continuations": [M rewards], "values": {method: value}}
 
 ``target`` is the mean of the M continuation rewards (the MCS@M reference value of the state),
-``values`` the state value each estimator predicted for it.
+``values`` the state value each estimator predicted for it. :func:`summary_rows` and
+:func:`is_mcs_row` read the rows of a summary back, for the report's tables and figures.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ import numpy as np
 from .cases import problem_of
 
 __all__ = ["mcs_error", "bootstrap_ci", "pearson", "case_problems", "resampling", "summarise", "value_of",
-           "MAX_MCS_TERMS"]
+           "summary_rows", "is_mcs_row", "MAX_MCS_TERMS"]
 
 #: Largest number of terms ``mcs_error`` will sum for non-binary rewards before refusing.
 MAX_MCS_TERMS = 1_000_000
@@ -52,6 +53,24 @@ def mcs_error(rewards: Sequence[float], n: int) -> float:
 
     ``n == M`` gives 0. ``n < 1``, ``n > M`` or a non-finite reward raise ``ValueError``.
     """
+    values, n = _checked_draw(rewards, n)
+    if n == len(values):
+        return 0.0
+    # Distinct values and how often each occurs (sorted, so the summation order is fixed).
+    counts: dict[float, int] = {}
+    for v in values:
+        counts[v] = counts.get(v, 0) + 1
+    distinct = sorted(counts)
+    if len(distinct) == 1:
+        return 0.0
+    full_mean = math.fsum(values) / len(values)
+    if set(distinct) <= {0.0, 1.0}:
+        return _binary_mcs_error(counts.get(1.0, 0), len(values), n, full_mean)
+    return _enumerated_mcs_error(distinct, [counts[v] for v in distinct], n, full_mean)
+
+
+def _checked_draw(rewards: Sequence[float], n: int) -> tuple[list[float], int]:
+    """The rewards as floats and ``n`` as an int, refusing a draw ``mcs_error`` cannot define."""
     values = [float(r) for r in rewards]
     m = len(values)
     if isinstance(n, bool) or int(n) != n:
@@ -63,28 +82,25 @@ def mcs_error(rewards: Sequence[float], n: int) -> float:
         raise ValueError(f"n={n} is larger than the number of continuation rewards M={m}")
     if not all(math.isfinite(v) for v in values):
         raise ValueError("continuation rewards must be finite")
-    if n == m:
-        return 0.0
+    return values, n
 
-    # Distinct values and how often each occurs (sorted, so the summation order is fixed).
-    counts: dict[float, int] = {}
-    for v in values:
-        counts[v] = counts.get(v, 0) + 1
-    distinct = sorted(counts)
-    if len(distinct) == 1:
-        return 0.0
-    full_mean = math.fsum(values) / m
+
+def _binary_mcs_error(k: int, m: int, n: int, full_mean: float) -> float:
+    """``mcs_error`` of M 0/1 rewards with K ones in closed form: J ones drawn is hypergeometric
+    (SPEC §8)."""
     total = math.comb(m, n)
+    # int / int division stays exact for huge binomials (no float overflow)
+    return math.fsum(
+        (math.comb(k, j) * math.comb(m - k, n - j) / total) * abs(j / n - full_mean)
+        for j in range(max(0, n - (m - k)), min(n, k) + 1)
+    )
 
-    if set(distinct) <= {0.0, 1.0}:
-        k = counts.get(1.0, 0)
-        # int / int division stays exact for huge binomials (no float overflow)
-        return math.fsum(
-            (math.comb(k, j) * math.comb(m - k, n - j) / total) * abs(j / n - full_mean)
-            for j in range(max(0, n - (m - k)), min(n, k) + 1)
-        )
 
-    multiplicity = [counts[v] for v in distinct]
+def _enumerated_mcs_error(distinct: list[float], multiplicity: list[int], n: int, full_mean: float) -> float:
+    """``mcs_error`` of other rewards by exact enumeration of the counts drawn of each distinct
+    value (a multivariate hypergeometric, SPEC §8), refused above ``MAX_MCS_TERMS`` terms."""
+    m = sum(multiplicity)
+    total = math.comb(m, n)
     # Upper bound on the number of count vectors: min(C(M, n), C(n + k - 1, k - 1)).
     bound = min(total, math.comb(n + len(distinct) - 1, len(distinct) - 1))
     if bound > MAX_MCS_TERMS:
@@ -162,13 +178,30 @@ def bootstrap_ci(
         return (math.nan, math.nan)
     if x.size == 1 or np.all(x == x[0]):
         return (float(x[0]), float(x[0]))
+    means = _resampled_means(x, _cluster_numbers(clusters, keep), n_boot, seed)
+    alpha = (1.0 - level) / 2.0
+    lo, hi = np.quantile(means, [alpha, 1.0 - alpha])
+    return (float(lo), float(hi))
+
+
+def _cluster_numbers(clusters: Sequence[Hashable] | None, keep: np.ndarray) -> list[int] | None:
+    """The cluster of each kept entry, numbered in order of first appearance, or None when no
+    cluster holds several entries (or there are no labels): then the cases are resampled."""
+    if clusters is None:
+        return None
     number: dict[Hashable, int] = {}  # cluster label -> its index, in order of first appearance
-    if clusters is not None:
-        which = [number.setdefault(c, len(number)) for c, kept in zip(clusters, keep) if kept]
-    clustered = 0 < len(number) < x.size  # some cluster holds several entries: resample clusters
+    which = [number.setdefault(c, len(number)) for c, kept in zip(clusters, keep) if kept]
+    return which if 0 < len(number) < len(which) else None
+
+
+def _resampled_means(x: np.ndarray, which: list[int] | None, n_boot: int, seed: int) -> np.ndarray:
+    """The statistic of ``n_boot`` resamples drawn from ``numpy.random.default_rng(seed)`` (SPEC §8):
+    the mean of ``x`` over k cases drawn with replacement, or, with clusters ``which``, the sum of
+    the k drawn clusters' sums over the sum of their sizes; drawn in chunks to bound memory."""
+    clustered = which is not None
     if clustered:
         sums, sizes = np.bincount(which, weights=x), np.bincount(which)
-    k = len(number) if clustered else x.size
+    k = sums.size if clustered else x.size
     rng = np.random.default_rng(seed)
     means = np.empty(n_boot, dtype=np.float64)
     rows = max(1, _BOOT_CHUNK_ELEMENTS // k)
@@ -176,9 +209,7 @@ def bootstrap_ci(
         stop = min(n_boot, start + rows)
         idx = rng.integers(0, k, size=(stop - start, k))
         means[start:stop] = sums[idx].sum(axis=1) / sizes[idx].sum(axis=1) if clustered else x[idx].mean(axis=1)
-    alpha = (1.0 - level) / 2.0
-    lo, hi = np.quantile(means, [alpha, 1.0 - alpha])
-    return (float(lo), float(hi))
+    return means
 
 
 def pearson(x: Sequence[float], y: Sequence[float]) -> float:
@@ -241,6 +272,8 @@ def resampling(labels: Sequence[str] | None) -> str:
 
 def _cell(errors: list[float], xs: list[float] | None, ys: list[float] | None, skipped: int,
           n_boot: int, seed: int, clusters: list[str] | None) -> dict[str, Any]:
+    """One summary cell from the absolute errors of its cases (SPEC §8): their mean (the MAE), its
+    bootstrap interval and Pearson r of ``xs`` with ``ys`` (NaN without them)."""
     lo, hi = bootstrap_ci(errors, n_boot=n_boot, seed=seed, clusters=clusters)
     return {
         "mae": math.fsum(errors) / len(errors) if errors else math.nan,
@@ -285,66 +318,16 @@ def summarise(
     with all its cases in the cell (:func:`bootstrap_ci` with ``clusters``): ``resampled`` says
     which, ``n_problems`` counts the problems (None when some record has no ``case_id``).
     """
-    methods = list(methods)
-    if len(set(methods)) != len(methods):
-        raise ValueError(f"duplicate method names in {methods}")
-    mcs = [int(k) for k in mcs]
-    mcs_rows = [f"MCS@{k}" for k in mcs]
-    clash = set(methods) & set(mcs_rows)
-    if clash:
-        raise ValueError(f"method names clash with MCS rows: {sorted(clash)}")
-
-    by_field: dict[str, list[dict]] = {}
-    for i, rec in enumerate(records):
-        if "field" not in rec or "target" not in rec:
-            who = rec.get("case_id", f"#{i}")
-            raise ValueError(f"record {who}: needs 'field' and 'target'")
-        field = str(rec["field"])
-        if field == "all":
-            raise ValueError("'all' is reserved for the pooled column and cannot be a field name")
-        by_field.setdefault(field, []).append(rec)
-    fields = sorted(by_field) + ["all"]
-    by_field["all"] = list(records)
+    methods, mcs, mcs_rows = _row_keys(methods, mcs)
+    by_field = _by_field(records)
+    fields = list(by_field)
     labels = case_problems(records)
     problem = dict(zip(map(id, records), labels)) if labels else None
-
-    def clusters(recs: list[dict]) -> list[str] | None:  # the problems of these records, if known
-        return [problem[id(rec)] for rec in recs] if problem else None
-
     rows: dict[str, dict[str, dict[str, Any]]] = {}
     for method in methods:
-        rows[method] = {}
-        for field in fields:
-            errors: list[float] = []
-            xs: list[float] = []
-            ys: list[float] = []
-            used: list[dict] = []
-            skipped = 0
-            for rec in by_field[field]:
-                v, t = value_of(rec, method), float(rec["target"])
-                if math.isnan(v) or not math.isfinite(t):
-                    skipped += 1
-                    continue
-                errors.append(abs(v - t))
-                xs.append(v)
-                ys.append(t)
-                used.append(rec)
-            rows[method][field] = _cell(errors, xs, ys, skipped, n_boot, seed, clusters(used))
-
+        rows[method] = {field: _method_cell(method, recs, n_boot, seed, problem) for field, recs in by_field.items()}
     for k, row in zip(mcs, mcs_rows):
-        # The per-case error does not depend on the field: compute it once per case.
-        per_case: list[float] = []
-        for rec in records:
-            conts = rec.get("continuations") or []
-            per_case.append(mcs_error(conts, k) if len(conts) >= k else math.nan)
-        error_of = {id(rec): e for rec, e in zip(records, per_case)}
-        rows[row] = {}
-        for field in fields:
-            used = [rec for rec in by_field[field] if not math.isnan(error_of[id(rec)])]
-            kept = [error_of[id(rec)] for rec in used]
-            rows[row][field] = _cell(kept, None, None, len(by_field[field]) - len(kept), n_boot, seed,
-                                     clusters(used))
-
+        rows[row] = _mcs_row(k, records, by_field, n_boot, seed, problem)
     summary: dict[str, Any] = {
         "fields": fields,
         "rows": rows,
@@ -358,8 +341,107 @@ def summarise(
         "n_problems": None if labels is None else len(set(labels)),
     }
     if records and all(isinstance(rec.get("group_mean"), (int, float)) for rec in records):
-        summary["grpo_mae"] = {}
-        for field in fields:
-            errors = [abs(float(rec["group_mean"]) - float(rec["target"])) for rec in by_field[field]]
-            summary["grpo_mae"][field] = math.fsum(errors) / len(errors) if errors else math.nan
+        summary["grpo_mae"] = _grpo_mae(by_field)
     return summary
+
+
+def _row_keys(methods: Sequence[str], mcs: Sequence[int]) -> tuple[list[str], list[int], list[str]]:
+    """The methods, the MCS n and the MCS row names, refusing a method named twice or named like
+    an MCS row: each key names one row of the summary."""
+    methods = list(methods)
+    if len(set(methods)) != len(methods):
+        raise ValueError(f"duplicate method names in {methods}")
+    mcs = [int(k) for k in mcs]
+    mcs_rows = [f"MCS@{k}" for k in mcs]
+    clash = set(methods) & set(mcs_rows)
+    if clash:
+        raise ValueError(f"method names clash with MCS rows: {sorted(clash)}")
+    return methods, mcs, mcs_rows
+
+
+def _by_field(records: Sequence[dict]) -> dict[str, list[dict]]:
+    """The records of each field, the fields sorted, then every record under "all"."""
+    by_field: dict[str, list[dict]] = {}
+    for i, rec in enumerate(records):
+        if "field" not in rec or "target" not in rec:
+            who = rec.get("case_id", f"#{i}")
+            raise ValueError(f"record {who}: needs 'field' and 'target'")
+        field = str(rec["field"])
+        if field == "all":
+            raise ValueError("'all' is reserved for the pooled column and cannot be a field name")
+        by_field.setdefault(field, []).append(rec)
+    return {**{field: by_field[field] for field in sorted(by_field)}, "all": list(records)}
+
+
+def _clusters(problem: Mapping[int, str] | None, recs: list[dict]) -> list[str] | None:
+    """The problems of these records (by ``id``), if known: the clusters the bootstrap resamples."""
+    return [problem[id(rec)] for rec in recs] if problem else None
+
+
+def _method_cell(method: str, recs: list[dict], n_boot: int, seed: int,
+                 problem: Mapping[int, str] | None) -> dict[str, Any]:
+    """A method's cell over ``recs`` (SPEC §8): MAE = mean |value - target| over the cases with
+    both finite, its bootstrap interval and Pearson r; the others counted in ``skipped``."""
+    errors: list[float] = []
+    xs: list[float] = []
+    ys: list[float] = []
+    used: list[dict] = []
+    skipped = 0
+    for rec in recs:
+        v, t = value_of(rec, method), float(rec["target"])
+        if math.isnan(v) or not math.isfinite(t):
+            skipped += 1
+            continue
+        errors.append(abs(v - t))
+        xs.append(v)
+        ys.append(t)
+        used.append(rec)
+    return _cell(errors, xs, ys, skipped, n_boot, seed, _clusters(problem, used))
+
+
+def _mcs_row(k: int, records: Sequence[dict], by_field: Mapping[str, list[dict]], n_boot: int, seed: int,
+             problem: Mapping[int, str] | None) -> dict[str, dict[str, Any]]:
+    """The ``MCS@k`` row (SPEC §8): per field the mean of ``mcs_error(continuations, k)`` over the
+    cases with k or more continuations, the others counted in ``skipped``."""
+    # The per-case error does not depend on the field: compute it once per case.
+    per_case: list[float] = []
+    for rec in records:
+        conts = rec.get("continuations") or []
+        per_case.append(mcs_error(conts, k) if len(conts) >= k else math.nan)
+    error_of = {id(rec): e for rec, e in zip(records, per_case)}
+    row = {}
+    for field, recs in by_field.items():
+        used = [rec for rec in recs if not math.isnan(error_of[id(rec)])]
+        kept = [error_of[id(rec)] for rec in used]
+        row[field] = _cell(kept, None, None, len(recs) - len(kept), n_boot, seed, _clusters(problem, used))
+    return row
+
+
+def _grpo_mae(by_field: Mapping[str, list[dict]]) -> dict[str, float]:
+    """The MAE of the GRPO baseline per field (SPEC §8): mean |group_mean - target| over its cases."""
+    out = {}
+    for field, recs in by_field.items():
+        errors = [abs(float(rec["group_mean"]) - float(rec["target"])) for rec in recs]
+        out[field] = math.fsum(errors) / len(errors) if errors else math.nan
+    return out
+
+
+# --------------------------------------------------------------------------------------------
+# Reading a summary
+# --------------------------------------------------------------------------------------------
+
+
+def summary_rows(summary: Mapping[str, Any]) -> list[str]:
+    """The row keys of a summary in the order tables and plots show them: the methods, then the
+    MCS rows (from ``methods`` and ``mcs_rows``, or from the ``MCS@`` prefix in a summary that
+    does not list them)."""
+    rows = summary["rows"]
+    mcs_rows = summary.get("mcs_rows") or [r for r in rows if r.startswith("MCS@")]
+    methods = summary.get("methods") or [r for r in rows if r not in mcs_rows]
+    return [r for r in methods if r in rows] + [r for r in mcs_rows if r in rows]
+
+
+def is_mcs_row(summary: Mapping[str, Any], row: str) -> bool:
+    """Whether ``row`` of a summary is an MCS@n noise row, not an estimator (it never competes)."""
+    mcs_rows = summary.get("mcs_rows")
+    return row in mcs_rows if mcs_rows is not None else row.startswith("MCS@")

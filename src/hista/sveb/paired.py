@@ -138,6 +138,37 @@ def paired_summary(rows: Sequence[Mapping[str, Any]], methods: Sequence[str], n_
          "rows": {method: {group: {slice: cell}}}}
     """
     methods = list(methods)
+    _check_inputs(rows, methods, n_boot, level)
+    length_of, cuts = length_slices(rows)
+    members = _members(rows, length_of)
+    targets = [_number(row["target"]) for row in rows]
+    grpo = [_number(row.get("group_mean")) for row in rows]
+    problems = case_problems(rows)
+    out_rows: dict[str, dict[str, dict[str, Any]]] = {}
+    for method in methods:
+        values = [value_of(row, method) for row in rows]
+        out_rows[method] = {group: {name: _slice_cell(cases, values, targets, grpo, problems, n_boot, seed, level)
+                                    for name, cases in slices.items()}
+                            for group, slices in members.items()}
+    return {
+        "methods": methods,
+        "baseline": "group_mean",
+        "level": level,
+        "n_boot": n_boot,
+        "seed": seed,
+        "resampled": resampling(problems),
+        "n_problems": None if problems is None else len(set(problems)),
+        "slices": {group: list(slices) for group, slices in members.items()},
+        "counts": {group: {name: len(cases) for name, cases in slices.items()} for group, slices in members.items()},
+        "length_cuts": cuts,
+        "no_length": sum(1 for s in length_of if s is None),
+        "rows": out_rows,
+    }
+
+
+def _check_inputs(rows: Sequence[Mapping[str, Any]], methods: list[str], n_boot: int, level: float) -> None:
+    """Refuse a method named twice, a bootstrap without resamples or level, or a row without its
+    field or target, before anything is computed."""
     if len(set(methods)) != len(methods):
         raise ValueError(f"duplicate method names in {methods}")
     if n_boot < 1:
@@ -148,7 +179,10 @@ def paired_summary(rows: Sequence[Mapping[str, Any]], methods: Sequence[str], n_
         if "field" not in row or "target" not in row:
             raise ValueError(f"row {row.get('case_id', f'#{i}')}: needs 'field' and 'target'")
 
-    length_of, cuts = length_slices(rows)
+
+def _members(rows: Sequence[Mapping[str, Any]], length_of: list[str | None]) -> dict[str, dict[str, list[int]]]:
+    """The slices of the four groups in their order (``all``; the fields sorted; the position
+    thirds; the length terciles by their shortest length), each with the indices of its rows."""
     slice_of = {  # group -> the slice each row belongs to (None: not in that group)
         "all": ["all"] * len(rows),
         "field": [str(row["field"]) for row in rows],
@@ -162,45 +196,18 @@ def paired_summary(rows: Sequence[Mapping[str, Any]], methods: Sequence[str], n_
         "position": [p for p in POSITION_LABELS if p in present["position"]],
         "length": sorted(present["length"], key=lambda name: int(name.split()[1].split("-")[0])),
     }
-    members = {group: {name: [i for i, s in enumerate(slice_of[group]) if s == name] for name in names}
-               for group, names in slices.items()}
+    return {group: {name: [i for i, s in enumerate(slice_of[group]) if s == name] for name in names}
+            for group, names in slices.items()}
 
-    targets = [_number(row["target"]) for row in rows]
-    grpo = [_number(row.get("group_mean")) for row in rows]
-    problems = case_problems(rows)
-    out_rows: dict[str, dict[str, dict[str, Any]]] = {}
-    for method in methods:
-        values = [value_of(row, method) for row in rows]
-        out_rows[method] = {}
-        for group, names in slices.items():
-            out_rows[method][group] = {}
-            for name in names:
-                diffs, errors, grpo_errors, vs, ts, used = [], [], [], [], [], []
-                for i in members[group][name]:
-                    v, t, g = values[i], targets[i], grpo[i]
-                    if math.isnan(v) or math.isnan(t) or math.isnan(g):
-                        continue
-                    used.append(i)
-                    errors.append(abs(v - t))
-                    grpo_errors.append(abs(g - t))
-                    diffs.append(errors[-1] - grpo_errors[-1])
-                    vs.append(v)
-                    ts.append(t)
-                skipped = len(members[group][name]) - len(diffs)
-                clusters = [problems[i] for i in used] if problems else None
-                out_rows[method][group][name] = _cell(diffs, errors, grpo_errors, vs, ts, skipped, n_boot,
-                                                       seed, level, clusters)
-    return {
-        "methods": methods,
-        "baseline": "group_mean",
-        "level": level,
-        "n_boot": n_boot,
-        "seed": seed,
-        "resampled": resampling(problems),
-        "n_problems": None if problems is None else len(set(problems)),
-        "slices": slices,
-        "counts": {group: {name: len(members[group][name]) for name in names} for group, names in slices.items()},
-        "length_cuts": cuts,
-        "no_length": sum(1 for s in length_of if s is None),
-        "rows": out_rows,
-    }
+
+def _slice_cell(cases: list[int], values: list[float], targets: list[float], grpo: list[float],
+                problems: list[str] | None, n_boot: int, seed: int, level: float) -> dict[str, Any]:
+    """One method's paired cell on the rows ``cases`` of a slice (SPEC §8): the per-case
+    differences ``|v - t| - |g - t|`` of the cases with a value, a target and a group mean."""
+    used = [i for i in cases if not (math.isnan(values[i]) or math.isnan(targets[i]) or math.isnan(grpo[i]))]
+    errors = [abs(values[i] - targets[i]) for i in used]
+    grpo_errors = [abs(grpo[i] - targets[i]) for i in used]
+    diffs = [e - g for e, g in zip(errors, grpo_errors)]
+    clusters = [problems[i] for i in used] if problems else None
+    return _cell(diffs, errors, grpo_errors, [values[i] for i in used], [targets[i] for i in used],
+                 len(cases) - len(diffs), n_boot, seed, level, clusters)

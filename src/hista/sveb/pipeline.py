@@ -12,6 +12,7 @@ from ..jsonio import check_not_inputs, check_output_dir, write_json_atomic
 from . import report
 from .build import build
 from .eval import evaluate
+from .labels import report_labels
 from .methods import from_results
 from .presets import DEFAULT_METHODS, BuildConfig, preset
 
@@ -53,4 +54,4 @@ def run(settings: Union[str, BuildConfig] = "quick", out: Union[str, Path] = "ru
     chosen = from_results(results)
     paths = report.write_report(results["summary"], results["cases"], chosen, out, paired=results["paired"])
     return {"counts": counts, "cases": cases_path, "results": results_path, "report": paths,
-            "summary": results["summary"], "labels": report.report_labels(chosen)}
+            "summary": results["summary"], "labels": report_labels(chosen)}
