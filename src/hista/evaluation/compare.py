@@ -74,6 +74,21 @@ def compare(paths: Sequence[str], *, force: bool = False, metric: str = "avg", s
     if metric != "avg" and not re.fullmatch(r"pass@[1-9][0-9]*", metric):
         raise InputError(f"unknown metric {metric!r}: use avg or pass@K (K >= 1)", field="metric")
     runs = [read_results(p) for p in paths]
+    differences = _differences(paths, runs, force)
+    categories = {b["name"]: b["category"] for b in runs[0]["settings"]["benchmarks"]}
+    scores = [_scores(p, r, metric) for p, r in zip(paths, runs)]
+    base = scores[0]
+    own = [_intervals({n: list(s.get(n, {}).values()) for n in categories}, categories, seed, n_boot)
+           for s in scores]
+    paired = [_intervals({n: [s[n][key] - base[n][key] for key in base.get(n, {}) if key in s.get(n, {})]
+                          for n in categories}, categories, seed, n_boot) for s in scores[1:]]
+    return {"metric": metric, "seed": seed, "runs": _runs(paths, runs, own, metric), "differences": differences,
+            "table": _table(categories, base, own, paired)}
+
+
+def _differences(paths: Sequence[str], runs: list[dict], force: bool) -> list[str]:
+    """Where each later run's settings differ from the first's other than the model, each named
+    with its file; an InputError listing them unless ``force``."""
     first = _comparable(runs[0]["settings"])
     differences = []
     for path, run in zip(paths[1:], runs[1:]):
@@ -83,15 +98,12 @@ def compare(paths: Sequence[str], *, force: bool = False, metric: str = "avg", s
         raise InputError(f"settings differ from the first run's ({paths[0]}), so the runs are not comparable: "
                          + "; ".join(differences) + ". Pass --force to compare them anyway",
                          path=str(paths[1]), field=differences[0].split(": ", 1)[1].split(" (")[0])
-    categories = {b["name"]: b["category"] for b in runs[0]["settings"]["benchmarks"]}
-    scores = [_scores(p, r, metric) for p, r in zip(paths, runs)]
-    base = scores[0]
-    own = [_intervals({n: list(s.get(n, {}).values()) for n in categories}, categories, seed, n_boot)
-           for s in scores]
-    paired = []
-    for s in scores[1:]:
-        diffs = {n: [s[n][key] - base[n][key] for key in base.get(n, {}) if key in s.get(n, {})] for n in categories}
-        paired.append(_intervals(diffs, categories, seed, n_boot))
+    return differences
+
+
+def _table(categories: dict[str, str], base: dict, own: list[dict], paired: list[dict]) -> dict:
+    """The rows of the comparison, per benchmark, category and ALL: each run's interval and each
+    later run's paired difference from the first."""
     table: dict = {"benchmarks": {}, "categories": {}, "overall": {}}
     for n, c in categories.items():
         table["benchmarks"][n] = {"category": c, "problems": len(base.get(n, {})),
@@ -101,6 +113,12 @@ def compare(paths: Sequence[str], *, force: bool = False, metric: str = "avg", s
         table["categories"][c] = {"category": c, "values": [o["categories"].get(c) for o in own],
                                   "differences": [p["categories"].get(c) for p in paired]}
     table["overall"]["ALL"] = {"values": [o["overall"] for o in own], "differences": [p["overall"] for p in paired]}
+    return table
+
+
+def _runs(paths: Sequence[str], runs: list[dict], own: list[dict], metric: str) -> list[dict]:
+    """Each run compared: its label (the model's name, or the path when names repeat), file,
+    model and its own intervals under ``metric``."""
     names = [r["model"]["name"] for r in runs]
     labels = names if len(set(names)) == len(names) else [str(p) for p in paths]
     out_runs = []
@@ -110,7 +128,7 @@ def compare(paths: Sequence[str], *, force: bool = False, metric: str = "avg", s
                    "overall": _entry(metric, o["overall"])}
         out_runs.append({"label": label, "path": str(Path(path)), "model": run["model"]["name"],
                          "revision": run["model"]["revision"], "run": run["model"].get("run"), "summary": summary})
-    return {"metric": metric, "seed": seed, "runs": out_runs, "differences": differences, "table": table}
+    return out_runs
 
 
 def compare_to_files(paths: Sequence[str], out: Optional[str | Path] = None, *, force: bool = False,

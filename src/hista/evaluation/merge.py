@@ -62,14 +62,29 @@ def merge(parts: Sequence[str | Path], out: str | Path) -> str:
     samples_file, markdown_file = store.samples_path(out), results_markdown_path(out)
     if not parts:
         raise InputError("no parts given", field="parts")
+    _check_outputs(parts, out, samples_file, markdown_file)
+    first_path, first = Path(parts[0]), read_results(parts[0])
+    _, n, every = _shard(first, first_path)
+    versions = _versions(first, first_path)
+    loaded = _read_parts(parts, first_path, first, n, every)
+    ordered = _problems(loaded, every)
+    return _write((out, samples_file, markdown_file), first, versions, ordered)
+
+
+def _check_outputs(parts: Sequence[str | Path], out: Path, samples_file: Path, markdown_file: Path) -> None:
+    """Refuse, before anything is read, outputs that are parts (or their per-problem files) or
+    cannot be written."""
     check_outputs_not_inputs(out, (samples_file, markdown_file),
                              [q for p in map(Path, parts) for q in (p, store.samples_path(p))])
     for path in (out, samples_file, markdown_file):
         check_output_file(path)
+
+
+def _read_parts(parts: Sequence[str | Path], first_path: Path, first: dict, n: int,
+                every: list[str]) -> dict[int, tuple[Path, dict]]:
+    """Every part by its shard number, each checked to come from the evaluation of the first
+    part and to be a shard not given before; all N shards must be there."""
     loaded: dict[int, tuple[Path, dict]] = {}
-    first_path, first = Path(parts[0]), read_results(parts[0])
-    _, n, every = _shard(first, first_path)
-    versions = _versions(first, first_path)
     for path in map(Path, parts):
         data = read_results(path)
         k, size, keys = _shard(data, path)
@@ -86,6 +101,12 @@ def merge(parts: Sequence[str | Path], out: str | Path) -> str:
     if missing:
         raise InputError(f"shard{'s' if len(missing) > 1 else ''} {', '.join(missing)} missing: give every part "
                          "of the evaluation", field="parts")
+    return loaded
+
+
+def _problems(loaded: dict[int, tuple[Path, dict]], every: list[str]) -> list[dict]:
+    """The problem records of all parts in the whole evaluation's order, each problem of the
+    evaluation found in exactly one part."""
     found: dict[str, tuple[dict, Path]] = {}
     for _, (path, data) in sorted(loaded.items()):
         for record in data["problems"]:
@@ -99,7 +120,13 @@ def merge(parts: Sequence[str | Path], out: str | Path) -> str:
     if absent:
         raise InputError(f"{len(absent)} problems are in no part (first {absent[0]!r}): finish the shards that hold "
                          "them", field="parts")
-    ordered = [found[key][0] for key in every]
+    return [found[key][0] for key in every]
+
+
+def _write(outputs: tuple[Path, Path, Path], first: dict, versions: dict, ordered: list[dict]) -> str:
+    """The merged results, table and per-problem file (``outputs``) a whole evaluation writes,
+    all prepared before the first is written; returns the table."""
+    out, samples_file, markdown_file = outputs
     settings = first["settings"]
     summary = summarise(ordered, settings["benchmarks"], seed=settings["seed"])
     results = {"format": FORMAT, "settings": settings, "model": first["model"], "versions": versions,

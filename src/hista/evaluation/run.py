@@ -150,12 +150,28 @@ def check_results(data: object, path: str | Path) -> dict:
     ``hista eval compare``, ``hista eval merge`` and a resumed ``hista eval`` read results
     files through here."""
     where = Where(path)
+    _check_layout(data, where)
+    categories = _check_settings(data["settings"], where)
+    _check_model(data["model"], where)
+    for name in ("versions", "notes"):
+        _check_strings(data, name, where)
+    _check_problems(data["problems"], categories, where)
+    return data
+
+
+def _check_layout(data: object, where: Where) -> None:
+    """A results file's format and its top-level objects and lists, checked first so that the
+    other checks can read them."""
     if not isinstance(data, dict) or data.get("format") != FORMAT:
         where.fail(f"not a hista eval results file (expected \"format\": \"{FORMAT}\")", "format")
     for name, kind in (("settings", dict), ("summary", dict), ("problems", list), ("model", dict)):
         if not isinstance(data.get(name), kind):
             where.fail(f"missing, or not {'an object' if kind is dict else 'a list'}", name)
-    settings, model = data["settings"], data["model"]
+
+
+def _check_settings(settings: dict, where: Where) -> dict[str, str]:
+    """The checked ``settings`` of a results file: the category of each benchmark by its name,
+    which every problem record must match."""
     suites_ = require(settings, "suites", list, where, "settings.")
     for k, suite in enumerate(suites_):
         if not isinstance(suite, str):
@@ -172,6 +188,11 @@ def check_results(data: object, path: str | Path) -> dict:
         if b["name"] in categories:
             where.fail(f"benchmark {short(b['name'])} is named twice", f"settings.benchmarks[{k}].name")
         categories[b["name"]] = b["category"]
+    return categories
+
+
+def _check_model(model: dict, where: Where) -> None:
+    """A results file's ``model``: its name, revision and the run it came from, if any."""
     text(require(model, "name", str, where, "model."), "model.name", where)
     require(model, "revision", (str, type(None)), where, "model.", what="a string or null")
     run = model.get("run")
@@ -181,20 +202,28 @@ def check_results(data: object, path: str | Path) -> dict:
         if run:
             for name in ("output_dir", "checkpoint"):
                 require(run, name, str, where, "model.run.")
-    for name in ("versions", "notes"):
-        value = data.get(name)
-        if value is None and name not in data:
-            continue
-        kind_ = dict if name == "versions" else list
-        if not isinstance(value, kind_):
-            where.fail(f"expected {'an object' if kind_ is dict else 'a list'}, got {short(value)}", name)
-        items = value.items() if isinstance(value, dict) else enumerate(value)
-        for key, item in items:
-            if not isinstance(item, str):
-                where.fail(f"expected a string, got {short(item)}",
-                           f"{name}.{key}" if isinstance(value, dict) else f"{name}[{key}]")
+
+
+def _check_strings(data: dict, name: str, where: Where) -> None:
+    """A results file's ``versions`` (an object) or ``notes`` (a list), when present: strings only."""
+    value = data.get(name)
+    if value is None and name not in data:
+        return
+    kind_ = dict if name == "versions" else list
+    if not isinstance(value, kind_):
+        where.fail(f"expected {'an object' if kind_ is dict else 'a list'}, got {short(value)}", name)
+    items = value.items() if isinstance(value, dict) else enumerate(value)
+    for key, item in items:
+        if not isinstance(item, str):
+            where.fail(f"expected a string, got {short(item)}",
+                       f"{name}.{key}" if isinstance(value, dict) else f"{name}[{key}]")
+
+
+def _check_problems(problems: list, categories: dict[str, str], where: Where) -> None:
+    """A results file's problem records: each well-formed, of a benchmark of the settings with
+    its category, and no key twice."""
     seen: dict[str, int] = {}
-    for k, record in enumerate(data["problems"]):
+    for k, record in enumerate(problems):
         prefix = f"problems[{k}]."
         store.check_problem(record, where, prefix)
         if record["benchmark"] not in categories:
@@ -208,7 +237,6 @@ def check_results(data: object, path: str | Path) -> dict:
             where.fail(f"key {short(record['key'])} is already used by problems[{seen[record['key']]}]",
                        prefix + "key")
         seen[record["key"]] = k
-    return data
 
 
 def check_outputs_not_inputs(out: Path, siblings: Sequence[Path], inputs: Sequence[str | Path]) -> None:
@@ -305,6 +333,47 @@ def evaluate(config: EvalConfig, out: str | Path, *, lm: Optional[LoadedModel] =
     those problems and, under ``"shard"``, the part and every problem key of the whole
     evaluation, for :func:`hista.evaluation.merge.merge`; a shard with no chunks (fewer chunks
     than shards) writes an empty part (:func:`hista.evaluation.summary.empty_summary`)."""
+    job = _prepare(config, out, log, source, shard)
+    lm = lm or load_model(config.engine, job.source.load_as, device=device)
+    sampler = _open_engine(job, lm)
+    done = _resume(job, lm)
+    eos = set(eos_ids(lm))
+    start = time.perf_counter()
+    timing = _generate(job, sampler, eos, done, progress)
+    return _write(job, lm, done, timing, start)
+
+
+@dataclasses.dataclass
+class _Job:
+    """What one evaluation works on, as the checks before the model loads found it: its output
+    files, benchmarks and problems, settings, what an earlier evaluation left, and its plan."""
+
+    config: EvalConfig
+    out: Path
+    samples_file: Path
+    markdown_file: Path
+    benchmarks: list
+    notes: list
+    max_new_tokens: int
+    problems: dict
+    categories: dict
+    source: checkpoint.ModelSource
+    settings: dict
+    header: Optional[dict]
+    records: list[dict]
+    part: Optional[list]
+    #: the fixed chunks to evaluate, in order: (benchmark, problems of one generation batch)
+    plan: list
+    #: every problem key of the whole evaluation, in order
+    every: list[str]
+    #: the problem keys of the plan (this shard's)
+    keys: set[str]
+
+
+def _prepare(config: EvalConfig, out: str | Path, log: Callable[[str], None],
+             source: Optional[checkpoint.ModelSource], shard: Optional[tuple[int, int]]) -> _Job:
+    """Every check of an evaluation before its model loads, in order (outputs, suites, problems,
+    an earlier evaluation's settings and shard), and what they found."""
     out, samples_file, markdown_file = output_paths(out)
     check_outputs_not_inputs(out, (samples_file, markdown_file), task_files(config.suites))
     for path in (out, samples_file, markdown_file):
@@ -318,97 +387,135 @@ def evaluate(config: EvalConfig, out: str | Path, *, lm: Optional[LoadedModel] =
     source = source or checkpoint.resolve(config.model)
     settings = _settings(config, source, benchmarks, problems, categories, max_new_tokens)
     header, records = _check_earlier(out, samples_file, settings)
-
-    # the fixed chunks of every benchmark, in order: (benchmark, problems of one generation batch)
-    plan = [(b, problems[b.name][first:first + size]) for b in benchmarks
-            for size in [max(1, config.batch_size // b.samples)] for first in range(0, len(problems[b.name]), size)]
     part = list(shard) if shard is not None else None
     if header is not None and header.get("shard") != part:
         raise InputError(f"was written by {_part_name(header.get('shard'))}, not {_part_name(part)}: use another "
                          "--out or the same --shard", path=str(samples_file), line=1)
+    plan = _plan(benchmarks, problems, config.batch_size, shard)
+    return _Job(config, out, samples_file, markdown_file, benchmarks, notes, max_new_tokens, problems, categories,
+                source, settings, header, records, part, plan,
+                every=[problem_key(b.name, p) for b in benchmarks for p in problems[b.name]],
+                keys={problem_key(b.name, p) for b, chunk in plan for p in chunk})
+
+
+def _plan(benchmarks: list, problems: dict, batch_size: int, shard: Optional[tuple[int, int]]) -> list:
+    """The fixed chunks of every benchmark, in order, (benchmark, problems of one generation
+    batch); with ``shard``, those of that shard only."""
+    plan = [(b, problems[b.name][first:first + size]) for b in benchmarks
+            for size in [max(1, batch_size // b.samples)] for first in range(0, len(problems[b.name]), size)]
     if shard is not None:
         plan = [plan[c] for c in chunks_of(len(plan), shard)]
+    return plan
 
-    lm = lm or load_model(config.engine, source.load_as, device=device)
+
+def _open_engine(job: _Job, lm: LoadedModel):
+    """The rollout engine over ``lm``, whose revision and identity complete the settings."""
+    config = job.config
     sampler = make_engine(config.engine, lm, SamplingConfig(top_p=1.0, batch_size=config.batch_size,
-                                                            system_prompt=source.system_prompt),
+                                                            system_prompt=job.source.system_prompt),
                           tensor_parallel_size=config.tensor_parallel_size)
-    settings["revision"], settings["engine"] = lm.revision, sampler.identity()
-    if header is not None:
-        store.check_settings(header["settings"], settings, Where(samples_file, 1), "was written by an evaluation")
-    every = [problem_key(b.name, p) for b in benchmarks for p in problems[b.name]]
-    keys = {problem_key(b.name, p) for b, chunk in plan for p in chunk}
-    done = {}
-    for r in records:
-        if r["key"] not in keys:
-            raise InputError(f"problem {r['key']!r} is not among this evaluation's problems", path=str(samples_file),
-                             field="key")
-        done[r["key"]] = r
-    check_prompts(lm, max_new_tokens, [(problem_key(b.name, p), p["problem"]) for b, chunk in plan for p in chunk
-                                       if problem_key(b.name, p) not in done], source.system_prompt)
-    # every check has passed: only now is a crash's unterminated last line cut off the file
-    cut_unterminated(samples_file)
-    if header is None:
-        store.append(samples_file, [{"kind": "settings", "settings": settings, "hista_version": __version__,
-                                     **({"shard": part} if part else {})}])
+    job.settings["revision"], job.settings["engine"] = lm.revision, sampler.identity()
+    return sampler
 
+
+def _resume(job: _Job, lm: LoadedModel) -> dict[str, dict]:
+    """The problems an earlier evaluation finished, by key, after the checks that need the model
+    (the complete settings, the prompts left to do); only then is the per-problem file repaired
+    or begun."""
+    if job.header is not None:
+        store.check_settings(job.header["settings"], job.settings, Where(job.samples_file, 1),
+                             "was written by an evaluation")
+    done = {}
+    for r in job.records:
+        if r["key"] not in job.keys:
+            raise InputError(f"problem {r['key']!r} is not among this evaluation's problems",
+                             path=str(job.samples_file), field="key")
+        done[r["key"]] = r
+    check_prompts(lm, job.max_new_tokens, [(problem_key(b.name, p), p["problem"]) for b, chunk in job.plan
+                                           for p in chunk if problem_key(b.name, p) not in done],
+                  job.source.system_prompt)
+    # every check has passed: only now is a crash's unterminated last line cut off the file
+    cut_unterminated(job.samples_file)
+    if job.header is None:
+        store.append(job.samples_file, [{"kind": "settings", "settings": job.settings, "hista_version": __version__,
+                                         **({"shard": job.part} if job.part else {})}])
+    return done
+
+
+def _generate(job: _Job, sampler, eos: set[int], done: dict[str, dict], progress: bool) -> dict:
+    """Sample and verify every problem left to do, each recorded as it finishes; returns the
+    timing of the work. The problems of every benchmark sampled alike (temperature, samples) go
+    in one call that streams each problem back as its samples finish (one long tail instead of
+    one each)."""
     timing = {"generate_s": 0.0, "verify_s": 0.0, "write_s": 0.0, "problems": 0, "samples": 0, "tokens": 0}
-    eos = set(eos_ids(lm))
-    start = time.perf_counter()
-    bar = tqdm(total=len(keys), initial=len(done), desc="eval", unit="problem", disable=not progress)
-    # the problems left to do of every benchmark sampled alike (temperature, samples), in one call
-    # that streams each problem back as its samples finish (one long tail instead of one each)
+    bar = tqdm(total=len(job.keys), initial=len(done), desc="eval", unit="problem", disable=not progress)
     alike: dict[tuple, list] = {}
-    for b in benchmarks:
-        todo = [(b, p) for plan_b, chunk in plan if plan_b is b for p in chunk if problem_key(b.name, p) not in done]
+    for b in job.benchmarks:
+        todo = [(b, p) for plan_b, chunk in job.plan if plan_b is b for p in chunk
+                if problem_key(b.name, p) not in done]
         alike.setdefault((b.temperature, b.samples), []).extend(todo)
     for (temperature, samples), todo in alike.items():
         if not todo:
             continue
         engine = sampler.with_config(SamplingConfig(
-            temperature=temperature, top_p=1.0, max_new_tokens=max_new_tokens, batch_size=config.batch_size,
-            system_prompt=source.system_prompt))
+            temperature=temperature, top_p=1.0, max_new_tokens=job.max_new_tokens, batch_size=job.config.batch_size,
+            system_prompt=job.source.system_prompt))
         bar.set_postfix(benchmarks=",".join(dict.fromkeys(b.name for b, _ in todo)))
-        spent = 0.0  # in on_group, while the engine waits
-
-        def on_group(i: int, rollouts, todo=todo) -> None:
-            nonlocal spent
-            t = time.perf_counter()
-            b, problem = todo[i]
-            record = _record(b.name, categories[b.name], problem, rollouts, eos)
-            timing["verify_s"] += time.perf_counter() - t
-            w = time.perf_counter()
-            store.append(samples_file, [record])
-            timing["write_s"] += time.perf_counter() - w
-            done[record["key"]] = record
-            timing["problems"] += 1
-            timing["samples"] += len(record["samples"])
-            timing["tokens"] += sum(sample["tokens"] for sample in record["samples"])
-            bar.update(1)
-            spent += time.perf_counter() - t
-
-        t = time.perf_counter()
-        engine.generate([p["problem"] for _, p in todo], samples, on_group=on_group,
-                        prompt_seeds=[derive_seed(config.seed, b.name, p["id"]) for b, p in todo])
-        timing["generate_s"] += time.perf_counter() - t - spent
+        _sample(job, engine, todo, samples, eos, done, timing, bar)
     bar.close()
+    return timing
+
+
+def _sample(job: _Job, engine, todo: list, samples: int, eos: set[int], done: dict[str, dict], timing: dict,
+            bar) -> None:
+    """One engine call for the problems ``todo`` sampled alike: each problem verified and
+    appended to the per-problem file as its samples finish, its time kept apart from the
+    generation's."""
+    spent = 0.0  # in on_group, while the engine waits
+
+    def on_group(i: int, rollouts) -> None:
+        nonlocal spent
+        t = time.perf_counter()
+        b, problem = todo[i]
+        record = _record(b.name, job.categories[b.name], problem, rollouts, eos)
+        timing["verify_s"] += time.perf_counter() - t
+        w = time.perf_counter()
+        store.append(job.samples_file, [record])
+        timing["write_s"] += time.perf_counter() - w
+        done[record["key"]] = record
+        timing["problems"] += 1
+        timing["samples"] += len(record["samples"])
+        timing["tokens"] += sum(sample["tokens"] for sample in record["samples"])
+        bar.update(1)
+        spent += time.perf_counter() - t
 
     t = time.perf_counter()
-    ordered = [done[key] for key in every if key in keys]
+    engine.generate([p["problem"] for _, p in todo], samples, on_group=on_group,
+                    prompt_seeds=[derive_seed(job.config.seed, b.name, p["id"]) for b, p in todo])
+    timing["generate_s"] += time.perf_counter() - t - spent
+
+
+def _write(job: _Job, lm: LoadedModel, done: dict[str, dict], timing: dict, start: float) -> dict:
+    """The summary, the results file and the table of a finished evaluation, and what
+    :func:`evaluate` returns."""
+    t = time.perf_counter()
+    ordered = [done[key] for key in job.every if key in job.keys]
     # an empty shard (fewer chunks than shards) writes an empty part, which merges
-    summary = summarise(ordered, settings["benchmarks"], seed=config.seed) if ordered else empty_summary()
+    summary = summarise(ordered, job.settings["benchmarks"], seed=job.config.seed) if ordered else empty_summary()
     timing["summary_s"] = time.perf_counter() - t
+    settings, part = job.settings, job.part
     results = {"format": FORMAT, "settings": settings,
                "model": {"name": settings["model"], "revision": lm.revision,
                          "device": str(lm.device) if lm.model is not None else "cuda",
-                         "run": source.run},
-               "versions": _versions(), "notes": notes, "summary": summary, "problems": ordered,
-               **({"shard": {"part": part, "keys": every}} if part else {})}
+                         "run": job.source.run},
+               "versions": _versions(), "notes": job.notes, "summary": summary, "problems": ordered,
+               **({"shard": {"part": part, "keys": job.every}} if part else {})}
     t = time.perf_counter()
-    write_json_atomic(out, {**results, "timing": {**timing, "wall_s": time.perf_counter() - start}})
-    text = result_markdown(results)
-    write_atomic(markdown_file, lambda fh: fh.write(text))
+    write_json_atomic(job.out, {**results, "timing": {**timing, "wall_s": time.perf_counter() - start}})
+    table = result_markdown(results)
+    write_atomic(job.markdown_file, lambda fh: fh.write(table))
     timing["write_s"] += time.perf_counter() - t
     timing["wall_s"] = time.perf_counter() - start
-    return {"results": str(out), "samples": str(samples_file), "markdown": str(markdown_file), "summary": summary,
-            "timing": timing, "evaluated": timing["problems"], "found": len(records), "table": text}
+    return {"results": str(job.out), "samples": str(job.samples_file), "markdown": str(job.markdown_file),
+            "summary": summary, "timing": timing, "evaluated": timing["problems"], "found": len(job.records),
+            "table": table}

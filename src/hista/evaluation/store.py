@@ -102,14 +102,29 @@ def read(path: str | os.PathLike) -> tuple[Optional[dict], list[dict]]:
     a first line that is not the settings header, a record that misses a field or repeats a
     key."""
     path = Path(path)
+    if not _exists(path):
+        return None, []
+    lines = _identified_lines(path)
+    return _records(path, lines)
+
+
+def _exists(path: Path) -> bool:
+    """Whether the per-problem file is there; an InputError when it cannot be read or is not a
+    regular file."""
     try:
         info = os.stat(path)
     except FileNotFoundError:
-        return None, []
+        return False
     except OSError as exc:
         raise InputError(f"cannot read the per-problem file ({exc.strerror or exc})", path=str(path)) from None
     if not stat.S_ISREG(info.st_mode):
         raise InputError("is not a regular file", path=str(path))
+    return True
+
+
+def _identified_lines(path: Path) -> list[bytes]:
+    """The file's lines (the last one unterminated, maybe empty), refused when an unterminated
+    first or last line shows that this is not a per-problem file."""
     raw = read_input(path, "per-problem file")
     lines = raw.split(b"\n")
     if len(lines) == 1 and raw and not (raw.startswith(HEADER_START) or HEADER_START.startswith(raw)):
@@ -119,6 +134,11 @@ def read(path: str | os.PathLike) -> tuple[Optional[dict], list[dict]]:
     if len(lines) > 1 and lines[-1] and not lines[-1].startswith(b"{"):
         Where(path, len(lines)).fail("not a JSON record, and it has no newline at its end: is this a hista eval "
                                      "per-problem file?")
+    return lines
+
+
+def _records(path: Path, lines: list[bytes]) -> tuple[Optional[dict], list[dict]]:
+    """The header and the checked problem records of the terminated ``lines``."""
     header, records, seen = None, [], {}
     for number, data in enumerate(lines[:-1], start=1):
         where = Where(path, number)

@@ -337,59 +337,7 @@ def load(name_or_path: str, *, device: Optional[str] = None, dtype: Optional[tor
     None; the ``tiny`` model is built anyway), for an engine that loads the weights itself.
     """
     device = check_device(device) if device is not None else ("cuda" if torch.cuda.is_available() else "cpu")
-    if name_or_path == "tiny":
-        loaded = build_tiny()
-    else:
-        from transformers import AutoModelForCausalLM, AutoTokenizer
-
-        offline, local = False, True
-        if name_or_path == EMBEDDED:
-            source, revision = prepare_embedded(), _embedded_revision()
-        elif Path(name_or_path).exists():
-            source, revision = Path(name_or_path), f"path:{Path(name_or_path).resolve()}"
-            if source.is_dir():
-                check_weights(source, "the model's weights are incomplete: copy or download the model again")
-        elif "/" in name_or_path:
-            source, revision, local = name_or_path, name_or_path, False
-            offline = hub.offline()
-        else:
-            valid = "\n".join(f"  {k:24s} {v}" for k, v in ALIASES.items())
-            raise InputError(
-                f"unknown model '{name_or_path}': not a local path, a Hugging Face id (owner/name) "
-                f"or an alias. Valid aliases:\n{valid}"
-            )
-        from safetensors import SafetensorError
-
-        options = {"local_files_only": True} if offline else {}
-        try:
-            tok = AutoTokenizer.from_pretrained(source, **options)
-            if weights:
-                model = AutoModelForCausalLM.from_pretrained(
-                    source, dtype=dtype or (torch.bfloat16 if torch.device(device).type == "cuda" else torch.float32),
-                    **options,
-                )
-                config = model.config
-            else:
-                from transformers import AutoConfig, GenerationConfig
-
-                model, config = None, AutoConfig.from_pretrained(source, **options)
-                try:
-                    generation = GenerationConfig.from_pretrained(source, **options)
-                except OSError:  # a model without generation_config.json
-                    generation = None
-        except (OSError, ValueError, SafetensorError) as exc:
-            raise _load_error(name_or_path, source, local, offline, exc) from exc
-        except pickle.UnpicklingError as exc:  # a pickled .bin that is not plain weights: torch refuses to run it
-            weights_file = next((str(p) for p in Path(str(source)).glob("*.bin")), str(source)) if local else None
-            raise InputError("holds pickled weights that torch refuses to load with weights_only=True (loading them "
-                             "would run their code); convert the model to safetensors where you trust it "
-                             f"({str(exc).strip().splitlines()[0][:120] if str(exc).strip() else 'UnpicklingError'})",
-                             path=weights_file, field=None if local else "model") from None
-        revision = getattr(config, "_commit_hash", None) or revision
-        if model is not None:
-            model.eval()
-        loaded = LoadedModel(model, tok, name_or_path, str(revision),
-                             generation_config=None if weights else generation)
+    loaded = build_tiny() if name_or_path == "tiny" else _load_pretrained(name_or_path, device, dtype, weights)
     if loaded.tokenizer.pad_token_id is None:
         loaded.tokenizer.pad_token = loaded.tokenizer.eos_token
     if loaded.model is None:
@@ -398,3 +346,69 @@ def load(name_or_path: str, *, device: Optional[str] = None, dtype: Optional[tor
     if dtype is not None:
         loaded.model.to(dtype)
     return loaded
+
+
+def _load_pretrained(name_or_path: str, device: str, dtype: Optional[torch.dtype], weights: bool) -> LoadedModel:
+    """A model that ``from_pretrained`` reads (the embedded one, a local path or a hub id), its
+    failures turned into InputErrors that say what to do."""
+    source, revision, local, offline = _source(name_or_path)
+    from safetensors import SafetensorError
+
+    options = {"local_files_only": True} if offline else {}
+    try:
+        tok, model, config, generation = _from_pretrained(source, options, device, dtype, weights)
+    except (OSError, ValueError, SafetensorError) as exc:
+        raise _load_error(name_or_path, source, local, offline, exc) from exc
+    except pickle.UnpicklingError as exc:  # a pickled .bin that is not plain weights: torch refuses to run it
+        weights_file = next((str(p) for p in Path(str(source)).glob("*.bin")), str(source)) if local else None
+        raise InputError("holds pickled weights that torch refuses to load with weights_only=True (loading them "
+                         "would run their code); convert the model to safetensors where you trust it "
+                         f"({str(exc).strip().splitlines()[0][:120] if str(exc).strip() else 'UnpicklingError'})",
+                         path=weights_file, field=None if local else "model") from None
+    revision = getattr(config, "_commit_hash", None) or revision
+    if model is not None:
+        model.eval()
+    return LoadedModel(model, tok, name_or_path, str(revision), generation_config=generation)
+
+
+def _source(name_or_path: str) -> tuple[Any, str, bool, bool]:
+    """What ``from_pretrained`` reads for ``name_or_path`` and its revision, whether it is local,
+    and whether the hub is offline (a hub id only); an InputError listing the aliases for a
+    name that is none of them."""
+    if name_or_path == EMBEDDED:
+        return prepare_embedded(), _embedded_revision(), True, False
+    if Path(name_or_path).exists():
+        source, revision = Path(name_or_path), f"path:{Path(name_or_path).resolve()}"
+        if source.is_dir():
+            check_weights(source, "the model's weights are incomplete: copy or download the model again")
+        return source, revision, True, False
+    if "/" in name_or_path:
+        return name_or_path, name_or_path, False, hub.offline()
+    valid = "\n".join(f"  {k:24s} {v}" for k, v in ALIASES.items())
+    raise InputError(
+        f"unknown model '{name_or_path}': not a local path, a Hugging Face id (owner/name) "
+        f"or an alias. Valid aliases:\n{valid}"
+    )
+
+
+def _from_pretrained(source: Any, options: dict, device: str, dtype: Optional[torch.dtype],
+                     weights: bool) -> tuple[Any, Any, Any, Any]:
+    """The tokenizer, model, configuration and generation configuration (the last only without
+    ``weights``, the model only with them) that transformers reads from ``source``."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(source, **options)
+    if weights:
+        model = AutoModelForCausalLM.from_pretrained(
+            source, dtype=dtype or (torch.bfloat16 if torch.device(device).type == "cuda" else torch.float32),
+            **options,
+        )
+        return tok, model, model.config, None
+    from transformers import AutoConfig, GenerationConfig
+
+    config = AutoConfig.from_pretrained(source, **options)
+    try:
+        generation = GenerationConfig.from_pretrained(source, **options)
+    except OSError:  # a model without generation_config.json
+        generation = None
+    return tok, None, config, generation

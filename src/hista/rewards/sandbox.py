@@ -693,45 +693,84 @@ def run_judged(judge: str, judge_input: bytes, subject: str, module: str, *, tim
     backend, python, extra = _ensure_backend()
     limits = _limit_args(memory_mb, max_processes, int(math.ceil(timeout_s + 1)), 16)
     judge_dir, subject_dir = _make_workdir(), _make_workdir()
-    to_subject, to_judge = os.pipe(), os.pipe()  # (read, write) each
-    procs: list[subprocess.Popen] = []
-    streams = _Streams(max_output_bytes)
-    timed_out = False
-    start = time.monotonic()
-    deadline = start + float(timeout_s)
+    run = _JudgedRun(backend, python, extra, limits, max_output_bytes, timeout_s)
     try:
         _write_program(subject_dir, module)
-        ends = (to_judge[0], to_subject[1])
-        procs.append(_launch(backend, python, extra, judge_dir,
-                             [python, "-s", "-c", _LIMITS + judge, *limits, *map(str, ends)], judge_input, ends))
-        streams.add(procs[0])
-        if backend != "bwrap":  # the subject could see the judge in /proc before it has read its input
-            timed_out = not streams.read_until(lambda: b"\n" in streams.stdout(procs[0])
-                                               or not streams.open(procs[0]), deadline)
-        if not timed_out and not streams.truncated and streams.open(procs[0]):
-            ends = (to_subject[0], to_judge[1])
-            procs.append(_launch(backend, python, extra, subject_dir,
-                                 [python, "-s", "-c", _LIMITS + subject, *limits, *map(str, ends)], b"", ends))
-            streams.add(procs[1])
-        for fd in (*to_subject, *to_judge):
-            os.close(fd)
-        to_subject = to_judge = ()
-        timed_out = timed_out or not streams.read_until(lambda: not streams.open(procs[0]), deadline)
-        if not timed_out and not streams.truncated:
-            try:
-                procs[0].wait(timeout=max(deadline - time.monotonic(), 0.0))
-            except subprocess.TimeoutExpired:
-                timed_out = True
-        if not timed_out and len(procs) > 1 and procs[0].returncode != 0:  # the subject's own exit status
-            streams.read_until(lambda: not streams.open(procs[1]), min(deadline, time.monotonic() + SUBJECT_GRACE_S))
-            _reap(procs[1], min(deadline, time.monotonic() + SUBJECT_GRACE_S))
+        run.launch(judge_dir, judge, judge_input, (run.to_judge[0], run.to_subject[1]))
+        if run.judge_ready():
+            run.launch(subject_dir, subject, b"", (run.to_subject[0], run.to_judge[1]))
+        run.close_pipes()
+        run.wait()
     finally:
-        streams.sel.close()
-        for fd in (*to_subject, *to_judge):
-            os.close(fd)
-        for proc in procs:
-            _end(proc)
+        run.end()
         _remove_tree(judge_dir)
         _remove_tree(subject_dir)
-    results = [streams.result(proc, timed_out, start, backend) for proc in procs]
-    return results[0], (results[1] if len(results) > 1 else None)
+    return run.results()
+
+
+class _JudgedRun:
+    """The judge and subject processes of one :func:`run_judged` call, the two pipes between
+    them (``to_subject``, ``to_judge``: read and write ends each, until closed here), their
+    streams and the run's deadline."""
+
+    def __init__(self, backend: str, python: str, extra: Sequence[str], limits: list[str], max_output_bytes: int,
+                 timeout_s: float) -> None:
+        self.backend, self.python, self.extra, self.limits = backend, python, extra, limits
+        self.to_subject, self.to_judge = os.pipe(), os.pipe()  # (read, write) each
+        self.procs: list[subprocess.Popen] = []
+        self.streams = _Streams(max_output_bytes)
+        self.timed_out = False
+        self.start = time.monotonic()
+        self.deadline = self.start + float(timeout_s)
+
+    def launch(self, workdir: str, source: str, stdin: bytes, ends: tuple[int, int]) -> None:
+        """Start the program ``source`` in its sandbox, reading the other's messages from
+        ``ends[0]`` and writing its own to ``ends[1]``: the judge first, then the subject."""
+        self.procs.append(_launch(self.backend, self.python, self.extra, workdir,
+                                  [self.python, "-s", "-c", _LIMITS + source, *self.limits, *map(str, ends)],
+                                  stdin, ends))
+        self.streams.add(self.procs[-1])
+
+    def judge_ready(self) -> bool:
+        """Whether the subject may start: the judge runs and has not overflowed its output; in the
+        rlimit-only fallback, once it has printed its first line (the subject could see the judge
+        in /proc before it has read its input)."""
+        judge, streams = self.procs[0], self.streams
+        if self.backend != "bwrap":
+            self.timed_out = not streams.read_until(lambda: b"\n" in streams.stdout(judge) or not streams.open(judge),
+                                                    self.deadline)
+        return not self.timed_out and not streams.truncated and streams.open(judge)
+
+    def close_pipes(self) -> None:
+        """Close this process's ends of the pipes (the sandboxes hold their own)."""
+        for fd in (*self.to_subject, *self.to_judge):
+            os.close(fd)
+        self.to_subject = self.to_judge = ()
+
+    def wait(self) -> None:
+        """Read the streams until the judge's output ends, and let it exit, within the deadline;
+        when the judge failed, give the subject ``SUBJECT_GRACE_S`` to exit by itself, so that
+        its exit status is its own."""
+        judge, streams = self.procs[0], self.streams
+        self.timed_out = self.timed_out or not streams.read_until(lambda: not streams.open(judge), self.deadline)
+        if not self.timed_out and not streams.truncated:
+            try:
+                judge.wait(timeout=max(self.deadline - time.monotonic(), 0.0))
+            except subprocess.TimeoutExpired:
+                self.timed_out = True
+        if not self.timed_out and len(self.procs) > 1 and judge.returncode != 0:  # the subject's own exit status
+            grace = min(self.deadline, time.monotonic() + SUBJECT_GRACE_S)
+            streams.read_until(lambda: not streams.open(self.procs[1]), grace)
+            _reap(self.procs[1], min(self.deadline, time.monotonic() + SUBJECT_GRACE_S))
+
+    def end(self) -> None:
+        """Stop reading, close the pipes still open and kill both process groups."""
+        self.streams.sel.close()
+        self.close_pipes()
+        for proc in self.procs:
+            _end(proc)
+
+    def results(self) -> tuple[SandboxResult, Optional[SandboxResult]]:
+        """The judge's and the subject's outcomes (None when the subject never started)."""
+        results = [self.streams.result(proc, self.timed_out, self.start, self.backend) for proc in self.procs]
+        return results[0], (results[1] if len(results) > 1 else None)

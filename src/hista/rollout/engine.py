@@ -154,6 +154,73 @@ def _sample_batch(model, prefixes: Sequence[Sequence[int]], sources: Sequence[in
     encoded once (left-padded, logits at its last position only), then one token per unfinished
     row per step, finished rows dropped from the batch (and the cache) as they accumulate."""
     device = next(model.parameters()).device
+    batch = _prefill(model, prefixes, sources, max_new_tokens, pad)
+    tokens: list[list[int]] = [[] for _ in batch.alive]
+    logps: list[list[float]] = [[] for _ in batch.alive]
+    stop = torch.tensor(sorted(set(eos)) or [-1], device=device)
+    finished = torch.zeros(len(batch.alive), dtype=torch.bool, device=device)
+    for step in range(max_new_tokens):
+        chosen, chosen_logp = pick(batch.logits, temperature, top_p,
+                                   uniforms([seeds[r] for r in batch.alive], [step] * len(batch.alive), device))
+        for k, (t, lp) in enumerate(zip(chosen[:, 0].tolist(), chosen_logp[:, 0].tolist())):
+            tokens[batch.alive[k]].append(t)
+            logps[batch.alive[k]].append(lp)
+        if step == max_new_tokens - 1:
+            break
+        if not ignore_eos:
+            finished |= torch.isin(chosen[:, 0], stop)
+        done = int(finished.sum())
+        if done == len(batch.alive):
+            break
+        if done and done * 8 >= len(batch.alive):  # drop finished rows once they are an eighth of the batch
+            index = (~finished).nonzero()[:, 0]
+            batch.select(index)
+            chosen, finished = chosen[index], finished[index]
+        batch.step(model, chosen)
+    lengths = [len(row) if ignore_eos else completion_length(row, eos) for row in tokens]
+    return [(row[:k], row_logps[:k]) for row, row_logps, k in zip(tokens, logps, lengths)]
+
+
+class _Batch:
+    """The rows of one :func:`_sample_batch` as they decode: the next-token logits and position of
+    each, their cache (and the prefixes they share, or their attention mask when they share
+    none), and the original row of each batch row."""
+
+    def __init__(self, logits: torch.Tensor, position: torch.Tensor, mask: torch.Tensor, cache, cache_arg: str,
+                 prefix: Optional[prefix_attention.SharedPrefix], alive: list[int]):
+        self.logits, self.position, self.mask, self.cache, self.cache_arg = logits, position, mask, cache, cache_arg
+        self.prefix, self.alive = prefix, alive
+
+    def select(self, index: torch.Tensor) -> None:
+        """Keep the batch rows ``index`` (in order), in the cache too."""
+        self.cache.batch_select_indices(index)
+        self.position = self.position[index]
+        self.alive = [self.alive[k] for k in index.tolist()]
+        if self.prefix is None:
+            self.mask = self.mask[index]
+        else:
+            self.prefix.select(index.tolist())
+
+    def step(self, model, chosen: torch.Tensor) -> None:
+        """Feed the ``chosen`` tokens [B, 1]: the next logits of every row, one position on."""
+        if self.prefix is None:
+            self.mask = torch.cat([self.mask, self.mask.new_ones(len(self.alive), 1)], dim=1)
+            self.logits = model(input_ids=chosen, attention_mask=self.mask, position_ids=self.position,
+                                use_cache=True, logits_to_keep=1,
+                                **{self.cache_arg: self.cache}).logits[:, -1].float()
+        else:
+            self.logits = prefix_attention.decode_step(model, chosen, self.position, self.cache, self.cache_arg,
+                                                       self.prefix)
+        self.position = self.position + 1
+
+
+def _prefill(model, prefixes: Sequence[Sequence[int]], sources: Sequence[int], max_new_tokens: int,
+             pad: int) -> _Batch:
+    """Encode each distinct prefix once (left-padded, logits at its last position only) and
+    give each row its prefix's logits and cache: the encoded prefixes read once by the rows
+    of each (:mod:`hista.rollout.prefix_attention`) when the rows of a prefix are contiguous,
+    else a copy per row."""
+    device = next(model.parameters()).device
     width = max(len(p) for p in prefixes)
     ids = torch.tensor([[pad] * (width - len(p)) + list(p) for p in prefixes], device=device)
     mask = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in prefixes], device=device)
@@ -179,42 +246,7 @@ def _sample_batch(model, prefixes: Sequence[Sequence[int]], sources: Sequence[in
         prefix = None
         cache.batch_select_indices(rows)
         mask = mask[rows]
-    alive = list(range(len(rows)))  # original row of each batch row
-    tokens: list[list[int]] = [[] for _ in alive]
-    logps: list[list[float]] = [[] for _ in alive]
-    stop = torch.tensor(sorted(set(eos)) or [-1], device=device)
-    finished = torch.zeros(len(alive), dtype=torch.bool, device=device)
-    for step in range(max_new_tokens):
-        chosen, chosen_logp = pick(logits, temperature, top_p,
-                                   uniforms([seeds[r] for r in alive], [step] * len(alive), device))
-        for k, (t, lp) in enumerate(zip(chosen[:, 0].tolist(), chosen_logp[:, 0].tolist())):
-            tokens[alive[k]].append(t)
-            logps[alive[k]].append(lp)
-        if step == max_new_tokens - 1:
-            break
-        if not ignore_eos:
-            finished |= torch.isin(chosen[:, 0], stop)
-        done = int(finished.sum())
-        if done == len(alive):
-            break
-        if done and done * 8 >= len(alive):  # drop finished rows once they are an eighth of the batch
-            index = (~finished).nonzero()[:, 0]
-            cache.batch_select_indices(index)
-            chosen, position, finished = chosen[index], position[index], finished[index]
-            alive = [alive[k] for k in index.tolist()]
-            if prefix is None:
-                mask = mask[index]
-            else:
-                prefix.select(index.tolist())
-        if prefix is None:
-            mask = torch.cat([mask, mask.new_ones(len(alive), 1)], dim=1)
-            logits = model(input_ids=chosen, attention_mask=mask, position_ids=position, use_cache=True,
-                           logits_to_keep=1, **{cache_arg: cache}).logits[:, -1].float()
-        else:
-            logits = prefix_attention.decode_step(model, chosen, position, cache, cache_arg, prefix)
-        position = position + 1
-    lengths = [len(row) if ignore_eos else completion_length(row, eos) for row in tokens]
-    return [(row[:k], row_logps[:k]) for row, row_logps, k in zip(tokens, logps, lengths)]
+    return _Batch(logits, position, mask, cache, cache_arg, prefix, list(range(len(rows))))
 
 
 class PosesProblems:

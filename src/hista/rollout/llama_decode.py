@@ -21,7 +21,7 @@ the module stack.
 from __future__ import annotations
 
 import os
-from typing import Callable, Optional, Sequence
+from typing import Callable, NamedTuple, Optional, Sequence
 
 import torch
 
@@ -65,6 +65,31 @@ def supported(model: torch.nn.Module) -> bool:
             and packed.available(model) and prefix_attention.supported(model))
 
 
+class _Ragged(NamedTuple):
+    """The layout of a ragged prefill (:meth:`Decoder.fill`): ``count`` prefixes of at most
+    ``width`` tokens each after the ``lead`` common ones, ``total`` tokens in all; each
+    prefix's first slot, and per token its row of the padded attention, its slot and its
+    position."""
+
+    count: int
+    width: int
+    total: int
+    lead: int
+    first: torch.Tensor
+    padded: torch.Tensor
+    slot: torch.Tensor
+    position: torch.Tensor
+
+
+def _causal_mask(width: int, lead: int, device: torch.device) -> torch.Tensor:
+    """The additive mask [width, lead + width] of a prefill's padded attention: query t of a
+    prefix reads positions up to its own (lead + t)."""
+    span = lead + width
+    keys_at = torch.arange(span, device=device)
+    return torch.zeros(width, span, device=device).masked_fill_(
+        keys_at > (lead + torch.arange(width, device=device)).view(width, 1), float("-inf"))
+
+
 class Decoder:
     """Decode steps of ``model`` (see :func:`supported`) over ``slots`` rows, each holding one
     sequence's keys and values (its prefix, then the tokens it generated) in a buffer of
@@ -104,51 +129,65 @@ class Decoder:
         attending causally to its own positions; ``common``: the per-layer keys and values
         [KV, C, D] of the first C tokens every prefix starts with (:func:`_common`), copied into
         the slots instead of encoded again."""
-        heads, kv_heads, dim = self.heads, self.kv_heads, self.dim
         device, lead = self.lengths.device, common[0][0].shape[1] if common else 0
         sizes = [len(p) - lead for p in prefixes]
-        count, width, total = len(prefixes), max(sizes), sum(sizes)
-        first = torch.tensor([s[0] for s in slots], device=device)
-        # token t of prefix j: slot first[j], position lead + t; padded attention row j * width + t
+        at = self._ragged(sizes, lead, torch.tensor([s[0] for s in slots], device=device))
+        x = self.inner.embed_tokens(torch.tensor([t for p in prefixes for t in list(p)[lead:]], device=device))
+        cos, sin = self.inner.rotary_emb(x, at.position.view(1, -1))
+        rotary = cos.view(at.total, 1, self.dim), sin.view(at.total, 1, self.dim)
+        mask = _causal_mask(at.width, lead, device)
+        for i in range(len(self.layers)):
+            x = self._fill_layer(i, x, at, rotary, mask, common)
+        self._copy_to_samples(slots, [lead + size for size in sizes])
+        last = torch.tensor(sizes, device=device).cumsum(0) - 1
+        return self.head(self.inner.norm(x.index_select(0, last))).float()
+
+    def _ragged(self, sizes: list[int], lead: int, first: torch.Tensor) -> _Ragged:
+        """Where each token of a ragged prefill goes: token t of prefix j (``sizes[j]`` tokens
+        after the ``lead`` common ones) into slot ``first[j]`` at position lead + t, and row
+        j * width + t of the padded attention."""
+        device = self.lengths.device
+        count, width, total = len(sizes), max(sizes), sum(sizes)
         which = torch.repeat_interleave(torch.arange(count, device=device), torch.tensor(sizes, device=device))
         offset = torch.arange(total, device=device) - torch.tensor([0] + sizes[:-1], device=device).cumsum(0)[which]
-        padded = which * width + offset
-        slot, position = first[which], offset + lead
-        x = self.inner.embed_tokens(torch.tensor([t for p in prefixes for t in list(p)[lead:]], device=device))
-        cos, sin = self.inner.rotary_emb(x, position.view(1, -1))
-        cos, sin = cos.view(total, 1, dim), sin.view(total, 1, dim)
-        half, span = dim // 2, lead + width
-        keys_at = torch.arange(span, device=device)
-        # query t of prefix j reads positions up to its own
-        mask = torch.zeros(width, span, device=device).masked_fill_(
-            keys_at > (lead + torch.arange(width, device=device)).view(width, 1), float("-inf"))
-        for i, (norm, qkv_proj, o_proj, scale, mlp_norm, gate_up, size, act, down) in enumerate(self.layers):
-            qkv = qkv_proj(norm(x))
-            qk = qkv[:, : (heads + kv_heads) * dim].view(total, heads + kv_heads, dim)
-            qk = qk * cos + torch.cat((-qk[..., half:], qk[..., :half]), dim=-1) * sin
-            if common:
-                self.keys[i][first, :, :lead] = common[0][i]
-                self.values[i][first, :, :lead] = common[1][i]
-            self.keys[i][slot, :, position] = qk[:, heads:]
-            self.values[i][slot, :, position] = qkv[:, (heads + kv_heads) * dim :].view(total, kv_heads, dim)
-            query = qk.new_zeros(count * width, heads, dim).index_copy_(0, padded, qk[:, :heads])
-            query = query.view(count, width, kv_heads, heads // kv_heads, dim).permute(0, 2, 3, 1, 4)
-            keys, values = self.keys[i][first, :, :span].unsqueeze(2), self.values[i][first, :, :span].unsqueeze(2)
-            scores = torch.matmul(query, keys.transpose(-1, -2)).mul_(scale).add_(mask)
-            out = torch.matmul(scores.softmax(dim=-1), values)
-            out = out.permute(0, 3, 1, 2, 4).reshape(count * width, heads * dim).index_select(0, padded)
-            x = x + o_proj(out)
-            hidden = gate_up(mlp_norm(x))
-            x = x + down(act(hidden[:, :size]) * hidden[:, size:])
-        for j, targets in enumerate(slots):
-            length = lead + sizes[j]
+        return _Ragged(count, width, total, lead, first, which * width + offset, first[which], offset + lead)
+
+    def _fill_layer(self, i: int, x: torch.Tensor, at: _Ragged, rotary: tuple[torch.Tensor, torch.Tensor],
+                    mask: torch.Tensor, common: Optional[tuple[list[torch.Tensor], list[torch.Tensor]]]
+                    ) -> torch.Tensor:
+        """Layer ``i`` of a ragged prefill: its keys and values stored in the slots (the common
+        ones copied), each prefix's queries attending to its own positions; returns the residual
+        stream after the layer."""
+        norm, qkv_proj, o_proj, scale, mlp_norm, gate_up, size, act, down = self.layers[i]
+        heads, kv_heads, dim = self.heads, self.kv_heads, self.dim
+        (cos, sin), half, span, lead, first = rotary, dim // 2, at.lead + at.width, at.lead, at.first
+        qkv = qkv_proj(norm(x))
+        qk = qkv[:, : (heads + kv_heads) * dim].view(at.total, heads + kv_heads, dim)
+        qk = qk * cos + torch.cat((-qk[..., half:], qk[..., :half]), dim=-1) * sin
+        if common:
+            self.keys[i][first, :, :lead] = common[0][i]
+            self.values[i][first, :, :lead] = common[1][i]
+        self.keys[i][at.slot, :, at.position] = qk[:, heads:]
+        self.values[i][at.slot, :, at.position] = qkv[:, (heads + kv_heads) * dim :].view(at.total, kv_heads, dim)
+        query = qk.new_zeros(at.count * at.width, heads, dim).index_copy_(0, at.padded, qk[:, :heads])
+        query = query.view(at.count, at.width, kv_heads, heads // kv_heads, dim).permute(0, 2, 3, 1, 4)
+        keys, values = self.keys[i][first, :, :span].unsqueeze(2), self.values[i][first, :, :span].unsqueeze(2)
+        scores = torch.matmul(query, keys.transpose(-1, -2)).mul_(scale).add_(mask)
+        out = torch.matmul(scores.softmax(dim=-1), values)
+        out = out.permute(0, 3, 1, 2, 4).reshape(at.count * at.width, heads * dim).index_select(0, at.padded)
+        x = x + o_proj(out)
+        hidden = gate_up(mlp_norm(x))
+        return x + down(act(hidden[:, :size]) * hidden[:, size:])
+
+    def _copy_to_samples(self, slots: Sequence[Sequence[int]], lengths: list[int]) -> None:
+        """Copy each prefix's encoded positions from its first slot to its other slots (the
+        samples of one prompt) and set every filled slot's length."""
+        for targets, length in zip(slots, lengths):
             if len(targets) > 1:  # the samples of one prompt: copies of its first slot
-                others = torch.tensor(targets[1:], device=device)
+                others = torch.tensor(targets[1:], device=self.lengths.device)
                 for held in self._held(length):
                     held[others] = held[targets[0]]
             self.lengths[list(targets)] = length
-        last = torch.tensor(sizes, device=device).cumsum(0) - 1
-        return self.head(self.inner.norm(x.index_select(0, last))).float()
 
     def _held(self, span: int) -> list[torch.Tensor]:
         """The first ``span`` positions of every slot's keys and values, per layer (keys, then
@@ -270,88 +309,128 @@ def sample(model: torch.nn.Module, prefixes: Sequence[Sequence[int]], sources: S
     come from its own uniforms (:func:`hista.rollout.sampling.uniforms` of ``seeds[r]``), so they
     do not depend on which rows it decodes beside or in which slot. ``done`` hears of the rows
     finishing at one step in input order."""
-    device = next(model.parameters()).device
-    slots = min(batch_size, len(sources))
-    decoder = Decoder(model, slots, max(len(p) for p in prefixes) + max_new_tokens)
+    rows = _Slots(model, prefixes, sources, seeds, batch_size, max_new_tokens)
     stop = set(eos)
-    row_of = [-1] * slots  # the row each slot decodes (-1: free)
-    waiting = list(range(len(sources)))[::-1]  # rows not started yet, the next one last
-    tokens: list[list[int]] = [[] for _ in sources]
-    logps: list[list[float]] = [[] for _ in sources]
-    out: list[Optional[tuple[list[int], list[float]]]] = [None] * len(sources)
-    logits = torch.zeros(slots, model.config.vocab_size, device=device)
+    rows.start()
+    while True:
+        busy = [s for s in range(rows.slots) if rows.row_of[s] >= 0]
+        if not busy:
+            break
+        feed, active, finished = rows.advance(busy, temperature, top_p, stop, eos, ignore_eos)
+        for row in sorted(finished) if done else ():  # rows finishing together: in input order, whatever their slots
+            done(row, *rows.out[row])
+        free = [s for s in range(rows.slots) if rows.row_of[s] < 0]
+        if any(active):
+            if not rows.waiting and len(free) * 8 >= rows.slots:  # no row waits: drop the finished ones
+                feed, active = rows.drop_finished(feed, active)
+                free = []
+            # the next logits of every slot: stale for a free slot until a row starts there
+            rows.logits = rows.decoder.step(feed, torch.tensor(active, device=rows.device))
+        if rows.waiting and free and (len(free) * 8 >= rows.slots or not any(active)):
+            rows.start()
+    return rows.out
 
-    common = _common(decoder, prefixes) if len(prefixes) > 1 else None
 
-    def start() -> None:
-        # the rows running move to the first slots, longest first (each keeps its place when the
-        # order already holds), and the new rows follow, longest prompts first, so that a run of
-        # neighbouring slots holds rows of similar lengths (Decoder.chunks)
-        busy = [s for s in range(slots) if row_of[s] >= 0]
-        lengths = decoder.lengths.tolist()
+class _Slots:
+    """The rows of one :func:`sample` call and the :class:`Decoder` slots they decode in: the row
+    each slot decodes (-1: free), the rows waiting, each row's tokens and log-probs so far, the
+    finished rows' completions and the next-token logits of every slot."""
+
+    def __init__(self, model: torch.nn.Module, prefixes: Sequence[Sequence[int]], sources: Sequence[int],
+                 seeds: Sequence[int], batch_size: int, max_new_tokens: int):
+        self.device = next(model.parameters()).device
+        self.prefixes, self.sources, self.seeds, self.max_new_tokens = prefixes, sources, seeds, max_new_tokens
+        self.slots = min(batch_size, len(sources))
+        self.decoder = Decoder(model, self.slots, max(len(p) for p in prefixes) + max_new_tokens)
+        self.row_of = [-1] * self.slots  # the row each slot decodes (-1: free)
+        self.waiting = list(range(len(sources)))[::-1]  # rows not started yet, the next one last
+        self.tokens: list[list[int]] = [[] for _ in sources]
+        self.logps: list[list[float]] = [[] for _ in sources]
+        self.out: list[Optional[tuple[list[int], list[float]]]] = [None] * len(sources)
+        self.logits = torch.zeros(self.slots, model.config.vocab_size, device=self.device)
+        self.common = _common(self.decoder, prefixes) if len(prefixes) > 1 else None
+
+    def start(self) -> None:
+        """Refill the free slots with waiting rows: the rows running move to the first slots,
+        longest first, and the new rows follow, their prefixes encoded."""
+        running = self._keep_longest_first()
+        slots_of = self._take_waiting(running)
+        self._prefill(slots_of)
+
+    def _keep_longest_first(self) -> int:
+        """Move the rows running to the first slots, longest first (each keeps its place when the
+        order already holds), so that a run of neighbouring slots holds rows of similar lengths
+        (:meth:`Decoder.chunks`); returns how many run."""
+        busy = [s for s in range(self.slots) if self.row_of[s] >= 0]
+        lengths = self.decoder.lengths.tolist()
         order = sorted(busy, key=lambda s: -lengths[s])
         kept = next((k for k, s in enumerate(order) if s != k), len(order))
         if kept < len(order):
-            decoder.move(order[kept:], kept)
-            logits[kept : len(order)] = logits[torch.tensor(order[kept:], device=device)]
-            row_of[kept : len(order)] = [row_of[s] for s in order[kept:]]
-        row_of[len(order) :] = [-1] * (slots - len(order))
+            self.decoder.move(order[kept:], kept)
+            self.logits[kept : len(order)] = self.logits[torch.tensor(order[kept:], device=self.device)]
+            self.row_of[kept : len(order)] = [self.row_of[s] for s in order[kept:]]
+        self.row_of[len(order) :] = [-1] * (self.slots - len(order))
+        return len(order)
+
+    def _take_waiting(self, running: int) -> dict[int, list[int]]:
+        """Start waiting rows in the slots after the ``running`` ones, in order, the rows of each
+        distinct prefix together, longest prefixes first; returns each prefix's slots."""
         rows_of: dict[int, list[int]] = {}  # each distinct prefix of the refill: its rows
-        for _ in range(min(slots - len(order), len(waiting))):
-            row = waiting.pop()
-            rows_of.setdefault(sources[row], []).append(row)
+        for _ in range(min(self.slots - running, len(self.waiting))):
+            row = self.waiting.pop()
+            rows_of.setdefault(self.sources[row], []).append(row)
         slots_of: dict[int, list[int]] = {}  # and the slots they take, longest prefixes first
-        slot = len(order)
-        for p in sorted(rows_of, key=lambda p: -len(prefixes[p])):
+        slot = running
+        for p in sorted(rows_of, key=lambda p: -len(self.prefixes[p])):
             slots_of[p] = list(range(slot, slot + len(rows_of[p])))
-            row_of[slot : slot + len(rows_of[p])] = rows_of[p]
+            self.row_of[slot : slot + len(rows_of[p])] = rows_of[p]
             slot += len(rows_of[p])
-        decoder.lengths[slot:] = 0  # free slots: no positions to read
-        used = sorted(slots_of, key=lambda p: len(prefixes[p]))
+        self.decoder.lengths[slot:] = 0  # free slots: no positions to read
+        return slots_of
+
+    def _prefill(self, slots_of: dict[int, list[int]]) -> None:
+        """Encode each new prefix into its slots, :data:`PREFILL_PREFIXES` at a time, shortest
+        first, keeping their next-token logits."""
+        used = sorted(slots_of, key=lambda p: len(self.prefixes[p]))
         for first in range(0, len(used), PREFILL_PREFIXES):  # prefixes of similar lengths together: little padding
             part = used[first : first + PREFILL_PREFIXES]
-            next_logits = decoder.fill([prefixes[p] for p in part], [slots_of[p] for p in part], common)
+            next_logits = self.decoder.fill([self.prefixes[p] for p in part], [slots_of[p] for p in part], self.common)
             for k, p in enumerate(part):
-                logits[slots_of[p]] = next_logits[k]
+                self.logits[slots_of[p]] = next_logits[k]
 
-    start()
-    while True:
-        busy = [s for s in range(slots) if row_of[s] >= 0]
-        if not busy:
-            break
+    def advance(self, busy: list[int], temperature: float, top_p: float, stop: set[int], eos: Sequence[int],
+                ignore_eos: bool) -> tuple[torch.Tensor, list[bool], list[int]]:
+        """Draw the next token of every ``busy`` slot's row from its own uniforms; a row that ends
+        (EOS or the cap) keeps its completion and frees its slot. Returns the tokens to feed
+        [slots, 1], which slots decode on, and the rows that finished."""
         # every slot's token (a free slot's row of logits is stale and its token unused): cheaper
         # than gathering the busy rows' logits
-        chosen, chosen_logp = pick(logits, temperature, top_p,
-                                   uniforms([seeds[r] if r >= 0 else 0 for r in row_of],
-                                            [len(tokens[r]) if r >= 0 else 0 for r in row_of], device))
-        feed, active, ended, finished = chosen, [False] * slots, [], []
+        chosen, chosen_logp = pick(self.logits, temperature, top_p,
+                                   uniforms([self.seeds[r] if r >= 0 else 0 for r in self.row_of],
+                                            [len(self.tokens[r]) if r >= 0 else 0 for r in self.row_of], self.device))
+        active, ended, finished = [False] * self.slots, [], []
         picked, picked_logp = chosen[:, 0].tolist(), chosen_logp[:, 0].tolist()
         for slot in busy:
-            row, t = row_of[slot], picked[slot]
-            tokens[row].append(t)
-            logps[row].append(picked_logp[slot])
-            if len(tokens[row]) == max_new_tokens or (t in stop and not ignore_eos):
-                k = len(tokens[row]) if ignore_eos else completion_length(tokens[row], eos)
-                out[row] = (tokens[row][:k], logps[row][:k])
-                row_of[slot] = -1
+            row, t = self.row_of[slot], picked[slot]
+            self.tokens[row].append(t)
+            self.logps[row].append(picked_logp[slot])
+            if len(self.tokens[row]) == self.max_new_tokens or (t in stop and not ignore_eos):
+                k = len(self.tokens[row]) if ignore_eos else completion_length(self.tokens[row], eos)
+                self.out[row] = (self.tokens[row][:k], self.logps[row][:k])
+                self.row_of[slot] = -1
                 ended.append(slot)
                 finished.append(row)
             else:
                 active[slot] = True
         if ended:
-            decoder.lengths[ended] = 0  # a free slot: no positions to read
-        for row in sorted(finished) if done else ():  # rows finishing together: in input order, whatever their slots
-            done(row, *out[row])
-        free = [s for s in range(slots) if row_of[s] < 0]
-        if any(active):
-            if not waiting and len(free) * 8 >= slots:  # no row waits: drop the finished ones
-                keep = [s for s in range(slots) if row_of[s] >= 0]
-                index = torch.tensor(keep, device=device)
-                decoder.select(index)
-                feed, active = feed[index], [active[s] for s in keep]
-                row_of, slots, free = [row_of[s] for s in keep], len(keep), []
-            # the next logits of every slot: stale for a free slot until a row starts there
-            logits = decoder.step(feed, torch.tensor(active, device=device))
-        if waiting and free and (len(free) * 8 >= slots or not any(active)):
-            start()
-    return out
+            self.decoder.lengths[ended] = 0  # a free slot: no positions to read
+        return chosen, active, finished
+
+    def drop_finished(self, feed: torch.Tensor, active: list[bool]) -> tuple[torch.Tensor, list[bool]]:
+        """Keep only the slots whose rows run (once no row waits for a slot); returns their tokens
+        to feed and which are active."""
+        keep = [s for s in range(self.slots) if self.row_of[s] >= 0]
+        index = torch.tensor(keep, device=self.device)
+        self.decoder.select(index)
+        self.row_of, self.slots = [self.row_of[s] for s in keep], len(keep)
+        return feed[index], [active[s] for s in keep]

@@ -219,47 +219,57 @@ def load(spec: str, query: str, n: Optional[int] = None, seed: int = 0,
     n = check_count(n, DEFAULT_N)
     seed = check_seed(seed)
     split = canonical_split(split)
-    steps, max_value, ops, style = opts["steps"], opts["max_value"], opts["ops"], opts["style"]
-    code = "".join(_OP_CODE[o] for o in ops)
-    explain = opts["explain"] == "yes"
+    return generate(spec, _id_prefix(opts, seed), split, n, lambda rng: _problem(rng, opts),
+                    verifier="math" if opts["parts"] == 1 else "math-parts", field=FIELD)
+
+
+def _id_prefix(opts: dict, seed: int) -> str:
+    """The ids' prefix: every option that changes the problems, and the seed."""
+    code = "".join(_OP_CODE[o] for o in opts["ops"])
+    explain, parts = opts["explain"] == "yes", opts["parts"]
+    return (f"arith-s{opts['steps']}-m{opts['max_value']}-{code}-{opts['style']}{'-explain' if explain else ''}"
+            f"{f'-p{parts}' if parts > 1 else ''}-seed{seed}")
+
+
+def _problem(rng: random.Random, opts: dict) -> Optional[tuple[str, str, dict]]:
+    """One draw of a problem (text, answer, meta): a single part, or the numbered list of
+    ``parts`` parts; None when a part's draw was infeasible."""
     parts = opts["parts"]
-    prefix = (f"arith-s{steps}-m{max_value}-{code}-{style}{'-explain' if explain else ''}"
-              f"{f'-p{parts}' if parts > 1 else ''}-seed{seed}")
+    drawn = [_part(rng, opts) for _ in range(parts)]
+    if any(d is None for d in drawn):
+        return None
+    if parts == 1:
+        text, answer, meta = drawn[0]
+    else:
+        listed = " ".join(f"({k}) {d[0]}" for k, d in enumerate(drawn, start=1))
+        text = f"{PARTS_TEXT.format(n=parts)} {listed}"
+        answer = "; ".join(d[1] for d in drawn)
+        meta = {"parts": [d[2] for d in drawn]}
+    return text + (EXPLAIN_TEXT if opts["explain"] == "yes" else ""), answer, meta
 
-    def one(rng: random.Random):
-        drawn = _draw_numbers(rng, steps, max_value, ops)
-        if drawn is None:
-            return None
-        start, seq, operands, inter = drawn
-        if style == "plain":
-            text = _plain_text(start, seq, operands)
-        elif style == "expr":
-            text = _expr_text(start, seq, operands)
-        else:
-            text = _word_text(rng, start, seq, operands)
-        meta = {
-            "steps": steps,
-            "style": style,
-            "max_value": max_value,
-            "start": start,
-            "ops": seq,
-            "operands": operands,
-            "intermediates": inter,
-            "solution": _solution(start, seq, operands, inter),
-        }
-        return text, str(inter[-1]), meta
 
-    def make(rng: random.Random):
-        drawn = [one(rng) for _ in range(parts)]
-        if any(d is None for d in drawn):
-            return None
-        if parts == 1:
-            text, answer, meta = drawn[0]
-        else:
-            listed = " ".join(f"({k}) {d[0]}" for k, d in enumerate(drawn, start=1))
-            text = f"{PARTS_TEXT.format(n=parts)} {listed}"
-            answer = "; ".join(d[1] for d in drawn)
-            meta = {"parts": [d[2] for d in drawn]}
-        return text + (EXPLAIN_TEXT if explain else ""), answer, meta
-
-    return generate(spec, prefix, split, n, make, verifier="math" if parts == 1 else "math-parts", field=FIELD)
+def _part(rng: random.Random, opts: dict) -> Optional[tuple[str, str, dict]]:
+    """One arithmetic problem (text in the option's style, answer, meta); None when the numbers
+    drawn cannot stay within the options."""
+    steps, max_value, ops, style = opts["steps"], opts["max_value"], opts["ops"], opts["style"]
+    drawn = _draw_numbers(rng, steps, max_value, ops)
+    if drawn is None:
+        return None
+    start, seq, operands, inter = drawn
+    if style == "plain":
+        text = _plain_text(start, seq, operands)
+    elif style == "expr":
+        text = _expr_text(start, seq, operands)
+    else:
+        text = _word_text(rng, start, seq, operands)
+    meta = {
+        "steps": steps,
+        "style": style,
+        "max_value": max_value,
+        "start": start,
+        "ops": seq,
+        "operands": operands,
+        "intermediates": inter,
+        "solution": _solution(start, seq, operands, inter),
+    }
+    return text, str(inter[-1]), meta

@@ -306,27 +306,66 @@ def read(rest: str, n: Optional[int] = None, split: str = "test") -> list[dict]:
     split (MATH-500: test, DAPO-Math-17k and OpenR1-Math-220k: train) uses it.  Ids are
     ``<short name>-<split>-<row>``.
     """
+    source = _resolve(rest, split)
+    rows = _load(source)
+    records: list[dict] = []
+    seen: set[str] = set()
+    for i, row in _numbered(rows, source.spec):
+        if n is not None and len(records) >= n:
+            break
+        mapped = _map(source, i, row)
+        if mapped is None:
+            continue
+        problem, answer, field, meta, verifier = (*mapped, "math")[:5]  # a code mapping names its verifier
+        if source.known is not None and source.known.dedupe:
+            if problem in seen:
+                continue
+            seen.add(problem)
+        meta = {"source": f"hf:{source.hub_name}", "split": source.split, "row": i, **meta}
+        records.append({"id": f"{source.short}-{source.split}-{i:05d}", "problem": problem,
+                        "answer": answer, "verifier": verifier, "field": field, "meta": meta})
+    return records
+
+
+@dataclass(frozen=True)
+class _Source:
+    """What one ``hf:`` spec reads: the dataset on the hub (its dedicated entry, when known), its
+    config and split, the short name of its ids and its row mapping."""
+
+    spec: str
+    known: Optional[HFDataset]
+    hub_name: str
+    short: str
+    config: Optional[str]
+    split: str
+    mapper: Callable[[dict], Optional[tuple]]
+
+
+def _resolve(rest: str, split: str) -> _Source:
+    """The dataset, config and split that ``hf:REST`` names, ``split`` unless the spec gives one
+    or the known dataset has a single split."""
     name, config, spec_split = parse_spec(rest)
     known = BY_NAME.get(name.lower())
-    if known is not None:
-        hub_name, short, mapper = known.name, known.short, known.mapper
-        config = config or known.config
-        if spec_split:
-            use_split = spec_split
-        elif split in known.splits or len(known.splits) != 1:
-            use_split = split
-        else:
-            use_split = known.splits[0]
-    else:
-        hub_name, mapper = name, _generic
+    if known is None:
         short = re.sub(r"[^A-Za-z0-9._-]+", "-", name.split("/")[-1]).lower()
-        use_split = spec_split or split
-    spec = f"hf:{rest}"
+        return _Source(f"hf:{rest}", None, name, short, config, spec_split or split, _generic)
+    if spec_split:
+        use_split = spec_split
+    elif split in known.splits or len(known.splits) != 1:
+        use_split = split
+    else:
+        use_split = known.splits[0]
+    return _Source(f"hf:{rest}", known, known.name, known.short, config or known.config, use_split, known.mapper)
+
+
+def _load(source: _Source) -> Iterable[dict]:
+    """The rows of the split, any failure to load them an InputError that names the spec and
+    says what to do."""
     try:
-        rows = load_rows(hub_name, config, use_split)
+        return load_rows(source.hub_name, source.config, source.split)
     except HubUnreachable as exc:
         raise InputError(
-            f"{spec}: could not reach the Hugging Face Hub ({hub.endpoint()}) and {hub_name!r} "
+            f"{source.spec}: could not reach the Hugging Face Hub ({hub.endpoint()}) and {source.hub_name!r} "
             f"is not in the local cache ({exc}). Run where the hub is reachable (once, to fill "
             f"the cache), or export the problems to a file and use jsonl:PATH.",
             field="spec") from None
@@ -334,42 +373,34 @@ def read(rest: str, n: Optional[int] = None, split: str = "test") -> list[dict]:
         raise
     except Exception as exc:  # noqa: BLE001
         kind = type(exc).__name__
-        hint = "" if known else " Supported datasets: " + "; ".join(supported()) + "."
-        raise InputError(f"{spec}: could not load {hub_name!r} (config {config!r}, split "
-                         f"{use_split!r}): {kind}: {exc}.{hint}", field="spec") from None
-    records: list[dict] = []
-    seen: set[str] = set()
-    for i, row in _numbered(rows, spec):
-        if n is not None and len(records) >= n:
-            break
-        try:
-            mapped = mapper(row)
-        except InputError as exc:  # a row the mapping refuses (a code problem without tests)
-            raise InputError(f"{spec}: row {i}: {exc.message}", field=exc.field) from None
-        except KeyError as exc:
-            if known is None and i == 0:
-                raise InputError(
-                    f"{spec}: no mapping for {hub_name!r}: it needs a problem or question "
-                    f"column and an answer column (missing {exc}). Supported datasets: "
-                    + "; ".join(supported()), field="spec") from None
-            raise InputError(f"{spec}: row {i} lacks column {exc}", field=str(exc)) from None
-        if mapped is None:
-            if known is None and i == 0 and not (
-                    ("problem" in row or "question" in row) and "answer" in row):
-                raise InputError(
-                    f"{spec}: no mapping for {hub_name!r}: it needs a problem or question "
-                    f"column and an answer column (columns: {', '.join(map(str, row))}). "
-                    "Supported datasets: " + "; ".join(supported()), field="spec")
-            continue
-        problem, answer, field, meta, verifier = (*mapped, "math")[:5]  # a code mapping names its verifier
-        if known is not None and known.dedupe:
-            if problem in seen:
-                continue
-            seen.add(problem)
-        meta = {"source": f"hf:{hub_name}", "split": use_split, "row": i, **meta}
-        records.append({"id": f"{short}-{use_split}-{i:05d}", "problem": problem,
-                        "answer": answer, "verifier": verifier, "field": field, "meta": meta})
-    return records
+        hint = "" if source.known else " Supported datasets: " + "; ".join(supported()) + "."
+        raise InputError(f"{source.spec}: could not load {source.hub_name!r} (config {source.config!r}, split "
+                         f"{source.split!r}): {kind}: {exc}.{hint}", field="spec") from None
+
+
+def _map(source: _Source, i: int, row: dict) -> Optional[tuple]:
+    """Row ``i`` through the dataset's mapping; None for a row it skips. An InputError names the
+    row that the mapping refuses or that lacks a column, or, at the first row of an unknown
+    dataset, the columns a generic mapping needs."""
+    spec, hub_name, known = source.spec, source.hub_name, source.known
+    try:
+        mapped = source.mapper(row)
+    except InputError as exc:  # a row the mapping refuses (a code problem without tests)
+        raise InputError(f"{spec}: row {i}: {exc.message}", field=exc.field) from None
+    except KeyError as exc:
+        if known is None and i == 0:
+            raise InputError(
+                f"{spec}: no mapping for {hub_name!r}: it needs a problem or question "
+                f"column and an answer column (missing {exc}). Supported datasets: "
+                + "; ".join(supported()), field="spec") from None
+        raise InputError(f"{spec}: row {i} lacks column {exc}", field=str(exc)) from None
+    if mapped is None and known is None and i == 0 and not (
+            ("problem" in row or "question" in row) and "answer" in row):
+        raise InputError(
+            f"{spec}: no mapping for {hub_name!r}: it needs a problem or question "
+            f"column and an answer column (columns: {', '.join(map(str, row))}). "
+            "Supported datasets: " + "; ".join(supported()), field="spec")
+    return mapped
 
 
 @register("hf")
