@@ -21,14 +21,14 @@ from typing import Mapping, Sequence
 
 import numpy as np
 
+from ..bootstrap import resampled_means
+
 __all__ = ["LEVEL", "N_BOOT", "bootstrap", "mean_interval", "pass_at_k", "problem_score"]
 
 #: Bootstrap resamples of every interval.
 N_BOOT = 2000
 #: Two-sided level of every interval.
 LEVEL = 0.95
-# Resampled indices are drawn in chunks of at most this many, to bound memory.
-_CHUNK_ELEMENTS = 1 << 20
 
 
 def pass_at_k(n: int, c: int, k: int) -> float:
@@ -93,11 +93,7 @@ def bootstrap(scores: Mapping[str, Sequence[float]], categories: Mapping[str, st
         if x.size == 0:
             raise ValueError(f"benchmark {name!r} has no problems")
         means[name] = float(x.mean())
-        draws[name] = np.empty(n_boot, dtype=np.float64)
-        rows = max(1, _CHUNK_ELEMENTS // x.size)
-        for start in range(0, n_boot, rows):
-            stop = min(n_boot, start + rows)
-            draws[name][start:stop] = x[rng.integers(0, x.size, size=(stop - start, x.size))].mean(axis=1)
+        draws[name] = resampled_means(x, n_boot, rng)
     groups: dict[str, list[str]] = {}
     for name in scores:
         groups.setdefault(categories[name], []).append(name)

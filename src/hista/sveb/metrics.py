@@ -19,6 +19,7 @@ from typing import Any, Hashable, Iterator, Mapping, Sequence
 
 import numpy as np
 
+from ..bootstrap import resampled_means
 from .cases import problem_of
 
 __all__ = ["mcs_error", "bootstrap_ci", "pearson", "case_problems", "resampling", "summarise", "value_of",
@@ -26,9 +27,6 @@ __all__ = ["mcs_error", "bootstrap_ci", "pearson", "case_problems", "resampling"
 
 #: Largest number of terms ``mcs_error`` will sum for non-binary rewards before refusing.
 MAX_MCS_TERMS = 1_000_000
-
-# Resampling is done in chunks of at most this many drawn indices, to bound memory.
-_BOOT_CHUNK_ELEMENTS = 1 << 20
 
 
 # --------------------------------------------------------------------------------------------
@@ -195,21 +193,12 @@ def _cluster_numbers(clusters: Sequence[Hashable] | None, keep: np.ndarray) -> l
 
 
 def _resampled_means(x: np.ndarray, which: list[int] | None, n_boot: int, seed: int) -> np.ndarray:
-    """The statistic of ``n_boot`` resamples drawn from ``numpy.random.default_rng(seed)`` (SPEC §8):
-    the mean of ``x`` over k cases drawn with replacement, or, with clusters ``which``, the sum of
-    the k drawn clusters' sums over the sum of their sizes; drawn in chunks to bound memory."""
-    clustered = which is not None
-    if clustered:
-        sums, sizes = np.bincount(which, weights=x), np.bincount(which)
-    k = sums.size if clustered else x.size
+    """The means of ``n_boot`` resamples from ``numpy.random.default_rng(seed)`` (SPEC §8): of the
+    cases, or, with clusters ``which``, of whole clusters."""
     rng = np.random.default_rng(seed)
-    means = np.empty(n_boot, dtype=np.float64)
-    rows = max(1, _BOOT_CHUNK_ELEMENTS // k)
-    for start in range(0, n_boot, rows):
-        stop = min(n_boot, start + rows)
-        idx = rng.integers(0, k, size=(stop - start, k))
-        means[start:stop] = sums[idx].sum(axis=1) / sizes[idx].sum(axis=1) if clustered else x[idx].mean(axis=1)
-    return means
+    if which is None:
+        return resampled_means(x, n_boot, rng)
+    return resampled_means(np.bincount(which, weights=x), n_boot, rng, sizes=np.bincount(which))
 
 
 def pearson(x: Sequence[float], y: Sequence[float]) -> float:
