@@ -436,10 +436,22 @@ def check_critic(folder: Path, critic: Any) -> tuple[dict[str, torch.Tensor], di
 
     Anything else is an InputError naming the file and field. Reads only: every tensor is read
     on the CPU (the optimiser's file whole in memory)."""
-    from ..critic.model import BACKBONE, CONFIG, HEAD, TRAINED, check_folder
-    from ..critic.online import OPTIMIZER
+    from ..critic.model import check_folder
 
     folder = Path(folder)
+    _check_critic_files(folder)
+    info = check_folder(folder, fix=_CRITIC_FIX)
+    full = _check_critic_record(folder, info, critic.model)
+    state = _read_critic_optimizer(folder, critic)
+    backbone, head = _read_critic_weights(folder, critic.model, full)
+    return backbone, head, state
+
+
+def _check_critic_files(folder: Path) -> None:
+    """That the critic's folder, its record and its backbone's weight files are there as regular
+    files, before :func:`hista.critic.model.check_folder` opens them (a FIFO would block)."""
+    from ..critic.model import BACKBONE, CONFIG
+
     if not folder.is_dir():
         what = "is not a folder" if folder.exists() or folder.is_symlink() else "does not exist"
         raise InputError(f"the critic's state of the checkpoint {what} (a run with the critic estimator writes it "
@@ -448,8 +460,13 @@ def check_critic(folder: Path, critic: Any) -> tuple[dict[str, torch.Tensor], di
     for file in sorted((folder / BACKBONE).glob("*.safetensors")):  # check_folder opens them (a FIFO would block)
         if not file.is_file():
             raise InputError(f"is not a regular file; {_CRITIC_FIX}", path=str(file))
-    info = check_folder(folder, fix=_CRITIC_FIX)
-    model = critic.model
+
+
+def _check_critic_record(folder: Path, info: dict, model: Any) -> bool:
+    """That the critic's record (``info``) has this run's critic's sizes and, for frozen layers
+    not saved, its backbone; returns whether the whole backbone is saved."""
+    from ..critic.model import BACKBONE, CONFIG
+
     record = str(folder / CONFIG)
     for key, value, what in (("hidden_size", model.head.in_features, "the policy's hidden size"),
                              ("num_layers", model.num_layers, "the policy's decoder layers"),
@@ -461,13 +478,29 @@ def check_critic(folder: Path, critic: Any) -> tuple[dict[str, torch.Tensor], di
     if not full and info["backbone"] != model.info.get("backbone"):
         raise InputError(f"the critic's frozen layers (not saved) come from {info['backbone']}, but this run's "
                          f"critic copies them from {model.info.get('backbone')}", path=record, field="backbone")
+    return full
+
+
+def _read_critic_optimizer(folder: Path, critic: Any) -> dict:
+    """``optimizer.pt`` of the critic's folder, read and checked (:func:`_check_critic_optimizer`),
+    its errors located in that file."""
+    from ..critic.online import OPTIMIZER
+
     optimizer = folder / OPTIMIZER
     try:
-        state = _check_critic_optimizer(read_state(optimizer, "critic's optimiser"), critic)
+        return _check_critic_optimizer(read_state(optimizer, "critic's optimiser"), critic)
     except InputError as exc:
         if exc.path is not None:
             raise
         raise InputError(exc.message, path=str(optimizer), field=exc.field) from None
+
+
+def _read_critic_weights(folder: Path, model: Any, full: bool) -> tuple[dict[str, torch.Tensor],
+                                                                        dict[str, torch.Tensor]]:
+    """The backbone's and the head's tensors of the critic's weight files, each one of this
+    run's critic (``model``) of its dtype and shape and finite, none missing."""
+    from ..critic.model import BACKBONE, HEAD, TRAINED
+
     backbone = model.backbone.state_dict()
     if not full:  # the frozen layers are the policy's copy, as when the critic was saved
         backbone = {name: backbone[name] for name, param in model.backbone.named_parameters() if param.requires_grad}
@@ -476,24 +509,30 @@ def check_critic(folder: Path, critic: Any) -> tuple[dict[str, torch.Tensor], di
     weight_files = sorted((folder / BACKBONE).glob("*.safetensors")) if full else [folder / TRAINED]
     files = [(folder / HEAD, "head")] + [(file, "backbone") for file in weight_files]
     for file, part in files:
+        shown = part if full or part == "head" else "trained layers"
         for name, tensor in _read_safetensors(file).items():
-            want = expected[part].get(name)
-            if want is None:
-                shown = part if full or part == "head" else "trained layers"
-                raise InputError(f"is not a tensor of this run's critic (its {shown})", path=str(file), field=name)
-            if name in found[part]:
-                raise InputError("is in another of the critic's weight files too", path=str(file), field=name)
-            if tensor.dtype != want.dtype or tuple(tensor.shape) != tuple(want.shape):
-                raise InputError(f"expected a {want.dtype} tensor of shape {list(want.shape)}, got a {tensor.dtype} "
-                                 f"tensor of shape {list(tensor.shape)}", path=str(file), field=name)
-            if want.dtype.is_floating_point and not bool(torch.isfinite(tensor).all()):
-                raise InputError("holds NaN or infinite values", path=str(file), field=name)
+            _check_critic_tensor(file, name, tensor, expected[part].get(name), found[part], shown)
             found[part][name] = tensor
     missing = sorted(set(backbone) - set(found["backbone"]))
     if missing:
         raise InputError(f"missing from the critic's weights ({len(missing)} tensor(s) of this run's critic)",
                          path=str(folder / (BACKBONE if full else TRAINED)), field=missing[0])
-    return found["backbone"], found["head"], state
+    return found["backbone"], found["head"]
+
+
+def _check_critic_tensor(file: Path, name: str, tensor: torch.Tensor, want: Optional[torch.Tensor],
+                         found: dict[str, torch.Tensor], shown: str) -> None:
+    """That the tensor ``name`` of the critic's weight file ``file`` is one of this run's critic
+    (``want``; ``shown``: which part, for the message), met once, of its dtype and shape, finite."""
+    if want is None:
+        raise InputError(f"is not a tensor of this run's critic (its {shown})", path=str(file), field=name)
+    if name in found:
+        raise InputError("is in another of the critic's weight files too", path=str(file), field=name)
+    if tensor.dtype != want.dtype or tuple(tensor.shape) != tuple(want.shape):
+        raise InputError(f"expected a {want.dtype} tensor of shape {list(want.shape)}, got a {tensor.dtype} "
+                         f"tensor of shape {list(tensor.shape)}", path=str(file), field=name)
+    if want.dtype.is_floating_point and not bool(torch.isfinite(tensor).all()):
+        raise InputError("holds NaN or infinite values", path=str(file), field=name)
 
 
 def _read_safetensors(file: Path) -> dict[str, torch.Tensor]:
@@ -513,13 +552,22 @@ def _check_critic_optimizer(state: Any, critic: Any) -> dict:
     (:func:`check_critic`); an InputError naming the field otherwise."""
     fields(state, ("optimizer", "shuffle", "updates"), field="optimizer",
            what="the critic's optimiser state (it holds optimizer, shuffle and updates)")
-    fresh = critic.optimizer.state_dict()["param_groups"][0]
-    params = critic.params
     saved = state["optimizer"]
     if not isinstance(saved, dict) or set(saved) != {"state", "param_groups"}:
         got = sorted(map(str, saved)) if isinstance(saved, dict) else type(saved).__name__
         raise InputError(f"expected an optimiser's state_dict (state, param_groups), got {got}", field="optimizer")
-    groups = saved["param_groups"]
+    _check_param_groups(saved["param_groups"], critic)
+    steps = _check_adamw_state(saved["state"], critic.params)
+    _check_shuffle(state["shuffle"], critic.shuffle.get_state())
+    _check_updates(state["updates"], steps)
+    return state
+
+
+def _check_param_groups(groups: Any, critic: Any) -> None:
+    """That the saved param groups are one, of AdamW's fields, over this critic's trained tensors
+    with this run's hyperparameters: what a resume continues with."""
+    fresh = critic.optimizer.state_dict()["param_groups"][0]
+    params = critic.params
     if not isinstance(groups, list) or len(groups) != 1 or not isinstance(groups[0], dict):
         got = f"{len(groups)} entries" if isinstance(groups, list) and len(groups) != 1 else _shown(
             groups[0] if isinstance(groups, list) else groups)
@@ -539,7 +587,11 @@ def _check_critic_optimizer(state: Any, critic: Any) -> dict:
         elif not _same(value, fresh[key]):
             raise InputError(f"expected {fresh[key]!r} (this run's critic optimiser), got {_listed(value)}",
                              field=f"optimizer.param_groups[0].{key}")
-    per_param = saved["state"]
+
+
+def _check_adamw_state(per_param: Any, params: list) -> list[int]:
+    """That the saved per-parameter state is AdamW's for the critic's trained tensors; returns
+    the steps each records, for the update counter's check."""
     if not isinstance(per_param, dict):
         raise InputError(f"expected a mapping of parameter index to state, got {type(per_param).__name__}",
                          field="optimizer.state")
@@ -552,30 +604,47 @@ def _check_critic_optimizer(state: Any, critic: Any) -> dict:
         if not isinstance(entry, dict) or set(entry) != set(_ADAMW_STATE):
             got = sorted(map(str, entry)) if isinstance(entry, dict) else type(entry).__name__
             raise InputError(f"expected AdamW's state {', '.join(_ADAMW_STATE)}, got {got}", field=where)
-        step = entry["step"]
-        if not (isinstance(step, torch.Tensor) and step.dim() == 0 and step.dtype.is_floating_point):
-            raise InputError(f"expected a floating-point tensor of no dimension, got {_tensor_shown(step)}",
-                             field=f"{where}.step")
-        count = float(step)
-        if not (math.isfinite(count) and count >= 1 and count == int(count)):
-            raise InputError(f"expected a whole number >= 1 (the steps taken), got {count}", field=f"{where}.step")
-        steps.append(int(count))
+        steps.append(_adamw_step(entry["step"], where))
         for key in ("exp_avg", "exp_avg_sq"):
-            value = entry[key]
-            if not (isinstance(value, torch.Tensor) and value.layout == torch.strided and value.dtype == param.dtype
-                    and tuple(value.shape) == tuple(param.shape)):
-                raise InputError(f"expected a {param.dtype} tensor of shape {list(param.shape)} (the critic's trained "
-                                 f"tensor {index}), got {_tensor_shown(value)}", field=f"{where}.{key}")
-            if not bool(torch.isfinite(value).all()):
-                raise InputError("holds NaN or infinite values", field=f"{where}.{key}")
-            if key == "exp_avg_sq" and bool((value < 0).any()):
-                raise InputError("holds negative values (a mean of squares)", field=f"{where}.{key}")
-    shuffle, reference = state["shuffle"], critic.shuffle.get_state()
+            _check_moment(entry[key], key, param, index, where)
+    return steps
+
+
+def _adamw_step(step: Any, where: str) -> int:
+    """AdamW's step count of one parameter: a floating-point tensor of no dimension holding a
+    whole number >= 1."""
+    if not (isinstance(step, torch.Tensor) and step.dim() == 0 and step.dtype.is_floating_point):
+        raise InputError(f"expected a floating-point tensor of no dimension, got {_tensor_shown(step)}",
+                         field=f"{where}.step")
+    count = float(step)
+    if not (math.isfinite(count) and count >= 1 and count == int(count)):
+        raise InputError(f"expected a whole number >= 1 (the steps taken), got {count}", field=f"{where}.step")
+    return int(count)
+
+
+def _check_moment(value: Any, key: str, param: torch.Tensor, index: int, where: str) -> None:
+    """One of AdamW's moments (``exp_avg``, ``exp_avg_sq``) of the critic's trained tensor
+    ``index``: of the parameter's dtype and shape, finite, and a mean of squares not negative."""
+    if not (isinstance(value, torch.Tensor) and value.layout == torch.strided and value.dtype == param.dtype
+            and tuple(value.shape) == tuple(param.shape)):
+        raise InputError(f"expected a {param.dtype} tensor of shape {list(param.shape)} (the critic's trained "
+                         f"tensor {index}), got {_tensor_shown(value)}", field=f"{where}.{key}")
+    if not bool(torch.isfinite(value).all()):
+        raise InputError("holds NaN or infinite values", field=f"{where}.{key}")
+    if key == "exp_avg_sq" and bool((value < 0).any()):
+        raise InputError("holds negative values (a mean of squares)", field=f"{where}.{key}")
+
+
+def _check_shuffle(shuffle: Any, reference: torch.Tensor) -> None:
+    """That the saved shuffling state is a CPU generator's state like ``reference``."""
     if not (isinstance(shuffle, torch.Tensor) and shuffle.layout == torch.strided and shuffle.dtype == reference.dtype
             and tuple(shuffle.shape) == tuple(reference.shape)):
         raise InputError(f"expected a CPU generator's state (a {reference.dtype} tensor of shape "
                          f"{list(reference.shape)}), got {_tensor_shown(shuffle)}", field="shuffle")
-    updates = state["updates"]
+
+
+def _check_updates(updates: Any, steps: list[int]) -> None:
+    """That the update counter is 0 when nothing was stepped, else 1 to the steps taken."""
     if not isinstance(updates, int) or isinstance(updates, bool) or updates < 0:
         raise InputError(f"expected an integer >= 0, got {_shown(updates)}", field="updates")
     if updates == 0 and steps:
@@ -584,7 +653,6 @@ def _check_critic_optimizer(state: Any, critic: Any) -> dict:
     if updates > max(steps, default=0):
         raise InputError(f"is {updates}, more than the {max(steps, default=0)} step(s) of the critic the optimiser "
                          "state records (each update takes at least one)", field="updates")
-    return state
 
 
 def _tensor_shown(value: Any) -> str:

@@ -58,6 +58,19 @@ def pack(prompt_ids: torch.Tensor, prompt_mask: torch.Tensor, completion_ids: to
     (default :data:`ROW_LIMIT`; see the module's docstring)."""
     limit = max(prompt_ids.size(1) + completion_ids.size(1), ROW_LIMIT if row_limit is None else row_limit)
     lengths = completion_mask.bool().sum(dim=1).tolist()
+    prompts, rows_of = _by_prompt(prompt_ids, prompt_mask)
+    ids, positions, labels, segments, sources = _lay_out(prompts, rows_of, completion_ids, lengths, limit)
+    width = max(x.numel() for x in ids)
+    device = completion_ids.device
+    allowed = _block_mask(_stack(segments, -1, width, device))
+    scored, where = _scored(sources, completion_ids.shape, width, device)
+    return Packed(input_ids=_stack(ids, pad_token_id, width, device), position_ids=_stack(positions, 0, width, device),
+                  shift_labels=_stack(labels, IGNORE, width, device), attention_mask=allowed[:, None], where=where,
+                  scored=scored)
+
+
+def _by_prompt(prompt_ids: torch.Tensor, prompt_mask: torch.Tensor) -> tuple[list[torch.Tensor], list[list[int]]]:
+    """The distinct prompts (unpadded), in order of first appearance, and the rows of each."""
     rows_of: dict[tuple, list[int]] = {}
     prompts = []
     for i in range(prompt_ids.size(0)):
@@ -66,8 +79,15 @@ def pack(prompt_ids: torch.Tensor, prompt_mask: torch.Tensor, completion_ids: to
         if not rows:
             prompts.append(prompt)
         rows.append(i)
+    return prompts, list(rows_of.values())
+
+
+def _lay_out(prompts: list[torch.Tensor], rows_of: list[list[int]], completion_ids: torch.Tensor,
+             lengths: list[int], limit: int) -> tuple[list, list, list, list, list[tuple[int, int, int, int]]]:
+    """The packed rows' ids, positions, labels and segment numbers (0: the prompt), one tensor
+    per row, and where each completion went: (row of the batch, packed row, start, length)."""
     ids, positions, labels, segments, sources = [], [], [], [], []
-    for prompt, rows in zip(prompts, rows_of.values()):
+    for prompt, rows in zip(prompts, rows_of):
         n, offset = prompt.numel(), None
         for i in (i for i in rows if lengths[i] > 0):
             t = lengths[i]
@@ -88,29 +108,38 @@ def pack(prompt_ids: torch.Tensor, prompt_mask: torch.Tensor, completion_ids: to
         ids, positions, labels, segments = [[prompts[0]]], [[torch.arange(prompts[0].numel())]], \
             [[torch.full((prompts[0].numel(),), IGNORE)]], [[torch.zeros(prompts[0].numel(), dtype=torch.long)]]
     ids, positions, labels, segments = ([torch.cat(parts) for parts in x] for x in (ids, positions, labels, segments))
-    width = max(x.numel() for x in ids)
-    device = completion_ids.device
+    return ids, positions, labels, segments, sources
 
-    def stack(parts: list[torch.Tensor], fill: int) -> torch.Tensor:
-        out = torch.full((len(parts), width), fill, dtype=torch.long)
-        for r, part in enumerate(parts):
-            out[r, : part.numel()] = part.cpu()
-        return out.to(device)
 
-    seg = stack(segments, -1)
+def _stack(parts: list[torch.Tensor], fill: int, width: int, device: torch.device) -> torch.Tensor:
+    """Rows of different lengths as one [R, width] tensor on ``device``, right-filled with ``fill``."""
+    out = torch.full((len(parts), width), fill, dtype=torch.long)
+    for r, part in enumerate(parts):
+        out[r, : part.numel()] = part.cpu()
+    return out.to(device)
+
+
+def _block_mask(seg: torch.Tensor) -> torch.Tensor:
+    """The [R, L, L] mask of the segment numbers ``seg`` [R, L] (-1: padding): the prompt causal, a
+    segment attending to the prompt and causally to itself, a padding position to itself alone."""
+    width, device = seg.size(1), seg.device
     q, k = seg[:, :, None], seg[:, None, :]
     causal = torch.ones(width, width, dtype=torch.bool, device=device).tril()
     allowed = causal & (q >= 0) & ((k == 0) | (k == q))
     allowed |= torch.eye(width, dtype=torch.bool, device=device)  # a padding position attends to itself
-    scored = torch.zeros(completion_ids.shape, dtype=torch.bool, device=device)
+    return allowed
+
+
+def _scored(sources: list[tuple[int, int, int, int]], shape: torch.Size, width: int, device: torch.device
+            ) -> tuple[torch.Tensor, torch.Tensor]:
+    """The completion positions that were scored [B, T], and each one's flat index into the
+    packed positions, in row-major order."""
+    scored = torch.zeros(shape, dtype=torch.bool, device=device)
     where = []
     for i, r, start, t in sorted(sources):
         scored[i, :t] = True
         where.append(torch.arange(r * width + start, r * width + start + t))
-    return Packed(input_ids=stack(ids, pad_token_id), position_ids=stack(positions, 0),
-                  shift_labels=stack(labels, IGNORE), attention_mask=allowed[:, None],
-                  where=torch.cat(where).to(device) if where else torch.zeros(0, dtype=torch.long, device=device),
-                  scored=scored)
+    return scored, torch.cat(where).to(device) if where else torch.zeros(0, dtype=torch.long, device=device)
 
 
 def unpack(values: torch.Tensor, packed: Packed) -> torch.Tensor:

@@ -460,11 +460,26 @@ def validate(data: dict, *, source: str = "<recipe>",
     ``lines``: where each dotted key was written, as a line of ``source`` or a (file, line)
     pair."""
     trl = require_trl()
-    GRPOConfig = trl.GRPOConfig
-    from .. import estimators, losses, tasks
-
     where = {k: (v if isinstance(v, tuple) else (source, v)) for k, v in (lines or {}).items()}
+    recipe = _build(data, source, where)
+    _check_tasks(recipe)
+    loss = _check_loss(recipe)
+    estimator = _check_estimator(recipe)
+    refusal = untrainable(estimator, loss)
+    if refusal is not None:
+        raise recipe.error(*refusal)
+    _resolve_sampling(recipe)
+    _check_trl(recipe, trl)
+    _check_accelerate(recipe, estimator)
+    _check_eval(recipe)
+    _check_layout(recipe)
+    _check_run_config(recipe)
+    return recipe
 
+
+def _build(data: Any, source: str, where: dict[str, tuple[str, int]]) -> Recipe:
+    """The Recipe of a mapping whose keys and sections have the right shape; its errors located
+    through ``where`` (from here on, ``Recipe.error`` locates them the same way)."""
     def fail(field: str, message: str) -> InputError:
         path, line = where.get(field, (source, None))
         return InputError(message, path=path, line=line, field=field)
@@ -486,40 +501,54 @@ def validate(data: dict, *, source: str = "<recipe>",
                 if not isinstance(key, str):
                     raise fail(f"{section}.{key}", f"keys must be strings, not {kind(key)}")
     try:
-        recipe = Recipe(**data, source=source, lines=where)
+        return Recipe(**data, source=source, lines=where)
     except InputError as exc:
         raise fail(exc.field, exc.message) from None
+
+
+def _check_tasks(recipe: Recipe) -> None:
+    """Each task spec checked without downloading, so that a bad source fails before a run."""
+    from .. import tasks
 
     for spec in recipe.task_specs:
         try:
             tasks.check_spec(spec)
         except InputError as exc:  # a task file's own error keeps its file, line and field
-            raise fail("tasks", str(exc) if exc.path else exc.message) from None
+            raise recipe.error("tasks", str(exc) if exc.path else exc.message) from None
 
-    # the loss: its name, the types of its parameters, then its own range checks
+
+def _check_loss(recipe: Recipe) -> Any:
+    """The recipe's loss: its name, the types of its parameters, then its own range checks."""
+    from .. import losses
+
     name = recipe.loss.setdefault("name", "dapo")
     if not isinstance(name, str) or name not in losses.names():
-        raise fail("loss.name", f"unknown loss {name!r}; valid: {', '.join(losses.names())}")
+        raise recipe.error("loss.name", f"unknown loss {name!r}; valid: {', '.join(losses.names())}")
     own = _param_hints(losses.lookup(name))
     hints = {"aggregation": str, "max_len": Optional[int], "beta": float,
              **{k: own.get(k, Any) for k in losses.default_config(name) if k != "aggregation"}}
     for key, value in recipe.loss.items():
         if key in hints and key != "name" and (problem := type_error(value, hints[key])) is not None:
-            raise fail(f"loss.{key}", problem)
+            raise recipe.error(f"loss.{key}", problem)
     try:
-        loss = losses.get(name, **{k: v for k, v in recipe.loss.items() if k != "name"})
+        return losses.get(name, **{k: v for k, v in recipe.loss.items() if k != "name"})
     except (ValueError, TypeError) as exc:
-        raise fail("loss", str(exc) if not isinstance(exc, InputError) else exc.message) from None
+        raise recipe.error("loss", str(exc) if not isinstance(exc, InputError) else exc.message) from None
 
-    # the estimator: gae_lambda and scale, the types of its parameters, then its own checks
+
+def _check_estimator(recipe: Recipe) -> Any:
+    """The recipe's estimator: gae_lambda and scale, the types of its parameters, then its own
+    checks."""
+    from .. import estimators
+
     est = recipe.estimator_config()
     lam = est["gae_lambda"]
     if (problem := type_error(lam, float)) is not None:
-        raise fail("advantage_estimator.gae_lambda", problem)
+        raise recipe.error("advantage_estimator.gae_lambda", problem)
     if not 0.0 <= lam <= 1.0:
-        raise fail("advantage_estimator.gae_lambda", f"{lam!r}: must lie in [0, 1]")
+        raise recipe.error("advantage_estimator.gae_lambda", f"{lam!r}: must lie in [0, 1]")
     if not isinstance(est["scale"], str) or est["scale"] not in ("group", "batch", "none"):
-        raise fail("advantage_estimator.scale", f"{est['scale']!r}; valid: group, batch, none")
+        raise recipe.error("advantage_estimator.scale", f"{est['scale']!r}; valid: group, batch, none")
     params = {k: v for k, v in est.items() if k not in ("name", "gae_lambda", "scale")}
     try:
         cls = estimators.estimator_class(est["name"], params.get("profile"))
@@ -529,88 +558,119 @@ def validate(data: dict, *, source: str = "<recipe>",
         hints = _param_hints(cls.config_class)
         for key, value in params.items():
             if key in hints and (problem := type_error(value, hints[key])) is not None:
-                raise fail(f"advantage_estimator.{key}", problem)
+                raise recipe.error(f"advantage_estimator.{key}", problem)
     try:
-        estimator = estimators.get(est["name"], **params)
+        return estimators.get(est["name"], **params)
     except (ValueError, TypeError) as exc:
         if not isinstance(exc, InputError):
-            raise fail("advantage_estimator", str(exc)) from None
+            raise recipe.error("advantage_estimator", str(exc)) from None
         named = f"advantage_estimator.{exc.field}" if exc.field in params else "advantage_estimator"
-        raise fail(named, exc.message) from None
-    refusal = untrainable(estimator, loss)
-    if refusal is not None:
-        raise fail(*refusal)
-    try:  # written as the run uses it: recipe.yaml says whether a run sampled dynamically
-        recipe.dynamic_sampling = resolve_dynamic(recipe.dynamic_sampling, name)
+        raise recipe.error(named, exc.message) from None
+
+
+def _resolve_sampling(recipe: Recipe) -> None:
+    """Dynamic sampling and the pool filter resolved in place, written as the run uses them:
+    recipe.yaml says whether a run sampled dynamically."""
+    try:
+        recipe.dynamic_sampling = resolve_dynamic(recipe.dynamic_sampling, recipe.loss["name"])
     except ValueError as exc:
-        raise fail("dynamic_sampling", str(exc)) from None
+        raise recipe.error("dynamic_sampling", str(exc)) from None
     try:
         recipe.pool_filter = resolve_pool(recipe.pool_filter)
     except ValueError as exc:
-        raise fail("pool_filter", str(exc)) from None
+        raise recipe.error("pool_filter", str(exc)) from None
 
-    # TRL: field names, then each value against its GRPOConfig annotation and common ranges
+
+def _check_trl(recipe: Recipe, trl: Any) -> None:
+    """The ``trl`` section: field names, then each value against its GRPOConfig annotation and
+    the common ranges, so that a typo or a setting hista ignores is refused before a run."""
+    GRPOConfig = trl.GRPOConfig
     known = {f.name for f in dataclasses.fields(GRPOConfig)}
     trl_hints = _param_hints(GRPOConfig)
     for key, value in recipe.trl.items():
         if key in OWNED:
-            raise fail(f"trl.{key}", f"set by the recipe; use {OWNED[key]}")
+            raise recipe.error(f"trl.{key}", f"set by the recipe; use {OWNED[key]}")
         if key not in known:
-            raise fail(f"trl.{key}", f"not a GRPOConfig field (TRL {trl.__version__})")
+            raise recipe.error(f"trl.{key}", f"not a GRPOConfig field (TRL {trl.__version__})")
         if key in UNSUPPORTED and value != UNSUPPORTED[key][0]:
-            raise fail(f"trl.{key}", f"{value!r} has no effect with hista's losses: {UNSUPPORTED[key][1]}")
+            raise recipe.error(f"trl.{key}", f"{value!r} has no effect with hista's losses: {UNSUPPORTED[key][1]}")
         if value is None and key in TRL_DEFAULTS:  # the batch arithmetic needs a number
-            raise fail(f"trl.{key}", f"must be a number, not null (TRL's default is {TRL_DEFAULTS[key]})")
+            raise recipe.error(f"trl.{key}", f"must be a number, not null (TRL's default is {TRL_DEFAULTS[key]})")
         problem = _check(value, trl_hints.get(key, Any), TRL_RANGES, key)
         if problem is not None:
-            raise fail(f"trl.{key}", problem)
+            raise recipe.error(f"trl.{key}", problem)
     if recipe.trl.get("bf16") and recipe.trl.get("fp16"):
-        raise fail("trl.fp16", "set at most one of trl.bf16 and trl.fp16")
+        raise recipe.error("trl.fp16", "set at most one of trl.bf16 and trl.fp16")
 
-    if recipe.accelerate_config is not None:
-        config = Path(recipe.accelerate_config)
-        if not config.is_file():
-            raise fail("accelerate_config", f"{config} is not a file (paths are relative to the current directory, "
-                                            "as for accelerate launch)")
-        try:
-            launch = _yaml(_text(config), str(config))
-        except InputError as exc:
-            raise fail("accelerate_config", f"{config}: {exc.message}") from None
-        processes = launch.get("num_processes") if isinstance(launch, dict) else None
-        if isinstance(processes, bool) or not isinstance(processes, int):
-            raise fail("accelerate_config", f"{config} does not set num_processes (an integer)")
-        if processes != recipe.world_size:
-            raise fail("world_size", f"{recipe.world_size}, but {config} launches {processes} processes")
-        deepspeed = launch.get("deepspeed_config")  # launch is a mapping: it has num_processes
-        zero = deepspeed.get("zero_stage") if isinstance(deepspeed, dict) else None
-        if recipe.eval is not None and zero == 3:
-            raise fail("eval", f"{config} shards the policy's weights (ZeRO-3), and evaluation during training "
-                       "generates on the main process alone: launch with ZeRO-2, or evaluate the checkpoints "
-                       "with hista eval")
-        if estimator.trains_with_policy and zero == 3:
-            raise fail("accelerate_config", f"{config} shards the policy's weights (ZeRO-3), and the "
-                       f"{estimator.name!r} estimator copies them into its critic: launch with ZeRO-2 "
-                       "(configs/accelerate/zero2-4gpus.yaml: 4 GPUs)")
-    if recipe.eval is not None:
-        from .evaluate import parse
 
-        try:
-            parse(recipe.eval)
-        except InputError as exc:
-            raise fail(f"eval.{exc.field}" if exc.field else "eval", exc.message) from None
+def _check_accelerate(recipe: Recipe, estimator: Any) -> None:
+    """The accelerate config, when there is one: it launches ``world_size`` processes, and it
+    shards the policy (ZeRO-3) only where neither evaluation nor the estimator's critic needs
+    the whole weights."""
+    if recipe.accelerate_config is None:
+        return
+    config = Path(recipe.accelerate_config)
+    launch = _launch_config(recipe, config)
+    processes = launch.get("num_processes") if isinstance(launch, dict) else None
+    if isinstance(processes, bool) or not isinstance(processes, int):
+        raise recipe.error("accelerate_config", f"{config} does not set num_processes (an integer)")
+    if processes != recipe.world_size:
+        raise recipe.error("world_size", f"{recipe.world_size}, but {config} launches {processes} processes")
+    deepspeed = launch.get("deepspeed_config")  # launch is a mapping: it has num_processes
+    zero = deepspeed.get("zero_stage") if isinstance(deepspeed, dict) else None
+    if recipe.eval is not None and zero == 3:
+        raise recipe.error("eval", f"{config} shards the policy's weights (ZeRO-3), and evaluation during training "
+                           "generates on the main process alone: launch with ZeRO-2, or evaluate the checkpoints "
+                           "with hista eval")
+    if estimator.trains_with_policy and zero == 3:
+        raise recipe.error("accelerate_config", f"{config} shards the policy's weights (ZeRO-3), and the "
+                           f"{estimator.name!r} estimator copies them into its critic: launch with ZeRO-2 "
+                           "(configs/accelerate/zero2-4gpus.yaml: 4 GPUs)")
+
+
+def _launch_config(recipe: Recipe, config: Path) -> Any:
+    """What the accelerate config file ``config`` holds; its errors are about
+    ``accelerate_config``."""
+    if not config.is_file():
+        raise recipe.error("accelerate_config", f"{config} is not a file (paths are relative to the current "
+                           "directory, as for accelerate launch)")
+    try:
+        return _yaml(_text(config), str(config))
+    except InputError as exc:
+        raise recipe.error("accelerate_config", f"{config}: {exc.message}") from None
+
+
+def _check_eval(recipe: Recipe) -> None:
+    """The ``eval`` section, parsed as the run parses it, its errors located in the section."""
+    if recipe.eval is None:
+        return
+    from .evaluate import parse
+
+    try:
+        parse(recipe.eval)
+    except InputError as exc:
+        raise recipe.error(f"eval.{exc.field}" if exc.field else "eval", exc.message) from None
+
+
+def _check_layout(recipe: Recipe) -> None:
+    """The batch arithmetic, and a group-local layout unless ``allow_split_groups``."""
     try:
         layout = recipe.batch_layout()
     except InputError as exc:
-        raise fail(exc.field or "trl", exc.message) from None
+        raise recipe.error(exc.field or "trl", exc.message) from None
     if not layout["group_local"] and not recipe.allow_split_groups:
-        raise fail("trl.per_device_train_batch_size",
-                   f"groups of {layout['num_generations']} rollouts span processes: each of the {recipe.world_size} "
-                   f"processes holds {layout['rows_per_process']} rows of a generation batch (per_device_train_batch_"
-                   "size x steps_per_generation), not a multiple of num_generations; make it one, so that every group "
-                   "is estimated where it lies, or set allow_split_groups: true to send each group's rows to the "
-                   "process holding its first row (their completion tokens' hidden states included)")
+        raise recipe.error(
+            "trl.per_device_train_batch_size",
+            f"groups of {layout['num_generations']} rollouts span processes: each of the {recipe.world_size} "
+            f"processes holds {layout['rows_per_process']} rows of a generation batch (per_device_train_batch_"
+            "size x steps_per_generation), not a multiple of num_generations; make it one, so that every group "
+            "is estimated where it lies, or set allow_split_groups: true to send each group's rows to the "
+            "process holding its first row (their completion tokens' hidden states included)")
 
-    # GRPOConfig as the run builds it, then the rollout engine the run would choose with it
+
+def _check_run_config(recipe: Recipe) -> None:
+    """GRPOConfig as the run builds it (without the machine's settings for a launch plan), then
+    the rollout engine the run would choose with it."""
     try:
         config = recipe.grpo_config()
     except InputError:
@@ -618,4 +678,3 @@ def validate(data: dict, *, source: str = "<recipe>",
             raise
         config = recipe.grpo_config(portable=True)  # this machine cannot run it; the rest must still hold
     check_rollout_engine(recipe, config)
-    return recipe

@@ -321,26 +321,16 @@ def train(recipe: Recipe, overwrite: bool = False) -> dict:
     replaced = check_output_dir(recipe, overwrite)
     config = recipe.grpo_config()
     out = Path(recipe.output_dir)
-    metrics, final = out / "metrics.jsonl", out / "final"
     checkpoint = _resume_point(recipe, out)
     if checkpoint is not None and 0 < config.max_steps <= checkpoint[0]:
         return _finished(recipe, out, checkpoint)
     problems = load_problems(recipe)
     plan = parse_eval(recipe.eval) if recipe.eval is not None else None
-    if plan is not None:  # every problem it evaluates loads now, before anything is written
-        from ..evaluation import check_suites
-
-        check_suites(plan.config, load=True)
-    note = check_prompt_lengths(recipe, problems)  # every prompt fits the context with the cap
-    if note:
-        print(note, flush=True)
-    if recipe.pool_filter:
-        problems = filter_pool(recipe, problems, config)
-    dataset = build_dataset(recipe, problems)
+    dataset = _dataset(recipe, problems, plan, config)
     model, tokenizer, policy = load_policy(recipe)
-    callbacks = [ReplaceEarlierRun(replaced), MetricsLog(metrics)]
-    if plan is not None:
-        evaluation = EvaluateDuringTraining(plan, out, recipe.system_prompt, policy)
+    callbacks = [ReplaceEarlierRun(replaced), MetricsLog(out / "metrics.jsonl")]
+    evaluation = None if plan is None else EvaluateDuringTraining(plan, out, recipe.system_prompt, policy)
+    if evaluation is not None:
         callbacks.append(evaluation)  # after ReplaceEarlierRun: its step-0 row goes into the new metrics.jsonl
     trainer = HistaGRPOTrainer(
         model=model, reward_funcs=[correct], args=config, train_dataset=dataset, processing_class=tokenizer,
@@ -350,14 +340,42 @@ def train(recipe: Recipe, overwrite: bool = False) -> dict:
     )
     if trainer.accelerator.is_main_process:
         print(f"rollouts: {trainer.rollout_source}", flush=True)
-    if recipe.eval is not None:
+    if evaluation is not None:
         evaluation.trainer = trainer
     if checkpoint is not None:  # what the resume reads is checked before anything is written
         trainer.check_checkpoint(checkpoint[1])
-    text = yaml.safe_dump({**recipe.to_dict(), "versions": {"trl": trl.__version__}}, sort_keys=False)
+    _write_start(recipe, out, checkpoint, trl.__version__)
+    return _train_to_end(trainer, out, checkpoint)
+
+
+def _dataset(recipe: Recipe, problems: list[tuple[str, dict]], plan: Any, config: Any):
+    """The training dataset, once every problem of the evaluation ``plan`` loads and every prompt
+    fits the context, filtered by the pool filter when the recipe sets one: all before anything
+    is written."""
+    if plan is not None:  # every problem it evaluates loads now, before anything is written
+        from ..evaluation import check_suites
+
+        check_suites(plan.config, load=True)
+    note = check_prompt_lengths(recipe, problems)  # every prompt fits the context with the cap
+    if note:
+        print(note, flush=True)
+    if recipe.pool_filter:
+        problems = filter_pool(recipe, problems, config)
+    return build_dataset(recipe, problems)
+
+
+def _write_start(recipe: Recipe, out: Path, checkpoint: Optional[tuple[int, Path]], trl_version: str) -> None:
+    """What a run writes before it trains: ``recipe.yaml`` (with TRL's version), and, on resume,
+    ``metrics.jsonl`` cut back to the checkpoint, whose later steps are trained again."""
+    text = yaml.safe_dump({**recipe.to_dict(), "versions": {"trl": trl_version}}, sort_keys=False)
     write_atomic(out / "recipe.yaml", lambda fh: fh.write(text), kind="yaml")
     if checkpoint is not None:
-        checkpoints.trim_metrics(metrics, checkpoint[0])  # the steps after the checkpoint are trained again
+        checkpoints.trim_metrics(out / "metrics.jsonl", checkpoint[0])
+
+
+def _train_to_end(trainer: Any, out: Path, checkpoint: Optional[tuple[int, Path]]) -> dict:
+    """Train (from ``checkpoint`` on resume), write ``final/`` whole, and say where outputs went."""
+    metrics, final = out / "metrics.jsonl", out / "final"
     result = trainer.train(resume_from_checkpoint=None if checkpoint is None else str(checkpoint[1]))
     checkpoints.save_final(final, trainer.save_model, main_process=trainer.args.should_save,
                            barrier=trainer.accelerator.wait_for_everyone)

@@ -105,27 +105,51 @@ def estimate_split(rows: Sequence[Row], rewards: torch.Tensor, group_size: int,
     device = rewards.device
     pairs = plan(world, b, group_size)
     mine = [r for r in rows if owner(r.index, group_size, b) == rank]
-    shared: dict[int, int] = {}  # leading vectors of a row's representation that cover its prompt only
+    shared = _represent(rows, represent)
+    received = _run(pairs, rank, lambda receiver: _rows_for(rows, receiver, group_size, shared), device)
+    arrived = _arrived(received, shared)
+    by_index = _whole_rows(mine, arrived, group_size, shared)
+    advantages = _estimate_owned(mine, by_index, rewards, group_size, estimate)
+    returned = _run([(r, s) for s, r in pairs], rank,
+                    lambda receiver: _advantages_for(arrived, advantages, receiver, b, device), device)
+    _take_back(returned, advantages)
+    return [advantages[r.index] for r in rows]
+
+
+def _represent(rows: Sequence[Row], represent: Optional[Callable[[Row], Optional[tuple[torch.Tensor, int]]]]
+               ) -> dict[int, int]:
+    """Each row's representation, set in place, so that what travels is smaller than its hidden
+    states; returns how many of a row's leading vectors cover its prompt only (empty: none)."""
+    shared: dict[int, int] = {}
     if represent is not None and rows and rows[0].hidden is not None:
         for r in rows:
             found = represent(r)
             if found is None:
                 break
             r.representation, shared[r.index] = found
+    return shared
 
-    def rows_for(receiver: int) -> tuple[list, Optional[torch.Tensor]]:
-        going = [r for r in rows if owner(r.index, group_size, b) == receiver]
-        meta = [(r.index, r.prompt_ids, r.completion_ids, r.problem_id) for r in going]
-        if shared:  # the representation past the prompt's own vectors
-            parts = [r.representation[shared[r.index]:] for r in going]
-        elif going and going[0].hidden is not None:  # the completion tokens' hidden states
-            parts = [r.hidden[len(r.prompt_ids):] for r in going]
-        else:
-            return [meta, None], None
-        return [meta, [int(x.shape[0]) for x in parts]], torch.cat(parts)
 
+def _rows_for(rows: Sequence[Row], receiver: int, group_size: int, shared: dict[int, int]
+              ) -> tuple[list, Optional[torch.Tensor]]:
+    """What this process sends ``receiver`` of the rows whose groups it owns: each row's ids and
+    problem id, and its part past the prompt (representation or hidden states) when it has one."""
+    b = len(rows)
+    going = [r for r in rows if owner(r.index, group_size, b) == receiver]
+    meta = [(r.index, r.prompt_ids, r.completion_ids, r.problem_id) for r in going]
+    if shared:  # the representation past the prompt's own vectors
+        parts = [r.representation[shared[r.index]:] for r in going]
+    elif going and going[0].hidden is not None:  # the completion tokens' hidden states
+        parts = [r.hidden[len(r.prompt_ids):] for r in going]
+    else:
+        return [meta, None], None
+    return [meta, [int(x.shape[0]) for x in parts]], torch.cat(parts)
+
+
+def _arrived(received: dict[int, tuple[list, Optional[torch.Tensor]]], shared: dict[int, int]) -> list[Row]:
+    """The rows other processes sent this one (as :func:`_rows_for` packed them), by sender."""
     arrived = []
-    for (meta, sizes), tensor in _run(pairs, rank, rows_for, device).values():
+    for (meta, sizes), tensor in received.values():
         offset = 0
         for k, (index, prompt_ids, completion_ids, problem_id) in enumerate(meta):
             row = Row(index, prompt_ids, completion_ids, problem_id)
@@ -137,7 +161,12 @@ def estimate_split(rows: Sequence[Row], rewards: torch.Tensor, group_size: int,
                 else:
                     row.hidden = part
             arrived.append(row)
+    return arrived
 
+
+def _whole_rows(mine: list[Row], arrived: list[Row], group_size: int, shared: dict[int, int]) -> dict[int, Row]:
+    """This process's own rows and the arrived ones by index, each arrived row completed with
+    its group's prompt part, held here (checked to be the same prompt)."""
     by_index = {r.index: r for r in mine}
     for r in arrived:
         head = by_index[r.index // group_size * group_size]  # this process's own row of that group
@@ -150,6 +179,14 @@ def estimate_split(rows: Sequence[Row], rewards: torch.Tensor, group_size: int,
         elif r.hidden is not None:  # the group's prompt states, held here, before the row's own
             r.hidden = torch.cat([head.hidden[: len(head.prompt_ids)], r.hidden.to(head.hidden.device)])
         by_index[r.index] = r
+    return by_index
+
+
+def _estimate_owned(mine: list[Row], by_index: dict[int, Row], rewards: torch.Tensor, group_size: int,
+                    estimate: Callable[[list[list[Row]], list[list[float]]], list[list[torch.Tensor]]]
+                    ) -> dict[int, torch.Tensor]:
+    """The advantages of every row of the groups this process owns, by row index, estimated in
+    one call."""
     advantages: dict[int, torch.Tensor] = {}
     owned = [[by_index[i] for i in range(first, first + group_size)]
              for first in sorted({r.index // group_size * group_size for r in mine})]
@@ -157,15 +194,22 @@ def estimate_split(rows: Sequence[Row], rewards: torch.Tensor, group_size: int,
         estimated = estimate(owned, [[float(rewards[r.index]) for r in group] for group in owned])
         for group, values in zip(owned, estimated):
             advantages.update((r.index, adv) for r, adv in zip(group, values))
+    return advantages
 
-    def advantages_for(receiver: int) -> tuple[list, Optional[torch.Tensor]]:
-        back = [r for r in arrived if r.index // b == receiver]
-        flat = torch.cat([advantages[r.index].to(device, torch.float32).reshape(-1) for r in back])
-        return [(r.index, len(r.completion_ids)) for r in back], flat
 
-    for meta, flat in _run([(r, s) for s, r in pairs], rank, advantages_for, device).values():
+def _advantages_for(arrived: list[Row], advantages: dict[int, torch.Tensor], receiver: int, b: int,
+                    device: torch.device) -> tuple[list, Optional[torch.Tensor]]:
+    """The advantages of the rows ``receiver`` sent here, flat (float32), with each row's index
+    and length."""
+    back = [r for r in arrived if r.index // b == receiver]
+    flat = torch.cat([advantages[r.index].to(device, torch.float32).reshape(-1) for r in back])
+    return [(r.index, len(r.completion_ids)) for r in back], flat
+
+
+def _take_back(returned: dict[int, tuple[list, Optional[torch.Tensor]]], advantages: dict[int, torch.Tensor]) -> None:
+    """The advantages of this process's rows that other processes estimated, into ``advantages``."""
+    for meta, flat in returned.values():
         offset = 0
         for index, length in meta:
             advantages[index] = flat[offset: offset + length]
             offset += length
-    return [advantages[r.index] for r in rows]

@@ -215,11 +215,28 @@ class HistaGRPOTrainer(GRPOTrainer):
         process holds as many groups with unequal rewards as its slice has (or
         ``max_rounds`` are spent: the rest is filled with groups of equal rewards, and said);
         return exactly that many whole groups, merged, with their hidden states and their
-        input rows. The rewards
-        the estimator reads, ``num_items_in_batch`` and the reward metrics are the kept
-        batch's; the metrics of the step say how it went."""
+        input rows. The rewards the estimator reads, ``num_items_in_batch`` and the reward
+        metrics are the kept batch's; the metrics of the step say how it went."""
         g, step = self.num_generations, self.state.global_step
         processes, quota = self.accelerator.num_processes, len(inputs) // self.num_generations
+        rounds, flags, rewards = self._sampling_rounds(inputs, step, quota)
+        picks, filled = dynamic.choose(flags, quota)
+        out, hidden, kept_inputs = self._merge_picks(rounds, picks[self.accelerator.process_index])
+        kept = torch.cat([rewards[r][q * quota * g + gg * g: q * quota * g + gg * g + g]
+                          for q in range(processes) for r, gg in picks[q]])
+        self.batch_rewards = kept.to(self.batch_rewards.device)
+        mask = out["completion_mask"] * out["tool_mask"] if "tool_mask" in out else out["completion_mask"]
+        out["num_items_in_batch"] = self.accelerator.gather(mask.sum()).sum()
+        self._log_sampling(step, kept, flags, len(rounds), filled, processes * quota)
+        return out, hidden, kept_inputs
+
+    def _sampling_rounds(self, inputs: list[dict], step: int, quota: int
+                         ) -> tuple[list[tuple], list[torch.Tensor], list[torch.Tensor]]:
+        """The rounds of dynamic sampling at ``step``: this process's slice, then extra rounds
+        until enough groups have unequal rewards; each round's (output, hidden states, whether
+        captured, input rows), with every process's flags [processes, quota] and rewards of each
+        round. Only the first round's reward metrics stay: an unbiased sample of the pool."""
+        g, processes = self.num_generations, self.accelerator.num_processes
         metrics = self._metrics["train"]
         rounds, flags, rewards, mark = [], [], [], None
         for r in range(self.dynamic_sampling["max_rounds"] + 1):
@@ -238,8 +255,14 @@ class HistaGRPOTrainer(GRPOTrainer):
                 break
         for key, length in mark.items():
             del metrics[key][length:]
-        picks, filled = dynamic.choose(flags, quota)
-        mine = picks[self.accelerator.process_index]
+        return rounds, flags, rewards
+
+    def _merge_picks(self, rounds: list[tuple], mine: list[tuple[int, int]]
+                     ) -> tuple[dict, Optional[torch.Tensor], list[dict]]:
+        """This process's picked groups (``mine``: (round, group) pairs) merged into one batch,
+        with their hidden states and input rows; the old-log-prob pass runs once over it when TRL
+        skipped it."""
+        g = self.num_generations
         parts = [(out, hidden, [k for rr, gg in mine if rr == r for k in range(gg * g, gg * g + g)])
                  for r, (out, hidden, _, _) in enumerate(rounds)]
         parts = [part for part in parts if part[2]]
@@ -247,23 +270,24 @@ class HistaGRPOTrainer(GRPOTrainer):
         kept_inputs = [rounds[r][3][k] for r, gg in mine for k in range(gg * g, gg * g + g)]
         if not rounds[0][2]:  # TRL skipped the old-log-prob pass: one pass over the kept batch, not one per round
             hidden = self._capture_pass(out)
-        kept = torch.cat([rewards[r][q * quota * g + gg * g: q * quota * g + gg * g + g]
-                          for q in range(processes) for r, gg in picks[q]])
-        self.batch_rewards = kept.to(self.batch_rewards.device)
-        mask = out["completion_mask"] * out["tool_mask"] if "tool_mask" in out else out["completion_mask"]
-        out["num_items_in_batch"] = self.accelerator.gather(mask.sum()).sum()
-        groups = processes * quota
+        return out, hidden, kept_inputs
+
+    def _log_sampling(self, step: int, kept: torch.Tensor, flags: list[torch.Tensor], rounds: int, filled: int,
+                      groups: int) -> None:
+        """The step's dynamic-sampling metrics, and a line when groups of equal rewards filled
+        the batch, so that a run says how its batches were drawn."""
+        metrics = self._metrics["train"]
+        g = self.num_generations
         metrics["frac_reward_zero_std"][-1] = 1.0 - float(dynamic.informative(kept, g).float().mean())
         metrics["dynamic_sampling/informative_frac"].append(float(flags[0].float().mean()))
-        metrics["dynamic_sampling/rounds"].append(float(len(rounds)))
-        metrics["dynamic_sampling/rollouts_per_trained"].append(float(len(rounds)))  # each round: a whole batch
+        metrics["dynamic_sampling/rounds"].append(float(rounds))
+        metrics["dynamic_sampling/rollouts_per_trained"].append(float(rounds))  # each round: a whole batch
         metrics["dynamic_sampling/filled_groups"].append(float(filled))
         metrics["dynamic_sampling/kept_reward"].append(float(kept.mean()))
         if filled and self.accelerator.is_main_process:
             print(f"dynamic sampling: step {step}: {groups - filled} of {groups} groups have unequal rewards after "
-                  f"{len(rounds) - 1} extra rounds (max_rounds); training on {filled} with equal rewards too",
+                  f"{rounds - 1} extra rounds (max_rounds); training on {filled} with equal rewards too",
                   flush=True)
-        return out, hidden, kept_inputs
 
     def _extra_inputs(self, step: int, round_: int, quota: int) -> list[dict]:
         """This process's slice of the prompts of extra round ``round_`` at ``step``, each
