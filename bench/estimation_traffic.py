@@ -68,7 +68,7 @@ def traffic(path: Path, prompt_tokens: int, overrides: list[str]) -> dict:
     ids = 2 * 2 * width * 8  # ids and mask of prompt and completion, int64
     per_row_hidden = width * hidden * dtype_bytes if est.needs_hidden and hidden else 0
     others = total - rows
-    with_policy = isinstance(est, estimators.ReadsCritic) and est.trains_with_policy
+    with_policy = estimators.critic_trains_with_policy(est)
     local = layout["group_local"] and not with_policy  # a critic sees every group on every process
     completion = recipe.trl["max_completion_length"]
     received, states = [0] * world, [0] * world  # the split path: rows to their owners, advantages back

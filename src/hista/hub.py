@@ -18,13 +18,12 @@ OFFLINE_VARIABLES = ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE", "TRANSFORMERS_OFFL
 
 
 def endpoint() -> str:
-    """The hub endpoint: ``$HF_ENDPOINT`` or https://huggingface.co, without a trailing slash
-    (SPEC §7)."""
+    """The hub endpoint: ``$HF_ENDPOINT`` or https://huggingface.co, without a trailing slash."""
     return os.environ.get("HF_ENDPOINT", "https://huggingface.co").rstrip("/")
 
 
 def timeout() -> float:
-    """Seconds the probe waits for the hub: ``$HISTA_HF_TIMEOUT``, default 5 (SPEC §7)."""
+    """Seconds the probe waits for the hub: ``$HISTA_HF_TIMEOUT``, default 5."""
     try:
         return float(os.environ.get("HISTA_HF_TIMEOUT", "5"))
     except ValueError:
@@ -33,13 +32,13 @@ def timeout() -> float:
 
 def env_offline() -> bool:
     """True when one of ``HF_HUB_OFFLINE``, ``HF_DATASETS_OFFLINE``, ``TRANSFORMERS_OFFLINE``
-    is set to 1/on/yes/true (SPEC §7)."""
+    is set to 1/on/yes/true."""
     return any(os.environ.get(v, "").strip().upper() in ("1", "ON", "YES", "TRUE") for v in OFFLINE_VARIABLES)
 
 
 def reachable() -> bool:
     """True when the hub endpoint answers an HTTP request within :func:`timeout` seconds
-    (any HTTP status counts as an answer; SPEC §7)."""
+    (any HTTP status counts as an answer)."""
     try:
         req = urllib.request.Request(endpoint() + "/api/status", method="HEAD")
         with urllib.request.urlopen(req, timeout=timeout()):
@@ -52,5 +51,5 @@ def reachable() -> bool:
 
 def offline() -> bool:
     """True when the hub must not be contacted: offline mode is set or the endpoint does not
-    answer (SPEC §7). Then load with ``local_files_only=True`` (cache only)."""
+    answer. Then load with ``local_files_only=True`` (cache only)."""
     return env_offline() or not reachable()

@@ -36,7 +36,7 @@ def _kind(mode: int) -> str:
 
 def system_root(*paths: Path) -> Optional[Path]:
     """The first of /proc, /sys, /dev that any of ``paths`` lies under (or is), else None
-    (SPEC §11: no output is written there)."""
+    (no output is written there)."""
     for p in paths:
         for root in _FORBIDDEN_ROOTS:
             if p == root or root in p.parents:
@@ -108,7 +108,7 @@ def _is_yaml_mapping(target: Path) -> bool:
         return False
 
 
-#: output kinds (SPEC §11 output files): what an existing file must be for a command to replace
+#: output kinds: what an existing file must be for a command to replace
 #: it, in words and as a test; every hista output is one of them
 KINDS: dict[str, tuple[str, Callable[[Path], bool]]] = {
     "json": ("a JSON object", _is_json_object),
@@ -122,7 +122,7 @@ _SUFFIX_KINDS = {".json": "json", ".jsonl": "jsonl", ".md": "markdown", ".png": 
 
 
 def output_kind(path: str | os.PathLike, kind: Optional[str] = None) -> Optional[str]:
-    """The kind of output ``path`` receives (SPEC §11): ``kind`` when given, else the one its
+    """The kind of output ``path`` receives: ``kind`` when given, else the one its
     suffix names (``.json``, ``.jsonl``, ``.md``, ``.png``, ``.yaml``), else None (any regular
     file may be replaced)."""
     if kind is not None and kind not in KINDS:
@@ -131,7 +131,7 @@ def output_kind(path: str | os.PathLike, kind: Optional[str] = None) -> Optional
 
 
 def check_output_file(path: str | os.PathLike, kind: Optional[str] = None) -> Path:
-    """Preflight for an output file (SPEC §11 output files): check that writing ``path`` can
+    """Preflight for an output file: check that writing ``path`` can
     work and cannot damage anything, before any work is done. Raises InputError (exit 2) when
     ``path``, after following symlinks, exists and is not a regular file (a directory, FIFO,
     device or socket), when a parent component is not a directory, when it lies under /proc,
@@ -169,7 +169,7 @@ def check_output_file(path: str | os.PathLike, kind: Optional[str] = None) -> Pa
 
 
 def check_output_dir(path: str | os.PathLike, names: Iterable[str] = ()) -> Path:
-    """Preflight for an output folder such as a report folder (SPEC §11 output files): raises
+    """Preflight for an output folder such as a report folder: raises
     InputError (exit 2) when ``path``, after following symlinks, exists and is not a directory,
     lies under /proc, /sys or /dev, has a parent component that is not a directory, or cannot
     be written (it, or the nearest existing folder above it, is not writable); then checks each
@@ -200,7 +200,7 @@ def check_output_dir(path: str | os.PathLike, names: Iterable[str] = ()) -> Path
 
 
 def read_input(path: str | os.PathLike, what: str) -> bytes:
-    """The bytes of the input file ``path`` (SPEC §11: every file a user names is a regular file
+    """The bytes of the input file ``path`` (every file a user names is a regular file
     or refused at once): an InputError naming ``path`` when it does not exist, cannot be read,
     or is not a regular file (a directory, a FIFO, a device such as /dev/zero), checked on the
     opened file without blocking, so a FIFO never hangs the command. ``what`` says what the file
@@ -245,7 +245,7 @@ def complete_lines(raw: bytes, path: str | os.PathLike, what: str) -> bytes:
 
 def cut_unterminated(path: str | os.PathLike) -> None:
     """Cut an unterminated last line, the trace of a crash mid-write, off an append-only
-    JSON-lines file before the next append (SPEC §11 resume), once :func:`complete_lines` has
+    JSON-lines file before the next append, once :func:`complete_lines` has
     accepted it and the caller has checked everything else; nothing else of the file changes.
     A file ending in a newline, or none, is left as it is."""
     path = Path(path)
@@ -273,7 +273,7 @@ def _identity(path: Path) -> tuple:
 
 
 def check_not_inputs(outputs: Iterable[str | os.PathLike], inputs: Iterable[str | os.PathLike]) -> None:
-    """Preflight that no output of a command is one of its inputs (SPEC §11 output files: a
+    """Preflight that no output of a command is one of its inputs (a
     command never changes a byte of a file that is not its own output): raises InputError
     (exit 2) naming both paths when an output path (every file a command writes, siblings
     included) resolves to the same file as an input path, by name after following symlinks or
@@ -339,8 +339,8 @@ def _make_temp(target: Path) -> tuple[int, str]:
 def write_atomic(path: str | os.PathLike, write: Callable[[Any], None], mode: str = "w",
                  kind: Optional[str] = None) -> Path:
     """Call ``write(fh)`` on a temporary file beside the file ``path`` names, fsync it, then
-    rename it into place; on any error the temporary file is removed and the file is untouched
-    (SPEC §8, §11 output files). :func:`check_output_file` runs first, so a directory, FIFO,
+    rename it into place; on any error the temporary file is removed and the file is untouched.
+    :func:`check_output_file` runs first, so a directory, FIFO,
     device, anything under /proc, /sys or /dev, or an unwritable folder is refused with an
     InputError before ``write`` is called, and only ever a regular file is replaced. A symlink
     is written through: its target is replaced, in the target's own folder, and the link stays.
@@ -390,7 +390,7 @@ def loads(text: str, *, path: Optional[str] = None, line: Optional[int] = None) 
     """Parse one strict JSON document, raising an InputError located at ``path:line`` for bad
     JSON, NaN / Infinity literals, nesting too deep to parse, and lone surrogate escapes (such
     as ``"\\ud800"``, which no UTF-8 file can hold). Every JSON file a user names is read
-    through here (SPEC §11)."""
+    through here."""
     try:
         value = json.loads(text, parse_constant=_reject_constant)
     except json.JSONDecodeError as exc:
@@ -436,7 +436,7 @@ def append_jsonl(path: str | os.PathLike, records: Iterable[Any]) -> None:
     """Append ``records`` as canonical JSON lines (:func:`dumps_line`) with one write and an
     fsync (:func:`append_text`), creating missing parent folders: a crash loses at most the
     lines of this call, the last of them possibly cut short (a reader of an append-only file
-    drops an unterminated last line; SPEC §8, §10)."""
+    drops an unterminated last line)."""
     text = "".join(dumps_line(r) for r in records)
     target = check_output_file(path, "jsonl")
     try:

@@ -71,14 +71,14 @@ class Registry:
 
     def lookup(self, name: str) -> Any:
         """The object registered under ``name``; an InputError listing the valid names if none
-        (SPEC §11: errors name what is valid)."""
+        (errors name what is valid)."""
         self._load()
         if not isinstance(name, str) or name not in self._items:
             raise InputError(f"unknown {self.kind} {name!r}; valid: {', '.join(sorted(self._items))}")
         return self._items[name]
 
     def get(self, name: str, **cfg: Any) -> Any:
-        """Build the component ``name`` with keyword configuration ``cfg`` (SPEC §3 ``get``)."""
+        """Build the component ``name`` with keyword configuration ``cfg``."""
         obj = self.lookup(name)
         if self._build is not None:
             return self._build(obj, name, cfg)

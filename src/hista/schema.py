@@ -19,12 +19,12 @@ class Where:
         self.path, self.line = str(path), line
 
     def fail(self, message: str, field: Optional[str] = None) -> NoReturn:
-        """Raise the InputError of ``message`` about ``field`` here (SPEC §8)."""
+        """Raise the InputError of ``message`` about ``field`` here."""
         raise InputError(message, path=self.path, line=self.line, field=field)
 
 
 def kind(value: Any) -> str:
-    """A short name of a JSON value's type, for messages (SPEC §8)."""
+    """A short name of a JSON value's type, for messages."""
     if value is None:
         return "null"
     if isinstance(value, bool):
@@ -35,18 +35,18 @@ def kind(value: Any) -> str:
 
 
 def short(value: Any) -> str:
-    """A JSON value as at most 60 characters, for messages (SPEC §8)."""
+    """A JSON value as at most 60 characters, for messages."""
     text = json.dumps(value) if isinstance(value, (dict, list, str)) else repr(value)
     return text if len(text) <= 60 else text[:57] + "..."
 
 
 def is_int(value: Any) -> bool:
-    """An integer that is not a boolean (SPEC §8)."""
+    """An integer that is not a boolean."""
     return isinstance(value, int) and not isinstance(value, bool)
 
 
 def is_unit(value: Any) -> bool:
-    """A JSON number (not a boolean) in [0, 1]; NaN and infinities compare false (SPEC §8)."""
+    """A JSON number (not a boolean) in [0, 1]; NaN and infinities compare false."""
     return isinstance(value, (int, float)) and not isinstance(value, bool) and 0 <= value <= 1
 
 
@@ -57,7 +57,7 @@ def require(obj: dict, name: str, types: Union[type, tuple[type, ...]], where: W
             what: Optional[str] = None) -> Any:
     """``obj[name]`` when present and of ``types`` (a boolean is never taken for a number),
     else an InputError about ``prefix + name`` saying what was expected (``what``, or the
-    types in words) and what came (SPEC §8)."""
+    types in words) and what came."""
     if name not in obj:
         where.fail("missing", prefix + name)
     value = obj[name]
@@ -69,7 +69,7 @@ def require(obj: dict, name: str, types: Union[type, tuple[type, ...]], where: W
 
 
 def text(value: Any, field: str, where: Where) -> str:
-    """``value`` when it is a non-empty string, else an InputError about ``field`` (SPEC §8)."""
+    """``value`` when it is a non-empty string, else an InputError about ``field``."""
     if not isinstance(value, str):
         where.fail(f"expected a string, got {kind(value)}", field)
     if not value:
@@ -80,7 +80,7 @@ def text(value: Any, field: str, where: Where) -> str:
 def fields(value: Any, names: Sequence[str], *, what: str, field: str, prefix: str = "",
            required: Optional[Sequence[str]] = None) -> dict:
     """``value`` when it is a dict whose keys are among ``names`` and include ``required``
-    (default: all of ``names``), for the checks of stored state (SPEC §9, §11). Otherwise an
+    (default: all of ``names``), for the checks of stored state. Otherwise an
     InputError: another type names ``field``; a key beyond ``names`` is ``not a field of
     WHAT`` and one of ``required`` that is absent ``missing``, each named ``PREFIX.KEY`` (the
     key alone without ``prefix``)."""

@@ -13,7 +13,7 @@ from .errors import InputError
 
 
 def parse(text: str) -> tuple[int, int]:
-    """``"K/N"`` as (K, N) with 1 <= K <= N (SPEC §8, §10), or an InputError naming ``--shard``."""
+    """``"K/N"`` as (K, N) with 1 <= K <= N, or an InputError naming ``--shard``."""
     match = re.fullmatch(r"\s*(\d+)\s*/\s*(\d+)\s*", str(text))
     if not match or not 1 <= int(match[1]) <= int(match[2]):
         raise InputError(f"expected K/N with 1 <= K <= N (e.g. 2/8), got {text!r}", field="--shard")
@@ -22,12 +22,12 @@ def parse(text: str) -> tuple[int, int]:
 
 def chunks_of(count: int, shard: tuple[int, int]) -> list[int]:
     """The indices of the chunks (of ``count``) that shard (K, N) processes: every N-th from
-    K-1 (SPEC §8, §10)."""
+    K-1."""
     k, n = shard
     return list(range(k - 1, count, n))
 
 
 def derive_seed(*parts: object) -> int:
-    """A 31-bit seed from a job's seed and names (SPEC §8, §10: stable across runs, machines and
+    """A 31-bit seed from a job's seed and names (stable across runs, machines and
     platforms; a CRC-32 of the parts joined by ``:``)."""
     return zlib.crc32(":".join(str(p) for p in parts).encode()) & 0x7FFFFFFF

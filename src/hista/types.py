@@ -11,7 +11,7 @@ import torch
 
 @dataclass
 class Rollout:
-    """One sampled completion of a prompt (SPEC §3).
+    """One sampled completion of a prompt.
 
     ``offsets[k]`` is the (start, end) character span of completion token k inside
     ``completion_text``; ``hidden`` holds one layer's hidden states for prompt + completion
@@ -72,7 +72,7 @@ class Rollout:
 
 @dataclass
 class RolloutGroup:
-    """The rollouts of one prompt (SPEC §3), with the prompt id and problem metadata."""
+    """The rollouts of one prompt, with the prompt id and problem metadata."""
 
     rollouts: list[Rollout]
     prompt_id: str = ""
@@ -99,7 +99,7 @@ class State:
     rollout ``rollout`` in a group (0 <= t <= T). For external prefixes (benchmark queries),
     ``prefix`` carries a Rollout whose completion is the prefix (with its hidden states), and
     ``rollout`` may be None. ``continuations`` holds rewards of continuations sampled from the
-    state, for the Monte-Carlo estimator (SPEC §4.4)."""
+    state, for the Monte-Carlo estimator."""
 
     rollout: Optional[int] = None
     t: int = 0

@@ -17,7 +17,7 @@ _EXPONENT = re.compile(r"[-+]?(\d+\.?\d*|\.\d+)[eE][-+]?\d+")
 def load(text: str, *, path: Optional[str] = None, line: Optional[int] = None, field: Optional[str] = None,
          what: str = "YAML") -> Any:
     """``yaml.safe_load`` of ``text`` with every failure an InputError naming ``path``, ``line``
-    (the YAML error's line when ``line`` is None) and ``field`` (SPEC §11): bad YAML, an integer
+    (the YAML error's line when ``line`` is None) and ``field``: bad YAML, an integer
     too long to convert (Python refuses integers of more than 4,300 digits), nesting too deep to
     parse. ``what`` names the text in messages ("the value of trl.seed")."""
     try:
@@ -36,7 +36,7 @@ def load(text: str, *, path: Optional[str] = None, line: Optional[int] = None, f
 
 def scalar(raw: str, *, field: Optional[str] = None, what: str = "the value") -> Any:
     """A parameter value of a method spec, a sweep grid or a recipe override, read as a YAML
-    scalar (SPEC §8, §9): ``-6``, ``0.5``, ``true``, ``digits``; a number in exponent notation
+    scalar: ``-6``, ``0.5``, ``true``, ``digits``; a number in exponent notation
     without a dot (``1e-4``, a string to YAML 1.1) is read as a number too. Failures as
     :func:`load`."""
     if _EXPONENT.fullmatch(raw.strip()):

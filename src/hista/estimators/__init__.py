@@ -18,7 +18,14 @@ from typing import Any, Callable, Optional
 
 from ..errors import InputError
 from ..registry import Registry
-from .base import Estimator, EstimatorConfig, LearnsAcrossGroups, ReadsCritic, scale_advantages
+from .base import (
+    Estimator,
+    EstimatorConfig,
+    LearnsAcrossGroups,
+    ReadsCritic,
+    critic_trains_with_policy,
+    scale_advantages,
+)
 from .gae import segment_gae
 
 DEFAULT_PROFILE = "default"
@@ -96,5 +103,5 @@ def from_dict(record: dict) -> Estimator:
     return get(record["name"], **dict(record.get("config") or {}))
 
 
-__all__ = ["Estimator", "EstimatorConfig", "LearnsAcrossGroups", "ReadsCritic", "from_dict", "get", "names",
-           "profiles", "register", "scale_advantages", "segment_gae"]
+__all__ = ["Estimator", "EstimatorConfig", "LearnsAcrossGroups", "ReadsCritic", "critic_trains_with_policy",
+           "from_dict", "get", "names", "profiles", "register", "scale_advantages", "segment_gae"]

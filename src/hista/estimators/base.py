@@ -139,7 +139,6 @@ class Estimator(abc.ABC):
     needs_text: ClassVar[bool] = False
     needs_continuations: ClassVar[bool] = False
     default_scale: ClassVar[Optional[str]] = None
-    needs_model = trains_with_policy = learns_across_groups = False  # TEMP(issue 48): until train/ checks by type
     #: relative depth of the hidden layer that a None ``layer`` resolves to (:meth:`hidden_layer`)
     layer_depth: ClassVar[float] = 1.0
     #: for a profile that reproduces a public implementation number for number (its training
@@ -265,7 +264,6 @@ class ReadsCritic(Estimator):
     trainer copies it from the policy and updates it every generation batch); SVEB cannot."""
 
     trains_with_policy: ClassVar[bool] = False
-    needs_model = True  # TEMP(issue 48)
 
     @abc.abstractmethod
     def use_critic(self, critic: Any) -> "ReadsCritic":
@@ -273,13 +271,17 @@ class ReadsCritic(Estimator):
         terminal=..., batch_size=...)``); returns self."""
 
 
+def critic_trains_with_policy(est: Estimator) -> bool:
+    """Whether ``est`` reads a critic that only a trainer can provide, trained alongside the policy
+    (the PPO baseline, SPEC §4.5, §9)."""
+    return isinstance(est, ReadsCritic) and est.trains_with_policy
+
+
 class LearnsAcrossGroups(Estimator):
     """An estimator that fits a value model on *other* groups' rollouts (the probe,
     docs/estimators.md "Probe"): a trainer hands it each generation batch through
     :meth:`for_batch`, SVEB cross-fits it by problem from :meth:`data` and :meth:`fitted`
     (:mod:`hista.sveb.fits`)."""
-
-    learns_across_groups = True  # TEMP(issue 48)
 
     @abc.abstractmethod
     def data(self, group: RolloutGroup) -> Any:

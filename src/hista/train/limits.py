@@ -20,10 +20,13 @@ UNSUPPORTED = {
 def untrainable(estimator, loss) -> Optional[tuple[str, str]]:
     """Why training cannot run this estimator and loss (SPEC §9), as (recipe field, message),
     from what they declare: an estimator that needs Monte-Carlo continuations or a learned model
-    other than one trained alongside the policy (``trains_with_policy``, the PPO baseline's
-    critic), a loss that needs reference log-probs without a KL term (TRL computes them only
-    when beta > 0). None when it can."""
-    if estimator.needs_continuations or (estimator.needs_model and not estimator.trains_with_policy):
+    other than a critic trained alongside the policy (the PPO baseline's), a loss that needs
+    reference log-probs without a KL term (TRL computes them only when beta > 0). None when it
+    can."""
+    from ..estimators import ReadsCritic, critic_trains_with_policy
+
+    needs_other_model = isinstance(estimator, ReadsCritic) and not critic_trains_with_policy(estimator)
+    if estimator.needs_continuations or needs_other_model:
         what = "Monte-Carlo continuations of every state" if estimator.needs_continuations else "a learned model"
         return "advantage_estimator.name", f"estimator {estimator.name!r} needs {what}, which training does not provide"
     if loss.needs_ref_logp and loss.config["beta"] == 0.0:

@@ -607,6 +607,8 @@ def _check_accelerate(recipe: Recipe, estimator: Any) -> None:
     """The accelerate config, when there is one: it launches ``world_size`` processes, and it
     shards the policy (ZeRO-3) only where neither evaluation nor the estimator's critic needs
     the whole weights."""
+    from ..estimators import critic_trains_with_policy
+
     if recipe.accelerate_config is None:
         return
     config = Path(recipe.accelerate_config)
@@ -622,7 +624,7 @@ def _check_accelerate(recipe: Recipe, estimator: Any) -> None:
         raise recipe.error("eval", f"{config} shards the policy's weights (ZeRO-3), and evaluation during training "
                            "generates on the main process alone: launch with ZeRO-2, or evaluate the checkpoints "
                            "with hista eval")
-    if estimator.trains_with_policy and zero == 3:
+    if critic_trains_with_policy(estimator) and zero == 3:
         raise recipe.error("accelerate_config", f"{config} shards the policy's weights (ZeRO-3), and the "
                            f"{estimator.name!r} estimator copies them into its critic: launch with ZeRO-2 "
                            "(configs/accelerate/zero2-4gpus.yaml: 4 GPUs)")

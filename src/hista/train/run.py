@@ -278,7 +278,7 @@ def state_files(recipe: Recipe) -> tuple[str, ...]:
     cfg = {k: v for k, v in recipe.estimator_config().items() if k not in ("gae_lambda", "scale")}
     estimator = estimators.get(cfg.pop("name"), **cfg)
     return ((("estimator-0.pt",) if estimator.state_dict() is not None else ())
-            + ((f"{checkpoints.CRITIC}/optimizer.pt",) if estimator.trains_with_policy else ()))
+            + ((f"{checkpoints.CRITIC}/optimizer.pt",) if estimators.critic_trains_with_policy(estimator) else ()))
 
 
 class ReplaceEarlierRun(TrainerCallback):

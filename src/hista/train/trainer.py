@@ -109,7 +109,7 @@ class HistaGRPOTrainer(GRPOTrainer):
         self.batch_rewards: Optional[torch.Tensor] = None
         self._cycle_start: Optional[float] = None
         self._estimator_seconds = 0.0
-        self.critic = self._build_critic(policy) if self.estimator.trains_with_policy else None
+        self.critic = self._build_critic(policy) if estimators.critic_trains_with_policy(self.estimator) else None
 
     @property
     def engine_rollouts(self) -> bool:
