@@ -173,27 +173,25 @@ def token_advantages(estimator: Union[str, Estimator], prompt_ids: Ids, completi
     or tokenizer the estimator needs and did not get.
     """
     est = estimators.get(estimator) if isinstance(estimator, str) else estimator
-    if isinstance(est, ReadsCritic) or est.needs_continuations:
-        need = "a critic model" if isinstance(est, ReadsCritic) else "Monte-Carlo continuations"
-        raise ValueError(f"estimator: {est.name} needs {need}; token_advantages serves the estimators that read the "
-                         "batch and hidden states (grpo, numca, hista, probe)")
+    _check_served(est)
     batch = _Batch.of(prompt_ids, completion_ids, prompt_mask, completion_mask)
     reward = _rewards(rewards, len(batch.prompts))
     members = _members(groups, len(batch.prompts))
     if est.needs_text and tokenizer is None:
         raise ValueError(f"tokenizer: {est.name} reads the completions' text; pass the tokenizer that made the ids")
     states = batch.states(est, hidden, model, batch_size, tokenizer) if est.needs_hidden else None
-    built = [build_group([batch.prompts[r] for r in rows], [batch.completions[r] for r in rows],
-                         reward[rows].tolist(), hidden=None if states is None else [states[r] for r in rows],
-                         problem_id=str(key), tokenizer=tokenizer if est.needs_text else None)
-             for key, rows in members.items()]
+    built = batch.groups(members, reward, states, tokenizer if est.needs_text else None)
     batch_std = float(reward.std()) if reward.numel() > 1 else 0.0
     per_group = estimate(est, built, gae_lambda=gae_lambda, scale=scale, batch_std=batch_std)
-    out = torch.zeros(len(batch.prompts), batch.width, dtype=torch.float32)
-    for rows, advantages in zip(members.values(), per_group):
-        for r, a in zip(rows, advantages):
-            out[r, : a.numel()] = a.float().cpu()
-    return out
+    return batch.scatter(members, per_group)
+
+
+def _check_served(est: Estimator) -> None:
+    """Refuse an estimator that needs more than a batch holds: a critic model or Monte-Carlo continuations."""
+    if isinstance(est, ReadsCritic) or est.needs_continuations:
+        need = "a critic model" if isinstance(est, ReadsCritic) else "Monte-Carlo continuations"
+        raise ValueError(f"estimator: {est.name} needs {need}; token_advantages serves the estimators that read the "
+                         "batch and hidden states (grpo, numca, hista, probe)")
 
 
 class _Batch:
@@ -206,6 +204,7 @@ class _Batch:
     @classmethod
     def of(cls, prompt_ids: Ids, completion_ids: Ids, prompt_mask: Optional[torch.Tensor],
            completion_mask: Optional[torch.Tensor]) -> "_Batch":
+        """The rows of masked tensors (padding dropped) or of id lists, their lengths and shapes checked."""
         if isinstance(prompt_ids, torch.Tensor) != isinstance(completion_ids, torch.Tensor):
             raise ValueError("prompt_ids, completion_ids: give both as tensors (with masks) or both as lists of "
                              "id lists")
@@ -271,8 +270,25 @@ class _Batch:
                                  "H], the row's prompt and completion tokens")
         return states
 
+    def groups(self, members: dict[Hashable, list[int]], reward: torch.Tensor,
+               states: Optional[list[torch.Tensor]], tokenizer: Any) -> list[RolloutGroup]:
+        """One RolloutGroup per key (its ``prompt_id``), rows in batch order; ``tokenizer`` decodes text."""
+        return [build_group([self.prompts[r] for r in rows], [self.completions[r] for r in rows],
+                            reward[rows].tolist(), hidden=None if states is None else [states[r] for r in rows],
+                            problem_id=str(key), tokenizer=tokenizer)
+                for key, rows in members.items()]
+
+    def scatter(self, members: dict[Hashable, list[int]], per_group: list[list[torch.Tensor]]) -> torch.Tensor:
+        """The groups' advantages back in their rows of a [B, width] float32 CPU tensor, zero-padded."""
+        out = torch.zeros(len(self.prompts), self.width, dtype=torch.float32)
+        for rows, advantages in zip(members.values(), per_group):
+            for r, a in zip(rows, advantages):
+                out[r, : a.numel()] = a.float().cpu()
+        return out
+
 
 def _rewards(rewards: Union[torch.Tensor, Sequence[float]], rows: int) -> torch.Tensor:
+    """The rewards as a float32 CPU vector of one finite number per row."""
     reward = torch.as_tensor(rewards, dtype=torch.float32).flatten().cpu()
     if reward.numel() != rows:
         raise ValueError(f"rewards: {reward.numel()} rewards for {rows} completions")

@@ -8,14 +8,24 @@ import textwrap
 import time
 
 from ..errors import InputError
-from .options import FRACTION, POSITIVE, add_sampling_options, sampler, sampling_config
+from .options import FRACTION, POSITIVE, add_command, add_sampling_options, sampler, sampling_config
+
+#: each command's line in its parent's ``--help`` and the text its own ``--help`` opens with
+HELP = {
+    "sample": ("sample rollouts, verify them, print accuracies",
+               "Sample G rollouts for each of N problems, verify them, print per-problem accuracy, the mean and one "
+               "example, and write the rollouts as JSONL."),
+    "models": ("list model aliases or prepare the embedded model",
+               "List model aliases, or convert the embedded GGUF model to the cache once."),
+    "tasks": ("list, preview or difficulty-filter task sources",
+              "List the built-in task generators, print problems from a task source, or keep the problems whose "
+              "accuracy under a policy lies in [--lo, --hi] (paper: 0.1-0.8 of 20 samples) and write them as JSONL."),
+}
 
 
 def register(sub: argparse._SubParsersAction) -> None:
     """Add ``sample``, ``models`` and ``tasks`` to the command parser ``sub`` (SPEC §11)."""
-    p = sub.add_parser("sample", help="sample rollouts, verify them, print accuracies",
-                       description="Sample G rollouts for each of N problems, verify them, print per-problem "
-                                   "accuracy, the mean and one example, and write the rollouts as JSONL.")
+    p = add_command(sub, "sample", *HELP["sample"])
     p.add_argument("--tasks", action="append", required=True, metavar="SPEC",
                    help="task source, repeatable: builtin:arith[?steps=2&max_value=20], builtin:choice, "
                         "jsonl:PATH, hf:NAME")
@@ -27,15 +37,11 @@ def register(sub: argparse._SubParsersAction) -> None:
     add_sampling_options(p)
     p.set_defaults(func=cmd_sample)
 
-    p = sub.add_parser("models", help="list model aliases or prepare the embedded model",
-                       description="List model aliases, or convert the embedded GGUF model to the cache once.")
+    p = add_command(sub, "models", *HELP["models"])
     p.add_argument("action", nargs="?", default="list", choices=["list", "prepare"], help="(default: list)")
     p.set_defaults(func=cmd_models)
 
-    p = sub.add_parser("tasks", help="list, preview or difficulty-filter task sources",
-                       description="List the built-in task generators, print problems from a task source, or "
-                                   "keep the problems whose accuracy under a policy lies in [--lo, --hi] "
-                                   "(paper: 0.1-0.8 of 20 samples) and write them as JSONL.")
+    p = add_command(sub, "tasks", *HELP["tasks"])
     p.add_argument("action", nargs="?", default="list", choices=["list", "preview", "filter"], help="(default: list)")
     p.add_argument("spec", nargs="?", default="builtin:arith", help="task source (default: %(default)s)")
     p.add_argument("-n", type=POSITIVE, default=3, help="problems to preview or to filter (default: %(default)s)")

@@ -7,18 +7,38 @@ from __future__ import annotations
 import argparse
 
 from ..errors import InputError
-from .options import POSITIVE, SEED, TEMPERATURE, add_engine_options, device
+from .options import POSITIVE, SEED, TEMPERATURE, add_command, add_engine_options, device
+
+#: each command's line in its parent's ``--help`` and the text its own ``--help`` opens with
+HELP = {
+    "eval": ("evaluate a model on benchmark suites (avg@k, pass@k); compare runs",
+             "Evaluate a model or a hista train checkpoint on benchmark suites (SPEC §10): accuracy avg@k and pass@k "
+             "per benchmark, category and overall, with bootstrap 95% intervals over problems. Writes OUT (results "
+             "JSON), OUT's .samples.jsonl (every problem as it finishes: a rerun with the same settings resumes) and "
+             "OUT's .md table. 'hista eval compare A.json B.json' puts runs side by side."),
+    "eval merge": ("join the results of a sharded evaluation",
+                   "Join the results files of every shard of one evaluation (hista eval --shard K/N) into the results, "
+                   "table and per-problem file of a whole evaluation; refuses parts of different evaluations, missing "
+                   "or repeated shards and missing or repeated problems."),
+    "eval compare": ("runs side by side, paired differences from the first",
+                     "Put hista eval results side by side per benchmark, category and ALL, with each later run's "
+                     "paired difference from the first (same problems) and its bootstrap 95% interval. Runs whose "
+                     "settings differ other than the model are refused, naming the fields, unless --force."),
+}
 
 
 def register(sub: argparse._SubParsersAction) -> None:
     """Add ``eval`` (and its actions ``merge`` and ``compare``) to the command parser ``sub``
     (SPEC §11)."""
-    p = sub.add_parser("eval", help="evaluate a model on benchmark suites (avg@k, pass@k); compare runs",
-                       description="Evaluate a model or a hista train checkpoint on benchmark suites (SPEC §10): "
-                                   "accuracy avg@k and pass@k per benchmark, category and overall, with bootstrap "
-                                   "95% intervals over problems. Writes OUT (results JSON), OUT's .samples.jsonl "
-                                   "(every problem as it finishes: a rerun with the same settings resumes) and OUT's "
-                                   ".md table. 'hista eval compare A.json B.json' puts runs side by side.")
+    p = _add_eval(sub)
+    actions = p.add_subparsers(dest="action", metavar="[compare|merge]")
+    _add_merge(actions)
+    _add_compare(actions)
+
+
+def _add_eval(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
+    """``eval``: the model, the suites, the sampling, the output and a shard of an evaluation."""
+    p = add_command(sub, "eval", *HELP["eval"])
     p.add_argument("--model", default="smollm2-135m-instruct",
                    help="alias (smollm2-135m-instruct, tiny), model folder, Hugging Face id, or a hista train run or "
                         "checkpoint (runs/x, runs/x/final, runs/x/checkpoint-50), posed with the run's system prompt "
@@ -45,29 +65,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                                                   "per machine); join the parts' results with hista eval merge")
     add_engine_options(p, "hf")
     p.set_defaults(func=cmd_eval)
-    actions = p.add_subparsers(dest="action", metavar="[compare|merge]")
-    q = actions.add_parser("merge", help="join the results of a sharded evaluation",
-                           description="Join the results files of every shard of one evaluation (hista eval --shard "
-                                       "K/N) into the results, table and per-problem file of a whole evaluation; "
-                                       "refuses parts of different evaluations, missing or repeated shards and "
-                                       "missing or repeated problems.")
-    q.add_argument("parts", nargs="+", metavar="RESULTS.json", help="the shards' results files")
-    q.add_argument("--out", dest="merge_out", required=True, metavar="RESULTS.json", help="the merged results JSON")
-    q.set_defaults(func=cmd_eval_merge)
-    q = actions.add_parser("compare", help="runs side by side, paired differences from the first",
-                           description="Put hista eval results side by side per benchmark, category and ALL, with each "
-                                       "later run's paired difference from the first (same problems) and its "
-                                       "bootstrap 95% interval. Runs whose settings differ other than the model are "
-                                       "refused, naming the fields, unless --force.")
-    q.add_argument("results", nargs="+", metavar="RESULTS.json", help="results files of hista eval; the first is "
-                                                                       "the baseline")
-    q.add_argument("--force", action="store_true", help="compare runs whose settings differ (listed in the table)")
-    q.add_argument("--metric", default="avg", help="avg (avg@k) or pass@K (default: %(default)s)")
-    q.add_argument("--out", dest="compare_out", default=None, metavar="TABLE.md",
-                   help="also write the table there and its numbers to the .json beside it")
-    q.add_argument("--seed", dest="compare_seed", type=SEED, default=0, metavar="SEED",
-                   help="seed of the bootstrap (default: %(default)s)")
-    q.set_defaults(func=cmd_eval_compare)
+    return p
 
 
 def cmd_eval(args: argparse.Namespace) -> int:
@@ -97,6 +95,14 @@ def cmd_eval(args: argparse.Namespace) -> int:
     return 0
 
 
+def _add_merge(actions: argparse._SubParsersAction) -> None:
+    """``eval merge``: the shards' results files and the merged file."""
+    q = add_command(actions, "merge", *HELP["eval merge"])
+    q.add_argument("parts", nargs="+", metavar="RESULTS.json", help="the shards' results files")
+    q.add_argument("--out", dest="merge_out", required=True, metavar="RESULTS.json", help="the merged results JSON")
+    q.set_defaults(func=cmd_eval_merge)
+
+
 def cmd_eval_merge(args: argparse.Namespace) -> int:
     """`hista eval merge`: join the results of a sharded evaluation (SPEC §10)."""
     from ..evaluation.merge import merge
@@ -105,6 +111,20 @@ def cmd_eval_merge(args: argparse.Namespace) -> int:
     print("\n" + table)
     print(f"eval merge: {len(args.parts)} parts -> {args.merge_out}")
     return 0
+
+
+def _add_compare(actions: argparse._SubParsersAction) -> None:
+    """``eval compare``: the results files, the metric, the table's file and the bootstrap seed."""
+    q = add_command(actions, "compare", *HELP["eval compare"])
+    q.add_argument("results", nargs="+", metavar="RESULTS.json", help="results files of hista eval; the first is "
+                                                                       "the baseline")
+    q.add_argument("--force", action="store_true", help="compare runs whose settings differ (listed in the table)")
+    q.add_argument("--metric", default="avg", help="avg (avg@k) or pass@K (default: %(default)s)")
+    q.add_argument("--out", dest="compare_out", default=None, metavar="TABLE.md",
+                   help="also write the table there and its numbers to the .json beside it")
+    q.add_argument("--seed", dest="compare_seed", type=SEED, default=0, metavar="SEED",
+                   help="seed of the bootstrap (default: %(default)s)")
+    q.set_defaults(func=cmd_eval_compare)
 
 
 def cmd_eval_compare(args: argparse.Namespace) -> int:

@@ -1,7 +1,7 @@
-"""Option types and option groups that several ``hista`` commands share (SPEC §11): numbers in a
-range, choices and lists, a device this machine has, the sampling and engine options, and the
-model and engine they load. A value out of range is a usage error naming the option (exit 2).
-Nothing here imports torch until a command runs."""
+"""Option types and option groups that several ``hista`` commands share (SPEC §11): the one way a
+command's parser is made, numbers in a range, choices and lists, a device this machine has, the
+sampling and engine options, and the model and engine they load. A value out of range is a usage
+error naming the option (exit 2). Nothing here imports torch until a command runs."""
 
 from __future__ import annotations
 
@@ -12,6 +12,12 @@ from typing import Optional
 
 from ..errors import InputError
 from ..rollout.config import SamplingConfig
+
+
+def add_command(sub: argparse._SubParsersAction, name: str, help: str,
+                description: Optional[str] = None) -> argparse.ArgumentParser:
+    """A command's parser with its line in the parent's ``--help``; every parser below ``hista`` is made here."""
+    return sub.add_parser(name, help=help, description=description)
 
 
 def number(kind: type, lo: float, hi: float = math.inf, *, lo_open: bool = False, what: str = ""):

@@ -19,6 +19,7 @@ from .options import (
     SELECT_ON,
     TEMPERATURE,
     TOP_P,
+    add_command,
     add_engine_options,
     choice,
     device,
@@ -31,16 +32,53 @@ from .options import (
 BUILD_FIELDS = ("model", "tasks", "problems", "rollouts", "continuations", "states_per_problem", "seed", "split",
                 "lo", "hi", "temperature", "top_p", "max_new_tokens", "batch_size", "engine", "tensor_parallel_size")
 
+#: each command's line in its parent's ``--help`` and the text its own ``--help`` opens with
+HELP = {
+    "sveb": ("State Value Estimation Benchmark: build, merge, eval, report, run, sweep",
+             "SVEB (SPEC §8). build: sample G rollouts per problem, pick states, sample M continuations (targets); "
+             "merge: join the parts of a sharded build; eval: estimator values vs targets; report: table, JSON, plots; "
+             "run: all three with a preset; sweep: a grid of method parameters with selection on held-out problems."),
+    "sveb build": ("sample cases into a JSONL file (resumable)",
+                   "Sample G rollouts per problem, verify them, pick states, sample M continuations per state; append "
+                   "each case to --out at once. A rerun resumes; the same seed gives the same bytes."),
+    "sveb merge": ("join the parts of a sharded build",
+                   "Join the case files of every shard of one build (sveb build --shard K/N) into the file a single "
+                   "build writes; refuses parts of different builds, missing or repeated shards and unfinished parts."),
+    "sveb eval": ("evaluate estimators on stored cases",
+                  "Evaluate estimators on the cases of --cases against their Monte-Carlo targets, without generating; "
+                  "write a results JSON and print the table."),
+    "sveb sweep": ("evaluate a grid of method parameters on stored cases (resumable)",
+                   "Evaluate the Cartesian product of --grid laid over --base (or the specs of --specs) on the cases "
+                   "of --cases: hidden states once per case for all the layers the points need, every point's value "
+                   "appended to OUT/values.jsonl at once (a rerun resumes). Writes OUT/sweep.json, OUT/sweep.md "
+                   "(points by ΔMAE vs GRPO) and heatmaps; the best point is chosen on part of the problems and "
+                   "reported on the rest."),
+    "sveb split": ("split a case file by problem into selection and report parts",
+                   "Write OUT/selection.jsonl and OUT/report.jsonl: the cases of --cases split by problem exactly as "
+                   "sveb sweep splits them with the same --select-on and --seed, so that tables of the report part are "
+                   "not selected on."),
+    "sveb report": ("markdown table, JSON and plots from a results file",
+                    "Write report.md, report.json and the plots of a results JSON into --out."),
+    "sveb run": ("build + eval + report with a preset",
+                 "Build (or resume) OUT/cases.jsonl with a preset, evaluate the methods into OUT/results.json and "
+                 "write the report into OUT."),
+    "critic": ("train PPO critics (value models) for the SVEB methods ppo-1 and ppo-n",
+               "PPO critics (SPEC §4.5): a copy of the policy's transformer plus a linear value head, regressed on "
+               "GAE(lambda) targets (reward at the last token, gamma = 1)."),
+    "critic train": ("train PPO-1 or PPO-N critics on the rollouts of a case file",
+                     "Train critics on the G initial rollouts of the cases of --cases. ppo-n: one critic on every "
+                     "problem of the cases, written to --out. ppo-1: cross-fitted by problem, --folds seeded folds; "
+                     "the critic of fold f never sees fold f's problems and scores only them; written to --out/fold-F "
+                     "with --out/folds.json. Loss: mean squared error over completion tokens, AdamW. CPU default: the "
+                     f"last {CPU_LAYERS} decoder layers, the final norm and the head train (the rest is frozen, and "
+                     "the critic folder stores only what trained); on a GPU the whole critic trains."),
+}
+
 
 def register(sub: argparse._SubParsersAction) -> None:
     """Add ``sveb`` (build, merge, eval, sweep, split, report, run) and ``critic`` (train) to the
     command parser ``sub``."""
-    p = sub.add_parser("sveb", help="State Value Estimation Benchmark: build, merge, eval, report, run, sweep",
-                       description="SVEB (SPEC §8). build: sample G rollouts per problem, pick states, sample M "
-                                   "continuations (targets); merge: join the parts of a sharded build; eval: "
-                                   "estimator values vs targets; report: table, JSON, plots; run: all three "
-                                   "with a preset; sweep: a grid of method parameters with selection on held-out "
-                                   "problems.")
+    p = add_command(sub, "sveb", *HELP["sveb"])
     actions = p.add_subparsers(dest="action", required=True, metavar="ACTION")
     _add_build(actions)
     _add_merge(actions)
@@ -54,9 +92,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 def register_critic(sub: argparse._SubParsersAction) -> None:
     """Add ``critic train`` to the command parser ``sub``."""
-    p = sub.add_parser("critic", help="train PPO critics (value models) for the SVEB methods ppo-1 and ppo-n",
-                       description="PPO critics (SPEC §4.5): a copy of the policy's transformer plus a linear value "
-                                   "head, regressed on GAE(lambda) targets (reward at the last token, gamma = 1).")
+    p = add_command(sub, "critic", *HELP["critic"])
     actions = p.add_subparsers(dest="action", required=True, metavar="ACTION")
     _add_critic_train(actions)
 
@@ -132,10 +168,7 @@ def method_specs(args: argparse.Namespace) -> list[str]:
 
 def _add_build(actions: argparse._SubParsersAction) -> None:
     """``sveb build``: the output, a shard, and a preset with any of its fields."""
-    q = actions.add_parser("build", help="sample cases into a JSONL file (resumable)",
-                           description="Sample G rollouts per problem, verify them, pick states, sample M "
-                                       "continuations per state; append each case to --out at once. A rerun "
-                                       "resumes; the same seed gives the same bytes.")
+    q = add_command(actions, "build", *HELP["sveb build"])
     q.add_argument("--out", required=True, help="cases JSONL")
     q.add_argument("--shard", metavar="K/N", help="build only the K-th of N disjoint parts of the problem list "
                                                   "(one per machine), with a manifest OUT.shard.json; join the "
@@ -163,10 +196,7 @@ def cmd_sveb_build(args: argparse.Namespace) -> int:
 
 def _add_merge(actions: argparse._SubParsersAction) -> None:
     """``sveb merge``: the parts of a sharded build and the merged file."""
-    q = actions.add_parser("merge", help="join the parts of a sharded build",
-                           description="Join the case files of every shard of one build (sveb build --shard K/N) "
-                                       "into the file a single build writes; refuses parts of different builds, "
-                                       "missing or repeated shards and unfinished parts.")
+    q = add_command(actions, "merge", *HELP["sveb merge"])
     q.add_argument("parts", nargs="+", help="the shards' case files (their manifests lie beside them)")
     q.add_argument("--out", required=True, help="the merged cases JSONL")
     q.set_defaults(func=cmd_sveb_merge)
@@ -184,9 +214,7 @@ def cmd_sveb_merge(args: argparse.Namespace) -> int:
 
 def _add_eval(actions: argparse._SubParsersAction) -> None:
     """``sveb eval``: the cases, the results file, the methods and the critics they read."""
-    q = actions.add_parser("eval", help="evaluate estimators on stored cases",
-                           description="Evaluate estimators on the cases of --cases against their Monte-Carlo "
-                                       "targets, without generating; write a results JSON and print the table.")
+    q = add_command(actions, "eval", *HELP["sveb eval"])
     q.add_argument("--cases", required=True, help="the cases JSONL written by sveb build")
     q.add_argument("--out", required=True, help="results JSON")
     add_methods_option(q)
@@ -217,13 +245,7 @@ def cmd_sveb_eval(args: argparse.Namespace) -> int:
 
 def _add_sweep(actions: argparse._SubParsersAction) -> None:
     """``sveb sweep``: the cases, the output folder, a grid over a base (or specs), the selection."""
-    q = actions.add_parser("sweep", help="evaluate a grid of method parameters on stored cases (resumable)",
-                           description="Evaluate the Cartesian product of --grid laid over --base (or the specs of "
-                                       "--specs) on the cases of --cases: hidden states once per case for all the "
-                                       "layers the points need, every point's value appended to OUT/values.jsonl "
-                                       "at once (a rerun resumes). Writes OUT/sweep.json, OUT/sweep.md (points "
-                                       "by ΔMAE vs GRPO) and heatmaps; the best point is chosen on part of the "
-                                       "problems and reported on the rest.")
+    q = add_command(actions, "sweep", *HELP["sveb sweep"])
     q.add_argument("--cases", required=True, help="the cases JSONL written by sveb build")
     q.add_argument("--out", required=True, help="output folder (values.jsonl, sweep.json, sweep.md, heatmaps)")
     q.add_argument("--base", default=None, help="the method spec the grid is laid over, may set parameters itself "
@@ -265,10 +287,7 @@ def cmd_sveb_sweep(args: argparse.Namespace) -> int:
 
 def _add_split(actions: argparse._SubParsersAction) -> None:
     """``sveb split``: the cases, the output folder and the split sweep selects on."""
-    q = actions.add_parser("split", help="split a case file by problem into selection and report parts",
-                           description="Write OUT/selection.jsonl and OUT/report.jsonl: the cases of --cases split "
-                                       "by problem exactly as sveb sweep splits them with the same --select-on "
-                                       "and --seed, so that tables of the report part are not selected on.")
+    q = add_command(actions, "split", *HELP["sveb split"])
     q.add_argument("--cases", required=True, help="the cases JSONL (or .jsonl.gz) written by sveb build")
     q.add_argument("--out", required=True, help="output folder (selection.jsonl, report.jsonl)")
     q.add_argument("--select-on", type=SELECT_ON, default=0.5, metavar="HALF",
@@ -288,8 +307,7 @@ def cmd_sveb_split(args: argparse.Namespace) -> int:
 
 def _add_report(actions: argparse._SubParsersAction) -> None:
     """``sveb report``: the results file and the output folder."""
-    q = actions.add_parser("report", help="markdown table, JSON and plots from a results file",
-                           description="Write report.md, report.json and the plots of a results JSON into --out.")
+    q = add_command(actions, "report", *HELP["sveb report"])
     q.add_argument("--results", required=True, help="the results JSON written by sveb eval")
     q.add_argument("--out", required=True, help="output folder")
     q.set_defaults(func=cmd_sveb_report)
@@ -307,9 +325,7 @@ def cmd_sveb_report(args: argparse.Namespace) -> int:
 
 def _add_run(actions: argparse._SubParsersAction) -> None:
     """``sveb run``: the output folder, a preset with any of its fields, the methods, the critics."""
-    q = actions.add_parser("run", help="build + eval + report with a preset",
-                           description="Build (or resume) OUT/cases.jsonl with a preset, evaluate the methods "
-                                       "into OUT/results.json and write the report into OUT.")
+    q = add_command(actions, "run", *HELP["sveb run"])
     q.add_argument("--out", required=True, help="output folder")
     add_build_options(q, "quick")
     add_methods_option(q)
@@ -339,15 +355,7 @@ def cmd_sveb_run(args: argparse.Namespace) -> int:
 def _add_critic_train(actions: argparse._SubParsersAction) -> None:
     """``critic train``: the cases, the modes and lambdas, the output folder, the fit's settings."""
     d = FitConfig()
-    q = actions.add_parser("train", help="train PPO-1 or PPO-N critics on the rollouts of a case file",
-                           description="Train critics on the G initial rollouts of the cases of --cases. ppo-n: one "
-                                       "critic on every problem of the cases, written to --out. ppo-1: cross-fitted "
-                                       "by problem, --folds seeded folds; the critic of fold f never sees fold f's "
-                                       "problems and scores only them; written to --out/fold-F with "
-                                       "--out/folds.json. Loss: mean squared error over completion tokens, AdamW. "
-                                       f"CPU default: the last {CPU_LAYERS} decoder layers, the final norm and the "
-                                       "head train (the rest is frozen, and the critic folder stores only what "
-                                       "trained); on a GPU the whole critic trains.")
+    q = add_command(actions, "train", *HELP["critic train"])
     q.add_argument("--cases", required=True, help="the cases JSONL written by sveb build")
     q.add_argument("--mode", required=True, type=list_of(choice("ppo-1", "ppo-n")),
                    help="ppo-1: cross-fitted by problem; ppo-n: trained on the cases' own problems; a comma list "

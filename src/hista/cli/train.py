@@ -6,16 +6,26 @@ from __future__ import annotations
 import argparse
 
 from ..errors import InputError
+from .options import add_command
+
+#: each command's line in its parent's ``--help`` and the text its own ``--help`` opens with
+HELP = {
+    "train": ("train a policy from a YAML recipe (estimator x loss on TRL's GRPOTrainer)",
+              "Train with TRL's GRPOTrainer, advantages from a hista estimator and a hista policy loss (SPEC §9). "
+              "Overrides use dotted keys with YAML values, e.g. advantage_estimator.name=hista loss.name=strace "
+              "trl.max_steps=10 resume=true. Multi-GPU: accelerate launch --config_file configs/accelerate/zero2.yaml "
+              "-m hista.cli train RECIPE.yaml"),
+    "verl": ("hista inside verl: check the plugin's registrations",
+             "hista registers its losses and estimators with verl through the verl.plugins entry point (docs/verl.md). "
+             "check imports verl and the plugin and prints what is registered; verl itself hides a failing plugin "
+             "import."),
+    "verl check": ("print what hista registered with verl (exit 1 if something is missing)", None),
+}
 
 
 def register(sub: argparse._SubParsersAction) -> None:
     """Add ``train`` and ``verl`` (check) to the command parser ``sub`` (SPEC §11)."""
-    p = sub.add_parser("train", help="train a policy from a YAML recipe (estimator x loss on TRL's GRPOTrainer)",
-                       description="Train with TRL's GRPOTrainer, advantages from a hista estimator and a hista "
-                                   "policy loss (SPEC §9). Overrides use dotted keys with YAML values, e.g. "
-                                   "advantage_estimator.name=hista loss.name=strace trl.max_steps=10 resume=true. "
-                                   "Multi-GPU: accelerate launch --config_file configs/accelerate/zero2.yaml "
-                                   "-m hista.cli train RECIPE.yaml")
+    p = add_command(sub, "train", *HELP["train"])
     p.add_argument("recipe", help="recipe YAML, e.g. recipes/cpu-smoke.yaml")
     p.add_argument("overrides", nargs="*", metavar="KEY=VALUE", help="recipe overrides (dotted keys)")
     p.add_argument("--dry-run", action="store_true",
@@ -27,12 +37,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     # overrides may follow the options too (`hista train RECIPE --dry-run key=value`), as users type them
     p.set_defaults(func=cmd_train, trailing_overrides=True)
 
-    p = sub.add_parser("verl", help="hista inside verl: check the plugin's registrations",
-                       description="hista registers its losses and estimators with verl through the verl.plugins "
-                                   "entry point (docs/verl.md). check imports verl and the plugin and prints what is "
-                                   "registered; verl itself hides a failing plugin import.")
+    p = add_command(sub, "verl", *HELP["verl"])
     actions = p.add_subparsers(dest="action", required=True, metavar="ACTION")
-    q = actions.add_parser("check", help="print what hista registered with verl (exit 1 if something is missing)")
+    q = add_command(actions, "check", *HELP["verl check"])
     q.set_defaults(func=cmd_verl_check)
 
 

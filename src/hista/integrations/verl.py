@@ -85,6 +85,7 @@ def make_loss(name: str) -> Callable:
     def loss_fn(old_log_prob: torch.Tensor, log_prob: torch.Tensor, advantages: torch.Tensor,
                 response_mask: torch.Tensor, loss_agg_mode: str = "token-mean", config: Any = None,
                 rollout_is_weights: Optional[torch.Tensor] = None) -> tuple[torch.Tensor, dict[str, Any]]:
+        """What verl calls: hista's per-token loss, aggregated by verl's ``agg_loss``, and its metrics."""
         params = {"eps_low": _clip(config, "clip_ratio_low"), "eps_high": _clip(config, "clip_ratio_high")}
         params = {k: v for k, v in params.items() if v is not None}
         loss = losses.get(name, **{**params, **settings(LOSS_ENV)})
@@ -121,65 +122,85 @@ def make_estimator(name: str) -> Callable:
 
     verl_name = next(v for v, n in ESTIMATORS.items() if n == name)
     source = RESPONSES if verl_name in TEXT_ESTIMATORS else STATES if verl_name in HIDDEN_ESTIMATORS else None
-
-    def rollout(row: int, length: int, reward: float, held: Optional[list]) -> Rollout:
-        if held is None:
-            return Rollout(prompt_ids=[], completion_ids=[0] * length, reward=reward)
-        if source is STATES:
-            prompt, length, _ = held[row]
-            return Rollout(prompt_ids=[0] * prompt, completion_ids=[0] * length, reward=reward)
-        ids, completion, offsets = held[row]
-        return Rollout(prompt_ids=[], completion_ids=ids, reward=reward, completion_text=completion, offsets=offsets)
-
-    def held_rows(lengths: list[int], width: int) -> Optional[list]:
-        if source is None:
-            return None
-        held = source.get()
-        if held is None:
-            what = "the responses" if source is RESPONSES else "hidden states captured on the actor"
-            raise RuntimeError(f"{verl_name} reads {what}, which verl's own trainers do not pass to an estimator: run "
-                               "it with trainer.use_v1=True trainer.v1.trainer_mode=hista_sync (or "
-                               "hista_colocate_async, hista_separate_async; docs/verl.md)")
-        sizes = [len(h[0]) if source is RESPONSES else h[1] for h in held]
-        if len(held) != len(lengths) or any(n > width for n in sizes):
-            raise RuntimeError(f"{verl_name}: {len(held)} rows held for a batch of {len(lengths)} rows of at most "
-                               f"{width} tokens: rows and responses do not match")
-        return held
+    states = source is STATES
 
     def estimator_fn(token_level_rewards: torch.Tensor, response_mask: torch.Tensor, index: Any = None,
                      config: Any = None, **_: Any) -> tuple[torch.Tensor, torch.Tensor]:
+        """What verl calls: the batch's token advantages under hista's estimator, also as the returns."""
         params = settings(ESTIMATOR_ENV)
         scale = params.get("scale", "group" if getattr(config, "norm_adv_by_std_in_grpo", True) else "none")
         lam = float(params.get("gae_lambda", getattr(config, "lam", 1.0) if config is not None else 1.0))
         est, _ = estimator_for(verl_name)
         rewards = token_level_rewards.sum(dim=-1)
         lengths = response_mask.sum(dim=-1).long().tolist()
-        held = held_rows(lengths, response_mask.shape[-1])
+        held = _held_rows(verl_name, source, states, lengths, response_mask.shape[-1])
         if held is not None:
-            lengths = [len(h[0]) if source is RESPONSES else h[1] for h in held]
-        keys = np.asarray(index if index is not None else np.arange(len(lengths)), dtype=object)
-        members: dict[Any, list[int]] = {}
-        for row, key in enumerate(keys.tolist()):
-            members.setdefault(key, []).append(row)
-        groups = []
-        for key, rows in members.items():
-            group = RolloutGroup([rollout(r, lengths[r], float(rewards[r]), held) for r in rows], prompt_id=str(key))
-            if source is STATES:
-                group.representations = [held[r][2] for r in rows]
-            groups.append(group)
-        scorers = est.for_batch(groups) if isinstance(est, estimators.LearnsAcrossGroups) else [est] * len(groups)
-        batch_std = float(rewards.std()) if rewards.numel() > 1 else 0.0
-        out = torch.zeros_like(token_level_rewards, dtype=torch.float32)
-        with torch.no_grad():
-            for rows, group, scorer in zip(members.values(), groups, scorers):
-                for r, adv in zip(rows, scorer.token_advantages(group, gae_lambda=lam, scale=scale,
-                                                                batch_std=batch_std)):
-                    out[r, : lengths[r]] = adv.to(out.device)
+            lengths = [h[1] if states else len(h[0]) for h in held]
+        members, groups = _groups(index, lengths, rewards, held, states)
+        out = _advantages(est, members, groups, lengths, rewards, token_level_rewards, lam=lam, scale=scale)
         out = out * response_mask
         return out, out
 
     estimator_fn.__name__ = estimator_fn.__qualname__ = f"hista_{name}_estimator"
     return estimator_fn
+
+
+def _held_rows(verl_name: str, source: Any, states: bool, lengths: list[int], width: int) -> Optional[list]:
+    """The rows hista's verl trainer holds in ``source`` (responses or states), checked against the batch."""
+    if source is None:
+        return None
+    held = source.get()
+    if held is None:
+        what = "hidden states captured on the actor" if states else "the responses"
+        raise RuntimeError(f"{verl_name} reads {what}, which verl's own trainers do not pass to an estimator: run "
+                           "it with trainer.use_v1=True trainer.v1.trainer_mode=hista_sync (or "
+                           "hista_colocate_async, hista_separate_async; docs/verl.md)")
+    sizes = [h[1] if states else len(h[0]) for h in held]
+    if len(held) != len(lengths) or any(n > width for n in sizes):
+        raise RuntimeError(f"{verl_name}: {len(held)} rows held for a batch of {len(lengths)} rows of at most "
+                           f"{width} tokens: rows and responses do not match")
+    return held
+
+
+def _rollout(row: int, length: int, reward: float, held: Optional[list], states: bool) -> Rollout:
+    """Row ``row`` as a Rollout: placeholder tokens, or what the trainer holds of it (states or response)."""
+    if held is None:
+        return Rollout(prompt_ids=[], completion_ids=[0] * length, reward=reward)
+    if states:
+        prompt, length, _ = held[row]
+        return Rollout(prompt_ids=[0] * prompt, completion_ids=[0] * length, reward=reward)
+    ids, completion, offsets = held[row]
+    return Rollout(prompt_ids=[], completion_ids=ids, reward=reward, completion_text=completion, offsets=offsets)
+
+
+def _groups(index: Any, lengths: list[int], rewards: torch.Tensor, held: Optional[list],
+            states: bool) -> tuple[dict[Any, list[int]], list[RolloutGroup]]:
+    """The rows of each group key (verl's ``uid``; else one group a row) and each group as a RolloutGroup."""
+    keys = np.asarray(index if index is not None else np.arange(len(lengths)), dtype=object)
+    members: dict[Any, list[int]] = {}
+    for row, key in enumerate(keys.tolist()):
+        members.setdefault(key, []).append(row)
+    groups = []
+    for key, rows in members.items():
+        group = RolloutGroup([_rollout(r, lengths[r], float(rewards[r]), held, states) for r in rows],
+                             prompt_id=str(key))
+        if states:
+            group.representations = [held[r][2] for r in rows]
+        groups.append(group)
+    return members, groups
+
+
+def _advantages(est: Any, members: dict[Any, list[int]], groups: list[RolloutGroup], lengths: list[int],
+                rewards: torch.Tensor, like: torch.Tensor, *, lam: float, scale: str) -> torch.Tensor:
+    """Each row's token advantages under ``est`` (fitted per group when it learns across groups), zero-padded."""
+    scorers = est.for_batch(groups) if isinstance(est, estimators.LearnsAcrossGroups) else [est] * len(groups)
+    batch_std = float(rewards.std()) if rewards.numel() > 1 else 0.0
+    out = torch.zeros_like(like, dtype=torch.float32)
+    with torch.no_grad():
+        for rows, group, scorer in zip(members.values(), groups, scorers):
+            for r, adv in zip(rows, scorer.token_advantages(group, gae_lambda=lam, scale=scale, batch_std=batch_std)):
+                out[r, : lengths[r]] = adv.to(out.device)
+    return out
 
 
 def register() -> dict[str, list[str]]:

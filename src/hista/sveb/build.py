@@ -7,9 +7,10 @@ bytes as an uninterrupted one, and the same seed gives the same file.
 
 from __future__ import annotations
 
+import dataclasses
 import random
 from pathlib import Path
-from typing import Optional
+from typing import Optional, Sequence
 
 from tqdm.auto import tqdm
 
@@ -41,11 +42,7 @@ def build(config: BuildConfig, out: str | Path, *, lm: Optional[LoadedModel] = N
     context with ``max_new_tokens`` (:func:`hista.rollout.engine.check_prompts`, SPEC §11).
     """
     out = Path(out)
-    check_not_inputs([out, *([shards.manifest_path(out)] if shard else [])], tasks.input_files(config.tasks))
-    check_output_file(out, "jsonl")
-    if out.name.endswith(".gz"):
-        raise InputError("build appends plain JSON lines: give a .jsonl name and compress the finished file",
-                         path=str(out))
+    _check_out(out, config, shard)
     loaded = [(spec, p) for spec in config.tasks
               for p in tasks.load(spec, n=config.problems, seed=config.seed, split=config.split)]
     problems = [p for _, p in loaded]
@@ -53,36 +50,79 @@ def build(config: BuildConfig, out: str | Path, *, lm: Optional[LoadedModel] = N
     lm = lm or load_model(config.engine, config.model)
     engine = make_engine(config.engine, lm, config.sampling(), tensor_parallel_size=config.tensor_parallel_size)
     settings = config.settings(lm.revision, engine.identity())
+    _check_settings(out, existing, settings)
+    plan = _Plan.of(problems, config, shard, done={r["key"] for r in existing})
+    # every problem this run will sample (a chunk is sampled whole) fits the context with the cap
+    check_prompts(lm, engine.config.max_new_tokens, [(f"{spec}/{p['id']}", p["problem"])
+                                                     for k, (spec, p) in enumerate(loaded)
+                                                     if k // plan.per_chunk in plan.todo],
+                  engine.config.system_prompt)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    cut_unterminated(out)  # every check has passed: the line a crash cut short goes
+    if shard is not None:
+        shards.write_manifest(out, shards.manifest(shard, settings, len(problems), plan.order()))
+    return _sample(engine, config, settings, out, plan, present=len(existing), progress=progress)
+
+
+def _check_out(out: Path, config: BuildConfig, shard: Optional[tuple[int, int]]) -> None:
+    """Refuse an output that is an input, cannot be written, or is gzipped (a build appends plain lines)."""
+    check_not_inputs([out, *([shards.manifest_path(out)] if shard else [])], tasks.input_files(config.tasks))
+    check_output_file(out, "jsonl")
+    if out.name.endswith(".gz"):
+        raise InputError("build appends plain JSON lines: give a .jsonl name and compress the finished file",
+                         path=str(out))
+
+
+def _check_settings(out: Path, existing: list[dict], settings: dict) -> None:
+    """Refuse to resume a file built with other settings, naming the first such line and the fields."""
     for number, record in enumerate(existing, start=1):
         if record["settings"] != settings:
             changed = sorted(k for k in settings.keys() | record["settings"].keys()
                              if settings.get(k) != record["settings"].get(k))
             raise InputError(f"was built with other settings ({', '.join(changed)} differ); "
                              "use another --out or the same settings", path=str(out), line=number)
-    done = {r["key"] for r in existing}
-    per_chunk = max(1, config.batch_size // config.rollouts)
-    chunks = [problems[k : k + per_chunk] for k in range(0, len(problems), per_chunk)]
-    picked = chunks_of(len(chunks), shard) if shard is not None else range(len(chunks))
-    keys = {p["id"]: [f"{p['id']}#s{k}" for k in range(config.states_per_problem)] for p in problems}
-    todo = {c for c in picked if not all(p["id"] in done or all(k in done for k in keys[p["id"]]) for p in chunks[c])}
-    # every problem this run will sample (a chunk is sampled whole) fits the context with the cap
-    check_prompts(lm, engine.config.max_new_tokens, [(f"{spec}/{p['id']}", p["problem"])
-                                                     for k, (spec, p) in enumerate(loaded) if k // per_chunk in todo],
-                  engine.config.system_prompt)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    cut_unterminated(out)  # every check has passed: the line a crash cut short goes
-    counts = {"cases": 0, "skipped": 0, "present": len(existing)}
-    if shard is not None:
-        order = [(c * per_chunk + j, p["id"]) for c in picked for j, p in enumerate(chunks[c])]
-        shards.write_manifest(out, shards.manifest(shard, settings, len(problems), order))
-    bar = tqdm(total=sum(len(chunks[c]) for c in picked), desc="sveb build", unit="problem", disable=not progress)
-    for c in picked:
-        chunk = chunks[c]
-        if c not in todo:
+
+
+@dataclasses.dataclass
+class _Plan:
+    """A build's chunks, those this run covers, each problem's keys, the keys present, the chunks to sample."""
+
+    per_chunk: int
+    chunks: list[list[dict]]
+    picked: Sequence[int]
+    keys: dict[str, list[str]]
+    done: set[str]
+    todo: set[int]
+
+    @classmethod
+    def of(cls, problems: list[dict], config: BuildConfig, shard: Optional[tuple[int, int]], done: set[str]) -> "_Plan":
+        """Chunks of ``batch_size // rollouts`` problems; one is to sample unless all its records are present."""
+        per_chunk = max(1, config.batch_size // config.rollouts)
+        chunks = [problems[k : k + per_chunk] for k in range(0, len(problems), per_chunk)]
+        picked = chunks_of(len(chunks), shard) if shard is not None else range(len(chunks))
+        keys = {p["id"]: [f"{p['id']}#s{k}" for k in range(config.states_per_problem)] for p in problems}
+        todo = {c for c in picked
+                if not all(p["id"] in done or all(k in done for k in keys[p["id"]]) for p in chunks[c])}
+        return cls(per_chunk, chunks, picked, keys, done, todo)
+
+    def order(self) -> list[tuple[int, str]]:
+        """(global position, problem id) of each problem this run covers, for a shard's manifest."""
+        return [(c * self.per_chunk + j, p["id"]) for c in self.picked for j, p in enumerate(self.chunks[c])]
+
+
+def _sample(engine: Engine, config: BuildConfig, settings: dict, out: Path, plan: _Plan, *, present: int,
+            progress: bool) -> dict:
+    """Sample the chunks left, appending each new record as its chunk ends, with a progress bar; the counts."""
+    counts = {"cases": 0, "skipped": 0, "present": present}
+    bar = tqdm(total=sum(len(plan.chunks[c]) for c in plan.picked), desc="sveb build", unit="problem",
+               disable=not progress)
+    for c in plan.picked:
+        chunk = plan.chunks[c]
+        if c not in plan.todo:
             bar.update(len(chunk))
             continue
-        for record in _chunk_records(engine, config, settings, chunk, keys):
-            if record["key"] not in done:
+        for record in _chunk_records(engine, config, settings, chunk, plan.keys):
+            if record["key"] not in plan.done:
                 cases.append(out, record)
                 counts["skipped" if record["kind"] == "skip" else "cases"] += 1
         bar.update(len(chunk))
@@ -96,9 +136,19 @@ def _chunk_records(engine: Engine, config: BuildConfig, settings: dict, chunk: l
     """The records of one chunk of problems, in problem order: G rollouts per problem, a skip
     record for a problem out of the accuracy range, else one case per state: a position drawn
     uniformly inside one rollout's completion and M verified continuations from it."""
-    tok = engine.lm.tokenizer
     first = chunk[0]["id"]
     groups = engine.generate([p["problem"] for p in chunk], config.rollouts, seed=derive_seed(config.seed, first))
+    states, records = _pick_states(config, settings, chunk, groups, keys)
+    if not states:
+        return records
+    records += _case_records(engine, config, settings, states, first)
+    order = {p["id"]: n for n, p in enumerate(chunk)}
+    return sorted(records, key=lambda r: (order[r["key"].split("#")[0]], r["key"]))
+
+
+def _pick_states(config: BuildConfig, settings: dict, chunk: list[dict], groups: list,
+                 keys: dict[str, list[str]]) -> tuple[list[tuple], list[dict]]:
+    """The states of each problem in range (each drawn from its own seed), and a skip record for the others."""
     states, records = [], []
     for problem, group in zip(chunk, groups):
         score(problem, group)
@@ -116,8 +166,12 @@ def _chunk_records(engine: Engine, config: BuildConfig, settings: dict, chunk: l
             i = rng.choice(eligible)
             t = rng.randint(1, len(group[i].completion_ids) - 1)
             states.append((problem, group, accuracy, key, i, t))
-    if not states:
-        return records
+    return states, records
+
+
+def _case_records(engine: Engine, config: BuildConfig, settings: dict, states: list[tuple], first: str) -> list[dict]:
+    """One case per state: M continuations of its prefix (shared batches), verified within the cap."""
+    tok = engine.lm.tokenizer
     prefixes = [group[i].prompt_ids + group[i].completion_ids[:t] for _, group, _, _, i, t in states]
     longest = max(config.max_new_tokens - t for *_, t in states)
     conts = engine.generate_from_ids(prefixes, config.continuations, seed=derive_seed(config.seed, first, "continue"),
@@ -144,6 +198,4 @@ def _chunk_records(engine: Engine, config: BuildConfig, settings: dict, chunk: l
             "continuations": rewards,
             "target": sum(rewards) / len(rewards),
         }
-    records += list(by_key.values())
-    order = {p["id"]: n for n, p in enumerate(chunk)}
-    return sorted(records, key=lambda r: (order[r["key"].split("#")[0]], r["key"]))
+    return list(by_key.values())

@@ -50,6 +50,7 @@ def case_groups(records: Sequence[dict]) -> list[tuple[str, str, RolloutGroup]]:
 
 
 def _lam_text(lam: float) -> str:
+    """λ as messages and folder names show it (``0.95``, ``1``)."""
     return f"{lam:g}"
 
 
@@ -76,6 +77,7 @@ class CriticSet:
 
     @staticmethod
     def _identity(record: dict, where: str) -> tuple[str, float, dict]:
+        """A critic record's mode, λ and policy, checked (an InputError names ``where`` and the field)."""
         mode, lam, policy = record.get("mode"), record.get("lam"), record.get("policy")
         if mode not in ("ppo-1", "ppo-n"):
             raise InputError(f"expected 'ppo-1' or 'ppo-n', got {mode!r}", path=where, field="mode")
@@ -179,16 +181,19 @@ class CriticSet:
 
 
 def _fail(where: str, field: str, expected: str, value: Any) -> NoReturn:
+    """Raise the InputError of a ``critic.json`` field that is not what it should be (the value shortened)."""
     shown = repr(value)
     raise InputError(f"expected {expected}, got {shown if len(shown) <= 80 else shown[:77] + '...'}", path=where,
                      field=field)
 
 
 def _is_int(value: Any, low: int = 0) -> bool:
+    """Whether ``value`` is an integer >= ``low`` (a bool is not)."""
     return isinstance(value, int) and not isinstance(value, bool) and value >= low
 
 
 def _is_number(value: Any) -> bool:
+    """Whether ``value`` is an int or a float (a bool is not)."""
     return isinstance(value, (int, float)) and not isinstance(value, bool)
 
 
@@ -207,6 +212,19 @@ def check_trained(folder: str | os.PathLike) -> dict:
     if not _is_number(info.get("gamma")):
         _fail(where, "gamma", "a number", info.get("gamma"))
     fold = info.get("fold")
+    _check_fold(where, mode, fold)
+    training = info.get("training")
+    _check_training(where, training)
+    if mode == "ppo-1":
+        seen = sorted(set(training["problems"]) & set(fold["scores"]))
+        if seen:
+            raise InputError(f"this critic scores problem {seen[0]!r} but was trained on it: PPO-1 critics must "
+                             f"never see the problems they score; {REWRITE}", path=where, field="training.problems")
+    return info
+
+
+def _check_fold(where: str, mode: str, fold: Any) -> None:
+    """``fold`` of a ``critic.json``: null for PPO-N; for PPO-1 its index, folds, seed and scored problems."""
     if mode == "ppo-n" and fold is not None:
         _fail(where, "fold", "null for a ppo-n critic", fold)
     if mode == "ppo-1":
@@ -221,7 +239,10 @@ def check_trained(folder: str | os.PathLike) -> dict:
         scores = fold.get("scores")
         if not (isinstance(scores, list) and scores and all(isinstance(p, str) for p in scores)):
             _fail(where, "fold.scores", "a list of the problems the fold scores", scores)
-    training = info.get("training")
+
+
+def _check_training(where: str, training: Any) -> None:
+    """``training`` of a ``critic.json``: what the critic trained on, its losses and its seconds."""
     if not isinstance(training, dict):
         _fail(where, "training", "the record of the critic's training data (an object)", training)
     if not isinstance(training.get("cases"), str):
@@ -244,12 +265,6 @@ def check_trained(folder: str | os.PathLike) -> dict:
         _fail(where, "training.losses", "a list of {'epoch', 'loss', 'tokens'}", losses)
     if not (_is_number(training.get("seconds")) and training["seconds"] >= 0):
         _fail(where, "training.seconds", "a number >= 0", training.get("seconds"))
-    if mode == "ppo-1":
-        seen = sorted(set(problems) & set(fold["scores"]))
-        if seen:
-            raise InputError(f"this critic scores problem {seen[0]!r} but was trained on it: PPO-1 critics must "
-                             f"never see the problems they score; {REWRITE}", path=where, field="training.problems")
-    return info
 
 
 def discover(folder: str | os.PathLike, *, device: Optional[str] = None, features: Any = None) -> list[CriticSet]:

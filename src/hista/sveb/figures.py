@@ -32,30 +32,13 @@ def plot_mae(summary: dict, path: str | os.PathLike, labels: dict[str, str] | No
     width = 0.8 / max(1, len(names))
     fig = new_figure(min(18.0, max(6.0, 0.25 * len(fields) * max(1, len(names)) + 3.5)), 4.2)
     ax = fig.add_subplot(1, 1, 1)
-    greys = ["0.88", "0.72", "0.56", "0.40"]
-    hatches = ["//", "\\\\", "xx", ".."]
     n_mcs = 0
     x = np.arange(len(fields), dtype=float)
     for k, r in enumerate(names):
-        maes, err_lo, err_hi = [], [], []
-        for field in fields:
-            cell = rows[r].get(field) or {}
-            mae = cell.get("mae")
-            if finite(mae):
-                lo = cell.get("lo") if finite(cell.get("lo")) else mae
-                hi = cell.get("hi") if finite(cell.get("hi")) else mae
-                maes.append(mae)
-                err_lo.append(max(0.0, mae - lo))
-                err_hi.append(max(0.0, hi - mae))
-            else:
-                maes.append(np.nan)
-                err_lo.append(0.0)
-                err_hi.append(0.0)
-        mcs = is_mcs_row(summary, r)
+        maes, err_lo, err_hi = _mae_bars(rows[r], fields)
         style = {"edgecolor": "none"}  # estimators: the default colour cycle
-        if mcs:
-            style = {"color": greys[n_mcs % len(greys)], "hatch": hatches[n_mcs % len(hatches)],
-                     "edgecolor": "0.3"}
+        if is_mcs_row(summary, r):
+            style = _mcs_style(n_mcs)
             n_mcs += 1
         ax.bar(
             x - 0.4 + width * (k + 0.5),
@@ -68,6 +51,41 @@ def plot_mae(summary: dict, path: str | os.PathLike, labels: dict[str, str] | No
             **style,
             error_kw={"elinewidth": 0.8, "ecolor": "0.2"},
         )
+    _label_mae_axes(ax, x, fields, labels, legend=bool(names))
+    fig.tight_layout()
+    return save_figure(fig, Path(path))
+
+
+def _mae_bars(row: Mapping[str, dict], fields: Sequence[str]) -> tuple[list[float], list[float], list[float]]:
+    """A row's MAE per field and its error bars down and up (NaN and none for a cell without an MAE)."""
+    import numpy as np
+
+    maes, err_lo, err_hi = [], [], []
+    for field in fields:
+        cell = row.get(field) or {}
+        mae = cell.get("mae")
+        if finite(mae):
+            lo = cell.get("lo") if finite(cell.get("lo")) else mae
+            hi = cell.get("hi") if finite(cell.get("hi")) else mae
+            maes.append(mae)
+            err_lo.append(max(0.0, mae - lo))
+            err_hi.append(max(0.0, hi - mae))
+        else:
+            maes.append(np.nan)
+            err_lo.append(0.0)
+            err_hi.append(0.0)
+    return maes, err_lo, err_hi
+
+
+def _mcs_style(n: int) -> dict:
+    """The bar style of the ``n``-th MCS row: grey and hatched, apart from the estimators' colours."""
+    greys = ["0.88", "0.72", "0.56", "0.40"]
+    hatches = ["//", "\\\\", "xx", ".."]
+    return {"color": greys[n % len(greys)], "hatch": hatches[n % len(hatches)], "edgecolor": "0.3"}
+
+
+def _label_mae_axes(ax, x, fields: Sequence[str], labels: Mapping[str, str] | None, *, legend: bool) -> None:
+    """The MAE chart's ticks (one per field), axis labels, title, grid and, with rows, its legend."""
     ax.set_xticks(x)
     ax.set_xticklabels([field_label(labels, f) for f in fields])
     ax.set_ylabel("MAE vs. MCS reference (lower is better)")
@@ -75,10 +93,8 @@ def plot_mae(summary: dict, path: str | os.PathLike, labels: dict[str, str] | No
     ax.set_ylim(bottom=0.0)
     ax.grid(axis="y", alpha=0.3)
     ax.set_axisbelow(True)
-    if names:
+    if legend:
         ax.legend(fontsize="small", loc="upper left", bbox_to_anchor=(1.0, 1.0), frameon=False)
-    fig.tight_layout()
-    return save_figure(fig, Path(path))
 
 
 def _panel_rank(method: Method) -> int:

@@ -92,6 +92,7 @@ class Row:
 
 
 def _outcomes(rewards: Sequence[float]) -> tuple[int, int]:
+    """The successful (reward 1) and failed (reward 0) continuations among ``rewards``."""
     return sum(1 for r in rewards if r == 1), sum(1 for r in rewards if r == 0)
 
 
@@ -176,32 +177,48 @@ def rank_summary(records: Sequence[Mapping[str, Any]], methods: Sequence[str], m
     within = {name: _within(row, problem) for name, row in rows.items()}
     point = {name: _statistics(row, ones, np.ones(len(numbers), dtype=np.int64), within[name])
              for name, row in rows.items()}
-    rng = np.random.default_rng(seed)
-    units = len(numbers) if clustered else len(records)
-    draws: dict[str, list[dict[str, float]]] = {name: [] for name in rows}
-    for _ in range(n_boot):
-        picked = np.bincount(rng.integers(0, units, units), minlength=units)
-        weight, drawn = (picked[problem], picked) if clustered else (picked, np.bincount(problem, picked, len(numbers)))
-        for name, row in rows.items():
-            draws[name].append(_statistics(row, weight, drawn.astype(np.int64), within[name]))
+    draws = _resampled(rows, within, problem, len(numbers), clustered, n_boot, seed)
     alpha = (1.0 - level) / 2.0
-
-    def interval(values: list[float], value: float) -> dict[str, float]:
-        finite = [v for v in values if math.isfinite(v)]
-        if not finite or not math.isfinite(value):
-            return {"value": value, "lo": math.nan, "hi": math.nan}
-        lo, hi = np.quantile(finite, [alpha, 1.0 - alpha])
-        return {"value": value, "lo": float(lo), "hi": float(hi)}
-
     base = "grpo" if "grpo" in rows else "GRPO" if "GRPO" in rows else None
     out: dict[str, Any] = {}
     for name, row in rows.items():
-        cell: dict[str, Any] = {"n": int(row.cases.size)}
-        for stat in STATISTICS:
-            cell[stat] = interval([d[stat] for d in draws[name]], point[name][stat])
-        if base is not None and name != base and not name.startswith("MCS@"):
-            cell["delta"] = {stat: interval([d[stat] - g[stat] for d, g in zip(draws[name], draws[base])],
-                                            point[name][stat] - point[base][stat]) for stat in ("rho", "auroc")}
-        out[name] = cell
+        paired = base is not None and name != base and not name.startswith("MCS@")
+        out[name] = _row_cell(row, draws[name], point[name], (draws[base], point[base]) if paired else None, alpha)
     return {"rows": out, "order": list(rows), "level": level, "n_boot": n_boot, "seed": seed,
             "resampled": "problems" if clustered else "cases"}
+
+
+def _resampled(rows: Mapping[str, Row], within: Mapping[str, dict[int, float]], problem: np.ndarray, problems: int,
+               clustered: bool, n_boot: int, seed: int) -> dict[str, list[dict[str, float]]]:
+    """Each row's statistics on ``n_boot`` resamples of problems (``clustered``) or cases, drawn once for all."""
+    units = problems if clustered else problem.size
+    rng = np.random.default_rng(seed)
+    draws: dict[str, list[dict[str, float]]] = {name: [] for name in rows}
+    for _ in range(n_boot):
+        picked = np.bincount(rng.integers(0, units, units), minlength=units)
+        weight, drawn = (picked[problem], picked) if clustered else (picked, np.bincount(problem, picked, problems))
+        for name, row in rows.items():
+            draws[name].append(_statistics(row, weight, drawn.astype(np.int64), within[name]))
+    return draws
+
+
+def _row_cell(row: Row, draws: list[dict[str, float]], point: dict[str, float],
+              base: tuple[list[dict[str, float]], dict[str, float]] | None, alpha: float) -> dict[str, Any]:
+    """A row's cases, statistics and intervals, and with GRPO's draws as ``base`` its paired differences."""
+    cell: dict[str, Any] = {"n": int(row.cases.size)}
+    for stat in STATISTICS:
+        cell[stat] = _interval([d[stat] for d in draws], point[stat], alpha)
+    if base is not None:
+        base_draws, base_point = base
+        cell["delta"] = {stat: _interval([d[stat] - g[stat] for d, g in zip(draws, base_draws)],
+                                         point[stat] - base_point[stat], alpha) for stat in ("rho", "auroc")}
+    return cell
+
+
+def _interval(values: list[float], value: float, alpha: float) -> dict[str, float]:
+    """``value`` with the percentile interval of its finite resampled values (NaN ends without)."""
+    finite = [v for v in values if math.isfinite(v)]
+    if not finite or not math.isfinite(value):
+        return {"value": value, "lo": math.nan, "hi": math.nan}
+    lo, hi = np.quantile(finite, [alpha, 1.0 - alpha])
+    return {"value": value, "lo": float(lo), "hi": float(hi)}

@@ -82,54 +82,9 @@ def merge(parts: Sequence[str | Path], out: str | Path) -> dict:
     unfinished shard: resume it). Returns counts of cases and skips written."""
     check_not_inputs([out], [p for part in parts for p in (part, manifest_path(Path(part)))])
     out = check_output_file(out, "jsonl")
-    loaded: dict[int, tuple[Path, dict, list[dict]]] = {}
-    first: Optional[tuple[Path, dict]] = None
-    for part in map(Path, parts):
-        data = read_manifest(manifest_path(part))
-        k, n = data["shard"]
-        if first is None:
-            first = (part, data)
-        else:
-            reference = first[1]
-            for name in ("settings", "problems"):
-                if data[name] != reference[name]:
-                    differ = name if name == "problems" else ", ".join(sorted(
-                        key for key in data[name].keys() | reference[name].keys()
-                        if data[name].get(key) != reference[name].get(key)))
-                    raise InputError(f"comes from another build than {first[0]} ({differ} differ)", path=str(part))
-            if n != reference["shard"][1]:
-                raise InputError(f"is shard {k}/{n} but {first[0]} is one of {reference['shard'][1]}", path=str(part))
-        if k in loaded:
-            raise InputError(f"is shard {k}/{n} again (also {loaded[k][0]})", path=str(part))
-        loaded[k] = (part, data, cases.read(part))
-    if first is None:
-        raise InputError("no parts given", field="parts")
-    n = first[1]["shard"][1]
-    missing = [k for k in range(1, n + 1) if k not in loaded]
-    if missing:
-        raise InputError(f"shard{'s' if len(missing) > 1 else ''} {', '.join(f'{k}/{n}' for k in missing)} "
-                         "missing: give every part of the build", field="parts")
-    states = first[1]["settings"].get("states_per_problem", 1)
-    position: dict[str, int] = {}
-    records: list[dict] = []
-    for k, (part, data, rows) in sorted(loaded.items()):
-        own = {problem: index for index, problem in data["order"]}
-        found: dict[str, set[str]] = {}
-        for line, record in enumerate(rows, start=1):
-            problem = record["key"].split("#")[0]
-            if problem not in own:
-                raise InputError(f"holds a record of problem {problem!r}, which is not in shard {k}/{n}",
-                                 path=str(part), line=line)
-            if record["settings"] != data["settings"]:
-                raise InputError("was built with other settings than its manifest", path=str(part), line=line)
-            found.setdefault(problem, set()).add(record["key"])
-        unfinished = [p for p in own if p not in found or (p not in found[p]
-                                                           and len(found[p]) < states)]
-        if unfinished:
-            raise InputError(f"shard {k}/{n} is unfinished: {len(unfinished)} of its {len(own)} problems lack records "
-                             f"(first {unfinished[0]!r}); resume it with its build command", path=str(part))
-        position.update(own)
-        records += rows
+    loaded, first = _load_parts(parts)
+    n = _shard_count(loaded, first)
+    position, records = _placed_records(loaded, n, first[1]["settings"].get("states_per_problem", 1))
     total = first[1]["problems"]
     if sorted(position.values()) != list(range(total)):
         raise InputError(f"the parts' manifests place {len(position)} problems, not each of the build's {total} "
@@ -138,3 +93,78 @@ def merge(parts: Sequence[str | Path], out: str | Path) -> dict:
     write_atomic(out, lambda f: f.writelines(cases.dumps(r) for r in records), kind="jsonl")
     counted = [r["kind"] for r in records]
     return {"cases": counted.count("case"), "skipped": counted.count("skip"), "parts": n}
+
+
+def _load_parts(parts: Sequence[str | Path]) -> tuple[dict[int, tuple[Path, dict, list[dict]]],
+                                                      Optional[tuple[Path, dict]]]:
+    """Each part's (path, manifest, records) by shard, and the first part, which the others must match."""
+    loaded: dict[int, tuple[Path, dict, list[dict]]] = {}
+    first: Optional[tuple[Path, dict]] = None
+    for part in map(Path, parts):
+        data = read_manifest(manifest_path(part))
+        k, n = data["shard"]
+        if first is None:
+            first = (part, data)
+        else:
+            _check_same_build(part, data, first)
+        if k in loaded:
+            raise InputError(f"is shard {k}/{n} again (also {loaded[k][0]})", path=str(part))
+        loaded[k] = (part, data, cases.read(part))
+    return loaded, first
+
+
+def _check_same_build(part: Path, data: dict, first: tuple[Path, dict]) -> None:
+    """Refuse a part of another build than the first part's (settings, number of problems or N differ)."""
+    reference = first[1]
+    for name in ("settings", "problems"):
+        if data[name] != reference[name]:
+            differ = name if name == "problems" else ", ".join(sorted(
+                key for key in data[name].keys() | reference[name].keys()
+                if data[name].get(key) != reference[name].get(key)))
+            raise InputError(f"comes from another build than {first[0]} ({differ} differ)", path=str(part))
+    k, n = data["shard"]
+    if n != reference["shard"][1]:
+        raise InputError(f"is shard {k}/{n} but {first[0]} is one of {reference['shard'][1]}", path=str(part))
+
+
+def _shard_count(loaded: dict[int, tuple], first: Optional[tuple[Path, dict]]) -> int:
+    """N, the build's number of shards, once every shard from 1 to N is known to be given."""
+    if first is None:
+        raise InputError("no parts given", field="parts")
+    n = first[1]["shard"][1]
+    missing = [k for k in range(1, n + 1) if k not in loaded]
+    if missing:
+        raise InputError(f"shard{'s' if len(missing) > 1 else ''} {', '.join(f'{k}/{n}' for k in missing)} "
+                         "missing: give every part of the build", field="parts")
+    return n
+
+
+def _placed_records(loaded: dict[int, tuple[Path, dict, list[dict]]], n: int,
+                    states: int) -> tuple[dict[str, int], list[dict]]:
+    """Every problem's global position and all parts' records in shard order, each part checked."""
+    position: dict[str, int] = {}
+    records: list[dict] = []
+    for k, (part, data, rows) in sorted(loaded.items()):
+        position.update(_own_problems(part, (k, n), data, rows, states))
+        records += rows
+    return position, records
+
+
+def _own_problems(part: Path, shard: tuple[int, int], data: dict, rows: list[dict], states: int) -> dict[str, int]:
+    """A part's problems and positions, once its records are its own, of its settings, and complete."""
+    k, n = shard
+    own = {problem: index for index, problem in data["order"]}
+    found: dict[str, set[str]] = {}
+    for line, record in enumerate(rows, start=1):
+        problem = record["key"].split("#")[0]
+        if problem not in own:
+            raise InputError(f"holds a record of problem {problem!r}, which is not in shard {k}/{n}",
+                             path=str(part), line=line)
+        if record["settings"] != data["settings"]:
+            raise InputError("was built with other settings than its manifest", path=str(part), line=line)
+        found.setdefault(problem, set()).add(record["key"])
+    unfinished = [p for p in own if p not in found or (p not in found[p] and len(found[p]) < states)]
+    if unfinished:
+        raise InputError(f"shard {k}/{n} is unfinished: {len(unfinished)} of its {len(own)} problems lack records "
+                         f"(first {unfinished[0]!r}); resume it with its build command", path=str(part))
+    return own

@@ -43,10 +43,19 @@ def markdown_table(summary: dict, labels: dict[str, str] | None = None) -> str:
     The first line is a caption with the number of cases per field.
     """
     fields = list(summary["fields"])
-    rows = summary["rows"]
     names = summary_rows(summary)
-    counts = summary.get("counts", {})
+    best = _best_maes(summary, names, fields)
+    header = "| Estimator | " + " | ".join(f"{field_label(labels, f)} ↓" for f in fields) + " |"
+    rule = "| --- | " + " | ".join("---" for _ in fields) + " |"
+    lines = [_mae_caption(summary, fields, labels), "", header, rule]
+    lines += [_mae_row(summary, r, fields, best, labels) for r in names]
+    lines += _left_out_note(summary, names, labels)
+    return "\n".join(lines) + "\n"
 
+
+def _best_maes(summary: Mapping[str, Any], names: Sequence[str], fields: Sequence[str]) -> dict[str, str]:
+    """The lowest estimator MAE of each field as printed (MCS rows never compete), for the bold cells."""
+    rows = summary["rows"]
     best: dict[str, str] = {}
     for field in fields:
         shown = [
@@ -56,40 +65,50 @@ def markdown_table(summary: dict, labels: dict[str, str] | None = None) -> str:
         ]
         if shown:
             best[field] = min(shown, key=float)
+    return best
 
+
+def _mae_caption(summary: Mapping[str, Any], fields: Sequence[str], labels: Mapping[str, str] | None) -> str:
+    """The MAE table's caption: what the cells hold and the number of cases per field."""
+    counts = summary.get("counts", {})
     level = summary.get("level", 0.95)
     count_text = ", ".join(
         f"{field_label(labels, f)} {counts[f]}" for f in fields if f in counts
     )
-    caption = (
+    return (
         f"Table: SVEB mean absolute error against the Monte-Carlo reference value (lower is "
         f"better), {level:.0%} bootstrap interval {over(summary)} in brackets; best estimator per "
         f"column in bold. Cases: {count_text}."
     )
-    header = "| Estimator | " + " | ".join(f"{field_label(labels, f)} ↓" for f in fields) + " |"
-    rule = "| --- | " + " | ".join("---" for _ in fields) + " |"
-    lines = [caption, "", header, rule]
-    for r in names:
-        cells = []
-        for field in fields:
-            cell = rows[r].get(field)
-            text = _cell_text(cell)
-            if (
-                not is_mcs_row(summary, r)
-                and cell is not None
-                and finite(cell.get("mae"))
-                and fmt(cell["mae"]) == best.get(field)
-            ):
-                text = f"**{text}**"
-            cells.append(text)
-        lines.append(f"| {label_of(labels, r)} | " + " | ".join(cells) + " |")
-    # a method that gave no finite value on some cases: say so rather than drop them silently
+
+
+def _mae_row(summary: Mapping[str, Any], r: str, fields: Sequence[str], best: Mapping[str, str],
+             labels: Mapping[str, str] | None) -> str:
+    """Row ``r`` of the MAE table, its cells in bold where they are their column's best estimator MAE."""
+    cells = []
+    for field in fields:
+        cell = summary["rows"][r].get(field)
+        text = _cell_text(cell)
+        if (
+            not is_mcs_row(summary, r)
+            and cell is not None
+            and finite(cell.get("mae"))
+            and fmt(cell["mae"]) == best.get(field)
+        ):
+            text = f"**{text}**"
+        cells.append(text)
+    return f"| {label_of(labels, r)} | " + " | ".join(cells) + " |"
+
+
+def _left_out_note(summary: Mapping[str, Any], names: Sequence[str], labels: Mapping[str, str] | None) -> list[str]:
+    """A note naming each method that gave no finite value on some cases, rather than drop them silently."""
+    rows = summary["rows"]
     missing = [(r, _skipped(rows[r])) for r in names if not is_mcs_row(summary, r)]
-    total = counts.get("all", "?")
+    total = summary.get("counts", {}).get("all", "?")
     missing = [f"{label_of(labels, r)} ({n} of {total} cases)" for r, n in missing if n]
     if missing:
-        lines += ["", "Cases left out of a row because the method gave no finite value: " + ", ".join(missing) + "."]
-    return "\n".join(lines) + "\n"
+        return ["", "Cases left out of a row because the method gave no finite value: " + ", ".join(missing) + "."]
+    return []
 
 
 def _skipped(row: Mapping[str, Any]) -> int:
