@@ -237,9 +237,9 @@ part() {
 cuda_tests() {
   local log=$TMP/pytest.log
   "$PY" -m pytest -q -p no:cacheprovider -rs \
-    tests/test_hista.py::test_cuda_matches_cpu \
-    tests/test_library_inputs.py::test_check_device \
-    tests/test_recipe_validation.py 2>&1 | tee "$log" | grep -v -e Warning -e 'warnings.warn' -e '^$'
+    tests/estimators/test_hista.py::test_cuda_matches_cpu \
+    tests/reliability/test_library_inputs.py::test_check_device \
+    tests/train/test_recipe_validation.py 2>&1 | tee "$log" | grep -v -e Warning -e 'warnings.warn' -e '^$'
   local rc=${PIPESTATUS[0]}
   [ "$rc" -eq 0 ] || return "$rc"
   if grep -q "needs CUDA" "$log"; then

@@ -7,7 +7,7 @@ Runs ``hista.cli.main(["train", ...])`` as the ``hista`` console script would, t
 and prints the CUDA allocator's peak (proof that the run used the GPU). Exit 0 when all hold.
 
 ``--parity-reward`` replaces the verifier's reward by the parity of the completion's length (as
-tests/test_train.py does): a random model never solves a problem, so with the real reward every
+tests/train/test_train.py does): a random model never solves a problem, so with the real reward every
 group's rewards are equal and every advantage is 0; with parity the estimator has a signal, and
 the check also requires a nonzero advantage.
 """

@@ -3,7 +3,7 @@
     python bench/verifier.py [--problems 164] [--threads 1] [--compare OLD/src]
 
 Scores HumanEval's canonical solutions and a ``return None`` body for each problem (two
-verifications per problem, as ``tests/test_humaneval.py`` does), ``--threads`` at a time, and
+verifications per problem, as ``tests/tasks/test_humaneval.py`` does), ``--threads`` at a time, and
 prints programs per second. Beside it, on the same machine in the same run: one bare sandboxed
 program (``run_sandboxed("pass")``, the cost of one sandbox start) per verification, so the
 table shows what the verifier's second process (the judge on the trusted side of the boundary)

@@ -183,6 +183,6 @@ def test_verl_check_without_verl_says_how_to_install(capsys):
     from hista.cli import main
 
     if importlib.util.find_spec("verl") is not None:
-        pytest.skip("verl is installed here (tests/test_verl.py covers the plugin)")
+        pytest.skip("verl is installed here (tests/integrations/test_verl.py covers the plugin)")
     assert main(["verl", "check"]) == 2
     assert "pip install 'hista[verl]'" in capsys.readouterr().err

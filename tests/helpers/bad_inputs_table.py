@@ -1,4 +1,4 @@
-"""Run the table of bad inputs (tests/bad_inputs.py) as real ``hista`` processes and print a
+"""Run the table of bad inputs (tests/reliability/bad_inputs.py) as real ``hista`` processes and print a
 markdown table: exit code, whether a traceback was printed, whether any file was changed, and
 the first line of the message. ``PYTHONPATH=OTHER/src python tests/helpers/bad_inputs_table.py``
 runs it against another checkout (e.g. the commit before a fix)."""
@@ -12,7 +12,7 @@ import tempfile
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "reliability"))
 from bad_inputs import cases, changed, make_files, snapshot  # noqa: E402
 
 

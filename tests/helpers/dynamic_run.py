@@ -1,4 +1,4 @@
-"""Run by tests/test_dynamic_sampling.py under `torch.distributed.run --nproc_per_node 2` (gloo,
+"""Run by tests/train/test_dynamic_sampling.py under `torch.distributed.run --nproc_per_node 2` (gloo,
 CPU): two training steps on the tiny model with dynamic sampling, 2 groups of 4 rollouts per
 process, and a reward that only a quarter of the prompts can vary on. Each rank saves, per step,
 the prompts of the rows it trained on and the kept rewards of all processes as it saw them.

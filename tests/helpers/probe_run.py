@@ -1,4 +1,4 @@
-"""Train the recording probe run of tests/test_train.py (``recording_trainer``: 6 steps of the
+"""Train the recording probe run of tests/train/test_train.py (``recording_trainer``: 6 steps of the
 probe on the tiny model, a checkpoint every step) into OUT, in a process of its own, for a test
 to kill it:
 
@@ -8,7 +8,7 @@ to kill it:
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "train"))
 from test_train import recording_trainer  # noqa: E402
 
 if __name__ == "__main__":

@@ -1,4 +1,4 @@
-"""Score every completion of the code verifiers' red team (tests/redteam_code.py) and print a
+"""Score every completion of the code verifiers' red team (tests/rewards/redteam_code.py) and print a
 markdown table: reward and reason. ``PYTHONPATH=OTHER/src python tests/helpers/redteam_table.py``
 scores them with another checkout's verifiers (e.g. the commit before a fix)."""
 
@@ -9,7 +9,7 @@ import sys
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "rewards"))
 from redteam_code import MBPP_ROW, attacks  # noqa: E402
 
 from hista import rewards, tasks  # noqa: E402

@@ -1,4 +1,4 @@
-"""Run by tests/test_train.py under `torch.distributed.run --nproc_per_node N` (gloo, CPU): one
+"""Run by tests/train/test_train.py under `torch.distributed.run --nproc_per_node N` (gloo, CPU): one
 training step on the tiny model with PER_DEVICE rows per process and groups of G rollouts, so
 groups lie on one process (PER_DEVICE a multiple of G) or span several. Each rank saves what it
 saw locally, the per-token advantages it kept, and every collective or point-to-point call

@@ -46,7 +46,7 @@ __all__ = ["ESTIMATORS", "ESTIMATOR_ENV", "EQUIVALENT", "LOSSES", "LOSS_ENV", "R
 #: old log-probs, advantages and the mask (``strace`` also needs old-policy entropies).
 LOSSES = ("ptrace", "grpo_lambda")
 #: hista losses verl already has: the verl overrides that give the same objective
-#: (docs/verl.md; tests/test_verl.py checks each on random tensors). verl's ``vanilla`` loss adds a
+#: (docs/verl.md; tests/integrations/test_verl.py checks each on random tensors). verl's ``vanilla`` loss adds a
 #: dual clip for negative advantages (``clip_ratio_c``, default 3), which hista's losses do not
 #: have: a very large ``clip_ratio_c`` turns it off.
 _A = "actor_rollout_ref.actor."

@@ -14,7 +14,7 @@ step's attention reads each run of neighbouring slots up to that run's longest r
 the sampler keeps its rows longest first, so that rows of an evaluation (lengths from a few
 tokens to the completion cap) read about their own lengths rather than the longest row's. Norms,
 activations, embeddings and rotary tables stay the model's own modules. Its logits equal those
-of the module stack up to float rounding (tests/test_rollout.py); other models decode through
+of the module stack up to float rounding (tests/rollout/test_rollout.py); other models decode through
 the module stack.
 """
 

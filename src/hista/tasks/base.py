@@ -15,7 +15,7 @@ class TaskSource(ABC):
     ``meta`` dict), named in a spec ``PREFIX:REST`` by the prefix it is registered under with
     ``@hista.tasks.register(prefix)``. Only ``REST`` reaches the methods below.
 
-    ``example`` lets the contract tests (tests/test_contract_sources.py) load every registered
+    ``example`` lets the contract tests (tests/tasks/test_source_contract.py) load every registered
     source offline, so a new source is tested the moment it is registered."""
 
     #: One line saying what the source reads and how ``REST`` is written.
