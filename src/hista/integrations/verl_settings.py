@@ -15,21 +15,24 @@ from .. import estimators, yamlio
 from ..errors import InputError
 
 
-def _fed_in_verl(est: estimators.Estimator) -> bool:
-    """Whether a hista trainer inside verl gives ``est`` all it declares it needs: rewards, the mask
-    and the group index always, and either the responses or the states captured on the actor (one
-    trainer step adds one of them); never continuations or a critic."""
-    return not (est.needs_continuations or isinstance(est, estimators.ReadsCritic)
-                or (est.needs_text and est.needs_hidden))
+def _fed_in_verl(cls: type) -> bool:
+    """Whether a hista trainer inside verl gives the estimator class ``cls`` all it declares it
+    needs: rewards, the mask and the group index always, and either the responses or the states
+    captured on the actor (one trainer step adds one of them); never continuations or a critic."""
+    return not (cls.needs_continuations or issubclass(cls, estimators.ReadsCritic)
+                or (cls.needs_text and cls.needs_hidden))
 
 
-#: verl estimator names (``hista_NAME``) -> every registered estimator a hista trainer feeds
-#: (:func:`_fed_in_verl`, read from the estimators' declarations).
-ESTIMATORS = {f"hista_{name}": name for name in estimators.names() if _fed_in_verl(estimators.get(name))}
+#: the classes of the registered estimators a hista trainer inside verl feeds, by verl name
+#: (``hista_NAME``), read from their declarations; no estimator is built
+_CLASSES = {f"hista_{name}": cls for name in estimators.names()
+            if _fed_in_verl(cls := estimators.estimator_class(name))}
+#: verl estimator names -> hista estimators
+ESTIMATORS = {verl_name: cls.name for verl_name, cls in _CLASSES.items()}
 #: verl estimator names that need the responses' token ids, text and offsets.
-TEXT_ESTIMATORS = tuple(v for v, name in ESTIMATORS.items() if estimators.get(name).needs_text)
+TEXT_ESTIMATORS = tuple(v for v, cls in _CLASSES.items() if cls.needs_text)
 #: verl estimator names that read hidden states captured on the actor (:mod:`verl_hidden`).
-HIDDEN_ESTIMATORS = tuple(v for v, name in ESTIMATORS.items() if estimators.get(name).needs_hidden)
+HIDDEN_ESTIMATORS = tuple(v for v, cls in _CLASSES.items() if cls.needs_hidden)
 #: The environment variables that carry parameters verl's config cannot hold.
 LOSS_ENV, ESTIMATOR_ENV = "HISTA_LOSS", "HISTA_ESTIMATOR"
 #: ``HISTA_ESTIMATOR`` keys that are not the estimator's own parameters.
