@@ -190,23 +190,25 @@ def test_llama_decoder_steps_equal_the_module_stack(tiny, family, monkeypatch):
         torch.testing.assert_close(torch.tensor(a), torch.tensor(b), atol=1e-5, rtol=0)
 
 
+@pytest.mark.parametrize("dtype, atol", [(torch.float32, 1e-5), (torch.bfloat16, 2e-2)])
 @pytest.mark.parametrize("lengths, prefix_of_row", [([9, 3, 6], [0, 0, 1, 2, 2, 2]),  # a call per prefix
                                                     ([9, 3, 6, 2, 8], [0, 0, 1, 2, 2, 2, 3, 4, 4])])  # batched
-def test_shared_prefix_attention_equals_attention_over_the_concatenated_keys(lengths, prefix_of_row):
+def test_shared_prefix_attention_equals_attention_over_the_concatenated_keys(lengths, prefix_of_row, dtype, atol):
     """Random queries, left-padded prefixes of several lengths and per-row keys: the merged
-    attention equals SDPA over [prefix, own keys] row by row (float rounding), with a call per
-    prefix (three prefixes) or one batched, masked call for all (five); dropping rows drops the
-    prefixes left without rows."""
+    attention equals SDPA over [prefix, own keys] row by row (float rounding; in bfloat16 too,
+    the dtype of a model loaded so, and in its dtype), with a call per prefix (three prefixes)
+    or one batched, masked call for all (five); dropping rows drops the prefixes left without
+    rows."""
     from hista.rollout import prefix_attention
     from hista.rollout.prefix_attention import SharedPrefix, attention
 
     g = torch.Generator().manual_seed(0)
     heads, kv_heads, dim, width, own = 6, 2, 16, 9, 4
-    keys = [torch.randn(len(lengths), kv_heads, width, dim, generator=g)]
-    values = [torch.randn(len(lengths), kv_heads, width, dim, generator=g)]
-    query = torch.randn(len(prefix_of_row), heads, 1, dim, generator=g)
-    key = torch.randn(len(prefix_of_row), kv_heads, own, dim, generator=g)
-    value = torch.randn(len(prefix_of_row), kv_heads, own, dim, generator=g)
+    keys = [torch.randn(len(lengths), kv_heads, width, dim, generator=g).to(dtype)]
+    values = [torch.randn(len(lengths), kv_heads, width, dim, generator=g).to(dtype)]
+    query = torch.randn(len(prefix_of_row), heads, 1, dim, generator=g).to(dtype)
+    key = torch.randn(len(prefix_of_row), kv_heads, own, dim, generator=g).to(dtype)
+    value = torch.randn(len(prefix_of_row), kv_heads, own, dim, generator=g).to(dtype)
 
     class Layer:
         layer_idx = 0
@@ -214,11 +216,12 @@ def test_shared_prefix_attention_equals_attention_over_the_concatenated_keys(len
     prefix = SharedPrefix(keys, values, lengths, prefix_of_row)
     assert (prefix.slots is not None) == (len(lengths) >= prefix_attention.BATCHED_GROUPS)
     out, _ = attention(Layer, query, key, value, None, scaling=0.3, shared_prefix=prefix)
+    assert out.dtype == dtype
     for row, p in enumerate(prefix_of_row):
         k = torch.cat([keys[0][p, :, width - lengths[p]:], key[row]], dim=1).repeat_interleave(heads // kv_heads, 0)
         v = torch.cat([values[0][p, :, width - lengths[p]:], value[row]], dim=1).repeat_interleave(heads // kv_heads, 0)
-        ref = torch.nn.functional.scaled_dot_product_attention(query[row], k, v, scale=0.3)  # [H, 1, D]
-        torch.testing.assert_close(out[row, 0], ref[:, 0], atol=1e-5, rtol=0)
+        ref = torch.nn.functional.scaled_dot_product_attention(query[row].float(), k.float(), v.float(), scale=0.3)
+        torch.testing.assert_close(out[row, 0].float(), ref[:, 0], atol=atol, rtol=0)
     prefix.select([0, 3, 5])  # rows of prefixes 0, 2 and 2: prefix 1 (and any later one) goes
     assert prefix.groups == [(0, 0, 1), (1, 1, 3)] and prefix.lengths == [9, 6]
     torch.testing.assert_close(prefix.keys[0], keys[0][[0, 2]])

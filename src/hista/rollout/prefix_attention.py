@@ -133,8 +133,10 @@ def attend(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, prefix: 
             outs.append(out.view(kv_heads, end - start, -1, dim).transpose(0, 1))
             lses.append(lse.view(kv_heads, end - start, -1).transpose(0, 1))
         out, lse = (torch.cat(outs), torch.cat(lses)) if len(outs) > 1 else (outs[0], lses[0])
-    # the prefix's share of the softmax mass is sigmoid(lse - own_lse)
-    return torch.lerp(own, out, torch.sigmoid(lse - own_lse).unsqueeze(-1))
+    # the prefix's share of the softmax mass is sigmoid(lse - own_lse); merged in float32, returned
+    # in the model's dtype (a bfloat16 model's parts are bfloat16, their log-sum-exps float32)
+    share = torch.sigmoid(lse.float() - own_lse.float()).unsqueeze(-1)
+    return torch.lerp(own.float(), out.float(), share).to(own.dtype)
 
 
 def _batched(query: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, prefix: SharedPrefix,
