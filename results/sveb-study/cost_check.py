@@ -1,0 +1,103 @@
+"""Issue 45, part 1: the cost rule's check on fresh cases (README.md here, "The next check").
+
+    python results/sveb-study/cost_check.py fresh BUILD STUDY_CASES...   # the build's lines, study problems dropped
+    python results/sveb-study/cost_check.py [DIR]                        # tables + decision -> DIR/check.md
+
+``fresh`` writes to stdout every line of the build file except the cases whose problem text
+appears in a study case file (and says on stderr how many it dropped). The default command reads
+``DIR/short/results.json`` and ``DIR/long/results.json`` (DIR: ``cost-check`` beside this file)
+and writes ``DIR/check.md``: per setting, the MAE of GRPO, today's default and the cost rule and
+their paired differences; pooled over both settings, the primary metric, ΔMAE of the cost rule
+against today's default. Intervals are 95% percentile bootstraps (2000 resamples, seed 0) over
+problems, a problem being a distinct problem text (repeated texts are one cluster), and the
+decision rule is the one fixed before the builds: adopt if the pooled interval's upper bound is at
+most +0.010 and its point estimate at most 0.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import sys
+from pathlib import Path
+
+import numpy as np
+
+from hista.sveb.metrics import bootstrap_ci
+
+ROWS = {"grpo": "GRPO", "hista?layer=-8&interval=10&stride=1&label=Hista (default)": "Hista, today's default",
+        "hista?layer=-8&interval=12&stride=5&label=Hista (cost rule)": "Hista, cost rule"}
+GRPO, DEFAULT, RULE = ROWS
+PAIRS = ((DEFAULT, GRPO), (RULE, GRPO), (RULE, DEFAULT))
+MARGIN = 0.010
+
+
+def lines(path: str):
+    with (gzip.open(path, "rt") if path.endswith(".gz") else open(path)) as f:
+        yield from f
+
+
+def fresh(build: str, studies: list[str]) -> None:
+    seen = {json.loads(line)["problem"]["problem"] for path in studies for line in lines(path)
+            if json.loads(line)["kind"] == "case"}
+    dropped = 0
+    for line in lines(build):
+        record = json.loads(line)
+        if record["kind"] == "case" and record["problem"]["problem"] in seen:
+            dropped += 1
+            continue
+        sys.stdout.write(line)
+    print(f"{build}: dropped {dropped} case(s) whose problem is in a study file", file=sys.stderr)
+
+
+def errors(path: Path) -> tuple[dict[str, np.ndarray], list[str]]:
+    """Absolute errors per method and the problem text of each case."""
+    data = json.loads(path.read_text())
+    by_id = {json.loads(line)["key"]: json.loads(line)["problem"]["problem"]
+             for line in lines(str(path.parent / "cases.jsonl.gz")) if json.loads(line)["kind"] == "case"}
+    cases = data["cases"]
+    return ({m: np.array([abs(c["values"][m] - c["target"]) for c in cases]) for m in ROWS},
+            [by_id[c["case_id"]] for c in cases])
+
+
+def cell(x: np.ndarray, clusters: list[str], sign: bool = False) -> str:
+    lo, hi = bootstrap_ci(x, clusters=clusters)
+    f = "{:+.3f}" if sign else "{:.3f}"
+    return f"{f.format(x.mean())} [{f.format(lo)}, {f.format(hi)}]"
+
+
+def check(root: Path) -> str:
+    out = ["# The cost rule on fresh cases (issue 45, part 1)", "",
+           "Intervals: 95%, problems resampled (a problem = a distinct problem text).", "",
+           "| setting | cases | problems | GRPO | today's default | cost rule | default − GRPO "
+           "| cost rule − GRPO | cost rule − default |",
+           "|---|---|---|---|---|---|---|---|---|"]
+    pooled: dict[str, list] = {m: [] for m in ROWS}
+    texts: list[str] = []
+    for setting in ("short", "long"):
+        e, clusters = errors(root / setting / "results.json")
+        out.append(f"| {setting} | {len(clusters)} | {len(set(clusters))} | "
+                   + " | ".join(cell(e[m], clusters) for m in ROWS) + " | "
+                   + " | ".join(cell(e[a] - e[b], clusters, sign=True) for a, b in PAIRS)
+                   + " |")
+        for m in ROWS:
+            pooled[m].append(e[m])
+        texts += [f"{setting}: {t}" for t in clusters]
+    d = np.concatenate(pooled[RULE]) - np.concatenate(pooled[DEFAULT])
+    lo, hi = bootstrap_ci(d, clusters=texts)
+    adopt = hi <= MARGIN and d.mean() <= 0
+    out += ["", f"**Primary (pooled, {d.size} cases of {len(set(texts))} problems):** ΔMAE cost rule − today's default "
+            f"= {d.mean():+.4f} [{lo:+.4f}, {hi:+.4f}].", "",
+            f"Decision (fixed before the builds: upper bound ≤ +{MARGIN:.3f} and point ≤ 0): "
+            + ("**adopt the cost rule as the default.**" if adopt else "**keep today's default.**")]
+    return "\n".join(out) + "\n"
+
+
+if __name__ == "__main__":
+    if sys.argv[1:2] == ["fresh"]:
+        fresh(sys.argv[2], sys.argv[3:])
+    else:
+        root = Path(sys.argv[1]) if len(sys.argv) > 1 else Path(__file__).parent / "cost-check"
+        text = check(root)
+        (root / "check.md").write_text(text)
+        print(text, end="")
