@@ -16,13 +16,13 @@ most +0.010 and its point estimate at most 0.
 
 from __future__ import annotations
 
-import gzip
 import json
 import sys
 from pathlib import Path
 
 import numpy as np
 
+from hista.sveb.cases import read_cases
 from hista.sveb.metrics import bootstrap_ci
 
 ROWS = {"grpo": "GRPO", "hista?layer=-8&interval=10&stride=1&label=Hista (default)": "Hista, today's default",
@@ -32,30 +32,28 @@ PAIRS = ((DEFAULT, GRPO), (RULE, GRPO), (RULE, DEFAULT))
 MARGIN = 0.010
 
 
-def lines(path: str):
-    with (gzip.open(path, "rt") if path.endswith(".gz") else open(path)) as f:
-        yield from f
+def problem_texts(path: str | Path) -> dict[str, str]:
+    """The problem text of every case of a case file, by case key."""
+    return {r["key"]: r["problem"]["problem"] for r in read_cases(path).records}
 
 
 def fresh(build: str, studies: list[str]) -> None:
-    seen = {json.loads(line)["problem"]["problem"] for path in studies for line in lines(path)
-            if json.loads(line)["kind"] == "case"}
+    seen = {text for path in studies for text in problem_texts(path).values()}
     dropped = 0
-    for line in lines(build):
-        record = json.loads(line)
-        if record["kind"] == "case" and record["problem"]["problem"] in seen:
-            dropped += 1
-            continue
-        sys.stdout.write(line)
+    with open(build) as f:  # the build's lines pass through unchanged
+        for line in f:
+            record = json.loads(line)
+            if record["kind"] == "case" and record["problem"]["problem"] in seen:
+                dropped += 1
+                continue
+            sys.stdout.write(line)
     print(f"{build}: dropped {dropped} case(s) whose problem is in a study file", file=sys.stderr)
 
 
 def errors(path: Path) -> tuple[dict[str, np.ndarray], list[str]]:
     """Absolute errors per method and the problem text of each case."""
-    data = json.loads(path.read_text())
-    by_id = {json.loads(line)["key"]: json.loads(line)["problem"]["problem"]
-             for line in lines(str(path.parent / "cases.jsonl.gz")) if json.loads(line)["kind"] == "case"}
-    cases = data["cases"]
+    by_id = problem_texts(path.parent / "cases.jsonl.gz")
+    cases = json.loads(path.read_text())["cases"]
     return ({m: np.array([abs(c["values"][m] - c["target"]) for c in cases]) for m in ROWS},
             [by_id[c["case_id"]] for c in cases])
 
