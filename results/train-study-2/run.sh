@@ -17,7 +17,8 @@
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 setting=${1:?usage: run.sh SETTING}
-seeds=${SEEDS:-"0 1 2 3 4 5 6 7 8 9 10 11"}
+all_seeds=("" "0 1 2 3 4 5 6 7 8 9 10 11" "0 1 2 3 4 5")  # per setting (README.md: Seeds and pairing)
+seeds=${SEEDS:-${all_seeds[$setting]}}
 estimators=${ESTIMATORS:-"grpo hista numca probe"}
 export OMP_NUM_THREADS=${OMP_NUM_THREADS:-1}
 H=${HISTA:-.venv/bin/hista}
