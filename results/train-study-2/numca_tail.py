@@ -5,7 +5,8 @@ and what Numca's advantages are on a group of such responses.
 
 Per arm, over every seed's greedy test completions: the share with a "final answer" sentence
 after the equation, the share whose number after "=" is the gold answer, and the share scored
-correct. Then GRPO's and Numca's token advantages on a constructed group of eight responses to
+correct; over steps 1-20 of every seed's training, the median gradient norm and the mean
+completion length. Then GRPO's and Numca's token advantages on a constructed group of eight responses to
 "16 + 12", tokenised into digit runs, words, spaces and punctuation.
 """
 
@@ -14,6 +15,7 @@ from __future__ import annotations
 import gzip
 import json
 import re
+import statistics
 import sys
 from pathlib import Path
 
@@ -42,6 +44,17 @@ def shares(setting: int, arm: str) -> dict[str, float]:
             "scored correct": correct / n}
 
 
+def early_steps(setting: int, arm: str, last: int = 20) -> dict[str, float]:
+    """Median gradient norm and mean completion length over steps 1..``last`` of every seed."""
+    norms, lengths = [], []
+    for path in sorted(RUNS.glob(f"s{setting}-{arm}-seed*/metrics.jsonl")):
+        for row in map(json.loads, path.read_text().splitlines()):
+            if "grad_norm" in row and 1 <= row["step"] <= last:
+                norms.append(row["grad_norm"])
+                lengths.append(row["completions/mean_length"])
+    return {"median grad_norm, steps 1-20": statistics.median(norms), "mean length": statistics.fmean(lengths)}
+
+
 def tokens(text: str) -> tuple[list[str], list[tuple[int, int]]]:
     pieces = re.findall(r"\d+|\w+|\s+|[^\w\s]", text)
     ends = [sum(map(len, pieces[:k + 1])) for k in range(len(pieces))]
@@ -51,7 +64,7 @@ def tokens(text: str) -> tuple[list[str], list[tuple[int, int]]]:
 def main() -> None:
     setting = int(sys.argv[1]) if len(sys.argv) > 1 else 1
     for arm in ("grpo", "hista", "numca", "probe"):
-        print(arm, {k: round(v, 3) for k, v in shares(setting, arm).items()})
+        print(arm, {k: round(v, 3) for k, v in {**shares(setting, arm), **early_steps(setting, arm)}.items()})
     rollouts = []
     for text, reward in GROUP:
         pieces, offsets = tokens(text)
