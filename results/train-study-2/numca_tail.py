@@ -1,7 +1,7 @@
 """Why Numca's policies keep a tail (README.md here, "Setting 1"): what the final checkpoints write,
 and what Numca's advantages are on a group of such responses.
 
-    python results/train-study-2/numca_tail.py [SETTING]     # default 1
+    python results/train-study-2/numca_tail.py
 
 Per arm, over every seed's greedy test completions: the share with a "final answer" sentence
 after the equation, the share whose number after "=" is the gold answer, and the share scored
@@ -13,10 +13,10 @@ completion length. Then GRPO's and Numca's token advantages on a constructed gro
 from __future__ import annotations
 
 import gzip
+import itertools
 import json
 import re
 import statistics
-import sys
 from pathlib import Path
 
 from hista.estimators import get
@@ -57,12 +57,12 @@ def early_steps(setting: int, arm: str, last: int = 20) -> dict[str, float]:
 
 def tokens(text: str) -> tuple[list[str], list[tuple[int, int]]]:
     pieces = re.findall(r"\d+|\w+|\s+|[^\w\s]", text)
-    ends = [sum(map(len, pieces[:k + 1])) for k in range(len(pieces))]
+    ends = list(itertools.accumulate(map(len, pieces)))
     return pieces, [(end - len(p), end) for p, end in zip(pieces, ends)]
 
 
 def main() -> None:
-    setting = int(sys.argv[1]) if len(sys.argv) > 1 else 1
+    setting = 1  # the one-step additions ("a + b = c"); setting 2 answers three parts
     for arm in ("grpo", "hista", "numca", "probe"):
         print(arm, {k: round(v, 3) for k, v in {**shares(setting, arm), **early_steps(setting, arm)}.items()})
     rollouts = []
@@ -73,9 +73,9 @@ def main() -> None:
     group = RolloutGroup(rollouts, prompt_id="16 + 12")
     for name in ("grpo", "numca"):
         print(f"{name} advantages of the first and third responses:")
+        advantages = get(name).token_advantages(group)
         for k in (0, 2):
-            advantages = get(name).token_advantages(group)[k].tolist()
-            print("   ", " ".join(f"{p!r}:{a:+.2f}" for p, a in zip(tokens(GROUP[k][0])[0], advantages)))
+            print("   ", " ".join(f"{p!r}:{a:+.2f}" for p, a in zip(tokens(GROUP[k][0])[0], advantages[k].tolist())))
 
 
 if __name__ == "__main__":
