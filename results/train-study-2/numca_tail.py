@@ -6,34 +6,34 @@ and what Numca's advantages are on a group of such responses.
 Per arm, over every seed's greedy test completions: the share with a "final answer" sentence
 after the equation, the share whose number after "=" is the gold answer, and the share scored
 correct; over steps 1-20 of every seed's training, the median gradient norm and the mean
-completion length. Then GRPO's and Numca's token advantages on a constructed group of eight responses to
-"16 + 12", tokenised into digit runs, words, spaces and punctuation.
+completion length. Then GRPO's and Numca's token advantages on a constructed group of eight
+responses to "16 + 12", tokenised into digit runs, words, spaces and punctuation. Setting 1 only
+(its answers are "a + b = c"); complete runs only, as in report.py.
 """
 
 from __future__ import annotations
 
-import gzip
 import itertools
-import json
 import re
 import statistics
-from pathlib import Path
+
+from report import read_json_gz, runs
 
 from hista.estimators import get
+from hista.train.curves import read_metrics
 from hista.types import Rollout, RolloutGroup
 
-RUNS = Path(__file__).resolve().parent / "runs"
 GROUP = [("16 + 12 = 28\n\nThe final answer is 28.", 1.0), ("16 + 12 = 28", 1.0),
          ("16 + 12 = 26\n\nThe final answer is 26.", 0.0), ("16 + 12 = 38", 0.0), ("16 + 12 = 28", 1.0),
          ("16 + 12 = 18\n\nThe final answer is 18.", 0.0), ("16 + 12 = 28\n\nThe final answer is 28.", 1.0),
          ("16 + 12 = 24", 0.0)]
 
 
-def shares(setting: int, arm: str) -> dict[str, float]:
-    """Shares of the arm's greedy test completions over all its seeds."""
+def shares(folders) -> dict[str, float]:
+    """Shares of the greedy test completions of the runs in ``folders``."""
     n = tail = equation = correct = 0
-    for path in sorted(RUNS.glob(f"s{setting}-{arm}-seed*/test-greedy.json.gz")):
-        for problem in json.loads(gzip.decompress(path.read_bytes()))["problems"]:
+    for folder in folders:
+        for problem in read_json_gz(folder / "test-greedy.json.gz")["problems"]:
             sample = problem["samples"][0]
             found = re.search(r"=\s*(-?\d+)", sample["text"])
             n += 1
@@ -44,15 +44,13 @@ def shares(setting: int, arm: str) -> dict[str, float]:
             "scored correct": correct / n}
 
 
-def early_steps(setting: int, arm: str, last: int = 20) -> dict[str, float]:
-    """Median gradient norm and mean completion length over steps 1..``last`` of every seed."""
-    norms, lengths = [], []
-    for path in sorted(RUNS.glob(f"s{setting}-{arm}-seed*/metrics.jsonl")):
-        for row in map(json.loads, path.read_text().splitlines()):
-            if "grad_norm" in row and 1 <= row["step"] <= last:
-                norms.append(row["grad_norm"])
-                lengths.append(row["completions/mean_length"])
-    return {"median grad_norm, steps 1-20": statistics.median(norms), "mean length": statistics.fmean(lengths)}
+def early_steps(folders, last: int = 20) -> dict[str, float]:
+    """Median gradient norm and mean completion length over steps 1..``last`` of the runs in
+    ``folders`` (a resumed run's steps once each: ``read_metrics``)."""
+    rows = [r for folder in folders for r in read_metrics(folder / "metrics.jsonl")
+            if "grad_norm" in r and 1 <= r["step"] <= last]
+    return {"median grad_norm, steps 1-20": statistics.median(r["grad_norm"] for r in rows),
+            "mean length": statistics.fmean(r["completions/mean_length"] for r in rows)}
 
 
 def tokens(text: str) -> tuple[list[str], list[tuple[int, int]]]:
@@ -62,9 +60,10 @@ def tokens(text: str) -> tuple[list[str], list[tuple[int, int]]]:
 
 
 def main() -> None:
-    setting = 1  # the one-step additions ("a + b = c"); setting 2 answers three parts
+    found = runs(1)
     for arm in ("grpo", "hista", "numca", "probe"):
-        print(arm, {k: round(v, 3) for k, v in {**shares(setting, arm), **early_steps(setting, arm)}.items()})
+        folders = list(found[arm].values())
+        print(arm, {k: round(v, 3) for k, v in {**shares(folders), **early_steps(folders)}.items()})
     rollouts = []
     for text, reward in GROUP:
         pieces, offsets = tokens(text)
