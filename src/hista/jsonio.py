@@ -4,12 +4,14 @@ and append-only JSON lines."""
 from __future__ import annotations
 
 import fcntl
+import gzip
 import json
 import math
 import os
 import re
 import secrets
 import stat
+import zlib
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Callable, Iterable, Optional
@@ -227,6 +229,18 @@ def read_input(path: str | os.PathLike, what: str) -> bytes:
     finally:
         if fd >= 0:
             os.close(fd)
+
+
+def read_input_unzipped(path: str | os.PathLike, what: str) -> bytes:
+    """:func:`read_input`'s bytes, decompressed when the name ends in ``.gz``: a truncated or
+    damaged gzip stream is an InputError naming ``path``."""
+    raw = read_input(path, what)
+    if not str(path).endswith(".gz"):
+        return raw
+    try:
+        return gzip.decompress(raw)
+    except (OSError, EOFError, zlib.error) as exc:
+        raise InputError(f"{what} is not a complete gzip file ({exc})", path=str(path)) from None
 
 
 def complete_lines(raw: bytes, path: str | os.PathLike, what: str) -> bytes:

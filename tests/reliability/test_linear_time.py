@@ -19,11 +19,10 @@ from __future__ import annotations
 
 import importlib.util
 import json
-import signal
-import threading
 import time
 
 import pytest
+from cputime import CpuClock
 
 N = 65536
 LIMIT_S = 0.1
@@ -115,38 +114,6 @@ FAMILIES = {
 }
 
 
-class _Slow(Exception):
-    pass
-
-
-def _raise_slow(signum, frame):
-    raise _Slow()
-
-
-def _cpu_time(fn, *args) -> float:
-    """Best of 3 CPU times of ``fn(*args)`` (fewer runs once it is clearly under or over the
-    limit); ``inf`` when a run is stopped after ``GUARD_S`` seconds."""
-    guard = hasattr(signal, "SIGALRM") and threading.current_thread() is threading.main_thread()
-    best = float("inf")
-    for _ in range(3):
-        previous = signal.signal(signal.SIGALRM, _raise_slow) if guard else None
-        if guard:
-            signal.setitimer(signal.ITIMER_REAL, GUARD_S)
-        start, excluded = time.process_time(), _EXCLUDED[0]
-        try:
-            fn(*args)
-        except _Slow:
-            return float("inf")
-        finally:
-            if guard:
-                signal.setitimer(signal.ITIMER_REAL, 0)
-                signal.signal(signal.SIGALRM, previous)
-        best = min(best, time.process_time() - start - (_EXCLUDED[0] - excluded))
-        if best < LIMIT_S or best > 10 * LIMIT_S:
-            break
-    return best
-
-
 def _assert_linear(fn, cases=None):
     """``fn`` on every adversarial completion (``cases``: name -> argument, by default
     ``FAMILIES``) costs less than ``LIMIT_S`` of CPU time.  ``fn`` is run once on a short text
@@ -155,7 +122,7 @@ def _assert_linear(fn, cases=None):
     fn(FAMILIES["mixed"][:300] if cases is FAMILIES else next(iter(cases.values())))
     slow = {}
     for name, arg in cases.items():
-        t = _cpu_time(fn, arg)
+        t = CLOCK.best_of_3(fn, arg, limit=LIMIT_S, guard_s=GUARD_S)
         if t >= LIMIT_S:
             slow[name] = "stopped after %.0f s" % GUARD_S if t == float("inf") else "%.3f s" % t
     assert not slow, f"over {LIMIT_S} s of CPU time on {len(slow)} 64k-character inputs: {slow}"
@@ -164,8 +131,8 @@ def _assert_linear(fn, cases=None):
 # --------------------------------------------------------------------------- math, choice
 
 
-#: CPU seconds spent inside third-party code that a test excludes (math-verify on its window)
-_EXCLUDED = [0.0]
+#: the timing tests' clock; the wrappers below add the excluded third-party time to it
+CLOCK = CpuClock()
 
 
 @pytest.fixture
@@ -185,7 +152,7 @@ def math_verify_excluded(monkeypatch):
             try:
                 return real(first, *args, **kw)
             finally:
-                _EXCLUDED[0] += time.process_time() - start
+                CLOCK.excluded += time.process_time() - start
         return call
 
     monkeypatch.setattr(math_verify, "parse", timed(math_verify.parse))

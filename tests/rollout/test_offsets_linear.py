@@ -14,11 +14,10 @@ from __future__ import annotations
 
 import itertools
 import random
-import signal
-import threading
 import time
 
 import pytest
+from cputime import CpuClock
 
 from hista.rollout import decode_with_offsets
 from hista.rollout import offsets as offsets_module
@@ -364,39 +363,8 @@ def test_short_non_local_decoders_fall_back_to_prefixes(tiny):
 # --------------------------------------------------------------------------- timing
 
 
-class _Slow(Exception):
-    pass
-
-
-def _raise_slow(signum, frame):
-    raise _Slow()
-
-
-def _cpu_time(fn, *args) -> float:
-    """Best of 3 CPU times of ``fn(*args)``; ``inf`` when a run is stopped after ``GUARD_S``."""
-    guard = hasattr(signal, "SIGALRM") and threading.current_thread() is threading.main_thread()
-    best = float("inf")
-    for _ in range(3):
-        previous = signal.signal(signal.SIGALRM, _raise_slow) if guard else None
-        if guard:
-            signal.setitimer(signal.ITIMER_REAL, GUARD_S)
-        start, excluded = time.process_time(), _EXCLUDED[0]
-        try:
-            fn(*args)
-        except _Slow:
-            return float("inf")
-        finally:
-            if guard:
-                signal.setitimer(signal.ITIMER_REAL, 0)
-                signal.signal(signal.SIGALRM, previous)
-        best = min(best, time.process_time() - start - (_EXCLUDED[0] - excluded))
-        if best < LIMIT_S:
-            break
-    return best
-
-
-#: CPU seconds spent in the tokenizer's own ``decode`` during a timed call
-_EXCLUDED = [0.0]
+#: the timing tests' clock; the wrappers below add the excluded third-party time to it
+CLOCK = CpuClock()
 
 
 def _decode_excluded(monkeypatch, tokenizer):
@@ -410,7 +378,7 @@ def _decode_excluded(monkeypatch, tokenizer):
             return real(ids, *args, **kwargs)
         finally:
             if len(ids) == N:
-                _EXCLUDED[0] += time.process_time() - start
+                CLOCK.excluded += time.process_time() - start
 
     monkeypatch.setattr(tokenizer, "decode", timed)
 
@@ -447,8 +415,8 @@ def _assert_fast(monkeypatch, tokenizer, families):
     for name, ids in families.items():
         text, offsets = decode_with_offsets(tokenizer, ids)  # fills the cache of token bytes
         assert len(offsets) == N and offsets[-1][1] == len(text), name
-        t = _cpu_time(decode_with_offsets, tokenizer, ids)
         limit = LIMIT_S * max(1.0, len(text) / 65536)
+        t = CLOCK.best_of_3(decode_with_offsets, tokenizer, ids, limit=limit, guard_s=GUARD_S)
         if t >= limit:
             slow[name] = ("stopped after %.0f s" % GUARD_S if t == float("inf")
                           else "%.3f s for %d characters (limit %.3f s)" % (t, len(text), limit))

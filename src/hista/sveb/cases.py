@@ -11,19 +11,17 @@ rewards and the target (their mean).
 from __future__ import annotations
 
 import dataclasses
-import gzip
 import json
 import math
 import os
 import stat
-import zlib
 from pathlib import Path
 from typing import Any, Iterator, Optional, Sequence
 
 import numpy as np
 
 from ..errors import InputError
-from ..jsonio import append_text, complete_lines, loads, read_input
+from ..jsonio import append_text, complete_lines, loads, read_input_unzipped
 from ..schema import Where, is_int, is_unit, kind, require, short, text
 from ..types import Rollout, RolloutGroup
 
@@ -179,13 +177,8 @@ def read(path: str | os.PathLike, *, partial: bool = False) -> list[dict[str, An
         raise InputError(f"cannot read the case file ({exc.strerror or exc})", path=str(path)) from None
     if not stat.S_ISREG(info.st_mode):
         raise InputError("is not a regular file", path=str(path))
-    raw = read_input(path, "case file")
-    if path.name.endswith(".gz"):
-        try:
-            raw = gzip.decompress(raw)
-        except (OSError, EOFError, zlib.error) as exc:
-            raise InputError(f"is not a readable gzip file ({exc})", path=str(path)) from None
-    elif partial:
+    raw = read_input_unzipped(path, "case file")
+    if partial and not path.name.endswith(".gz"):
         raw = complete_lines(raw, path, "case file")
     return list(_records(raw, path))
 

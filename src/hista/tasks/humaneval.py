@@ -26,15 +26,13 @@ the file, its line and the field.
 
 from __future__ import annotations
 
-import gzip
 import json
 import os
-import zlib
 from pathlib import Path
 from typing import Any
 
 from hista.errors import InputError
-from hista.jsonio import loads, read_input
+from hista.jsonio import loads, read_input_unzipped
 from hista.schema import Where, kind
 from hista.tasks.base import register
 from hista.tasks.parts import PartsSource, packaged_file
@@ -77,12 +75,7 @@ def read_rows(path: Path) -> list[dict]:
     when the name does not end in ``.gz``), each checked by :func:`check_row`. A file that
     cannot be read, a truncated or damaged gzip stream, text that is not UTF-8, bad JSON or a
     bad row raises an InputError naming the file (and the line and field)."""
-    raw = read_input(path, "HumanEval data file")
-    if path.name.endswith(".gz"):
-        try:
-            raw = gzip.decompress(raw)
-        except (OSError, EOFError, zlib.error) as exc:
-            raise InputError(f"not a complete gzip file ({exc})", path=str(path)) from None
+    raw = read_input_unzipped(path, "HumanEval data file")
     rows = []
     for number, line in enumerate(raw.split(b"\n"), start=1):
         try:
