@@ -27,6 +27,7 @@ case 1/2 (exit status 1): ZeroDivisionError: division by zero``.
 from __future__ import annotations
 
 import functools
+import inspect
 import json
 import logging
 import re
@@ -200,7 +201,31 @@ def _run_failure(res: Any, where: str, assertions: bool = False) -> Optional[str
     return None
 
 
+def _never_raises(name: str):
+    """A code verifier body made safe on model output (SPEC §6): a completion that is not a
+    string, a sandbox that cannot run, or any other error scores 0.0 with its reason; a limit
+    the body does not take is the caller's error and raises TypeError, as a plain call would."""
+    def wrap(body):
+        signature = inspect.signature(body)
+
+        @functools.wraps(body)
+        def verifier(completion: Any, answer: Any, **limits: Any) -> tuple[float, str]:
+            signature.bind(completion, answer, **limits)
+            if not isinstance(completion, str):
+                return 0.0, "completion is not a string"
+            try:
+                return body(completion, answer, **limits)
+            except SandboxUnavailable as exc:
+                return 0.0, f"sandbox error: {exc}"
+            except Exception as exc:  # never let model output crash training
+                logger.debug("%s verifier error", name, exc_info=True)
+                return 0.0, f"verifier error: {type(exc).__name__}: {exc}"[:200]
+        return verifier
+    return wrap
+
+
 @register("code")
+@_never_raises("code")
 def verify_code(
     completion: Any,
     answer: Any,
@@ -215,36 +240,28 @@ def verify_code(
     case.  The reason holds the verdict and at most an ``EXCERPT_CHARS``-character escaped
     excerpt of the program's output (module docstring).  Never raises on malformed input."""
     try:
-        if not isinstance(completion, str):
-            return 0.0, "completion is not a string"
-        try:
-            cases = parse_cases(answer)
-        except ValueError as exc:
-            return 0.0, f"malformed test cases: {exc}"
-        code = extract_code(completion)
-        if code is None:
-            return 0.0, "no code block found"
-        for k, (stdin, expected) in enumerate(cases):
-            res = run_sandboxed(
-                code,
-                stdin,
-                timeout_s=timeout_s,
-                memory_mb=memory_mb,
-                max_processes=max_processes,
-                max_output_bytes=max_output_bytes,
-            )
-            where = f"case {k + 1}/{len(cases)}"
-            failure = _run_failure(res, f" on {where}")
-            if failure:
-                return 0.0, failure
-            if not outputs_match(res.stdout, expected):
-                return 0.0, f"wrong output on {where}: {_mismatch(res.stdout, expected)}"
-        return 1.0, "correct"
-    except SandboxUnavailable as exc:
-        return 0.0, f"sandbox error: {exc}"
-    except Exception as exc:  # never let model output crash training
-        logger.debug("code verifier error", exc_info=True)
-        return 0.0, f"verifier error: {type(exc).__name__}: {exc}"[:200]
+        cases = parse_cases(answer)
+    except ValueError as exc:
+        return 0.0, f"malformed test cases: {exc}"
+    code = extract_code(completion)
+    if code is None:
+        return 0.0, "no code block found"
+    for k, (stdin, expected) in enumerate(cases):
+        res = run_sandboxed(
+            code,
+            stdin,
+            timeout_s=timeout_s,
+            memory_mb=memory_mb,
+            max_processes=max_processes,
+            max_output_bytes=max_output_bytes,
+        )
+        where = f"case {k + 1}/{len(cases)}"
+        failure = _run_failure(res, f" on {where}")
+        if failure:
+            return 0.0, failure
+        if not outputs_match(res.stdout, expected):
+            return 0.0, f"wrong output on {where}: {_mismatch(res.stdout, expected)}"
+    return 1.0, "correct"
 
 
 # --------------------------------------------------------------------------------------------
@@ -377,6 +394,7 @@ def _function_failure(judge: Any, subject: Any) -> Optional[str]:
 
 
 @register("python-tests")
+@_never_raises("python-tests")
 def verify_python_tests(completion: Any, answer: Any, *, timeout_s: float = 10.0, memory_mb: int = 1024,
                         max_processes: int = 64, max_output_bytes: int = 65536) -> tuple[float, str]:
     """Score a completion against function-call tests (SPEC §6) across a trust boundary: the
@@ -390,23 +408,15 @@ def verify_python_tests(completion: Any, answer: Any, *, timeout_s: float = 10.0
     the function's process ending (with its exit status and last line of stderr), a timeout, an
     output limit. A row without test code scores 0. Never raises on malformed input."""
     try:
-        if not isinstance(completion, str):
-            return 0.0, "completion is not a string"
-        try:
-            spec = parse_function_tests(answer)
-        except ValueError as exc:
-            return 0.0, f"malformed function tests: {exc}"
-        problem = {**spec, "check": _first_def(spec["test"], "check", top_level=True) is not None}
-        module = assemble_function(completion, spec["prompt"], spec["entry_point"])
-        source = _boundary_source()
-        judge, subject = run_judged(source + "\njudge()\n", boundary.encode(problem),
-                                    source + f"\nserve({spec['entry_point']!r})\n", module,
-                                    timeout_s=timeout_s, memory_mb=memory_mb, max_processes=max_processes,
-                                    max_output_bytes=max_output_bytes)
-        failure = _function_failure(judge, subject)
-        return (0.0, failure) if failure else (1.0, "correct")
-    except SandboxUnavailable as exc:
-        return 0.0, f"sandbox error: {exc}"
-    except Exception as exc:  # never let model output crash training
-        logger.debug("python-tests verifier error", exc_info=True)
-        return 0.0, f"verifier error: {type(exc).__name__}: {exc}"[:200]
+        spec = parse_function_tests(answer)
+    except ValueError as exc:
+        return 0.0, f"malformed function tests: {exc}"
+    problem = {**spec, "check": _first_def(spec["test"], "check", top_level=True) is not None}
+    module = assemble_function(completion, spec["prompt"], spec["entry_point"])
+    source = _boundary_source()
+    judge, subject = run_judged(source + "\njudge()\n", boundary.encode(problem),
+                                source + f"\nserve({spec['entry_point']!r})\n", module,
+                                timeout_s=timeout_s, memory_mb=memory_mb, max_processes=max_processes,
+                                max_output_bytes=max_output_bytes)
+    failure = _function_failure(judge, subject)
+    return (0.0, failure) if failure else (1.0, "correct")
