@@ -95,6 +95,22 @@ def scale_advantages(
     return _scale(advantages, check_finite(rewards, "rewards"), scale, batch_std)
 
 
+def state_field(state: Any, name: str, owner: str, kind: type, expected: str) -> Any:
+    """The one field ``name`` of ``owner``'s checkpointed state (SPEC §9), checked: ``state`` is
+    a dict holding ``name`` and nothing else, and its value is a ``kind`` (``expected`` says
+    what, in the message). Anything else is an InputError naming the field."""
+    if not isinstance(state, dict):
+        raise InputError(f"expected {{{name!r}: ...}}, got {type(state).__name__}", field=name)
+    extra = sorted(map(str, set(state) - {name}))
+    if extra:
+        raise InputError(f"not a field of {owner} (it holds only {name!r})", field=extra[0])
+    value = state.get(name)
+    if not isinstance(value, kind):
+        raise InputError("missing" if name not in state else f"expected {expected}, got {type(value).__name__}",
+                         field=name)
+    return value
+
+
 @dataclasses.dataclass
 class EstimatorConfig:
     """Base of every estimator's configuration: a dataclass that serialises to JSON."""

@@ -26,7 +26,7 @@ import torch
 from ..errors import InputError
 from ..types import Rollout, RolloutGroup, State
 from . import register
-from .base import Estimator, EstimatorConfig
+from .base import Estimator, EstimatorConfig, state_field
 from .gae import segment_gae
 from .milestones import EMPTY, PARSERS, StateId, ValueTable, chain_states, parse_numbers, path_states, token_positions
 
@@ -116,15 +116,7 @@ class Numca(Estimator):
         hidden states). With ``persist=False``: the default's (no state)."""
         if not self.config.persist:
             return super().load_state_dict(state)
-        if not isinstance(state, dict):
-            raise InputError(f"expected {{'tables': {{...}}}}, got {type(state).__name__}", field="tables")
-        extra = sorted(map(str, set(state) - {"tables"}))
-        if extra:
-            raise InputError("not a field of Numca's state (it holds only 'tables')", field=extra[0])
-        tables = state.get("tables")
-        if not isinstance(tables, dict):
-            raise InputError("missing" if "tables" not in state else
-                             f"expected a mapping of prompt ids, got {type(tables).__name__}", field="tables")
+        tables = state_field(state, "tables", "Numca's state", dict, "a mapping of prompt ids")
         loaded = {}
         for prompt, table in tables.items():
             if not isinstance(prompt, str) or not prompt:

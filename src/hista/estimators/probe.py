@@ -30,7 +30,7 @@ from ..errors import InputError
 from ..schema import fields
 from ..types import RolloutGroup, State
 from . import register
-from .base import EstimatorConfig, LearnsAcrossGroups, check_finite, state_length
+from .base import EstimatorConfig, LearnsAcrossGroups, check_finite, state_field, state_length
 from .gae import segment_gae
 from .hista import smooth
 
@@ -339,15 +339,7 @@ class Probe(LearnsAcrossGroups):
         read back from a checkpoint): ``{"history": [...]}`` with at most ``buffer`` batches, each
         exactly ProbeData's fields (:func:`checked_data`). Anything else is an InputError naming
         the field, and the history is left as it was."""
-        if not isinstance(state, dict):
-            raise InputError(f"expected {{'history': [...]}}, got {type(state).__name__}", field="history")
-        extra = sorted(map(str, set(state) - {"history"}))
-        if extra:
-            raise InputError("not a field of the probe's state (it holds only 'history')", field=extra[0])
-        history = state.get("history")
-        if not isinstance(history, list):
-            what = "missing" if "history" not in state else f"expected a list of batches, got {type(history).__name__}"
-            raise InputError(what, field="history")
+        history = state_field(state, "history", "the probe's state", list, "a list of batches")
         if len(history) > self.config.buffer:
             raise InputError(f"holds {len(history)} batches, more than the probe's buffer of {self.config.buffer}",
                              field="history")
