@@ -7,7 +7,8 @@ For each results file (``sveb eval`` of the report half with grpo, hista, blend,
 it prints a markdown table: MAE with its 95% bootstrap interval, ΔMAE of the blend against each
 other estimator and against MCS@1 and MCS@2 (their expected errors per case) with a paired 95%
 interval (problems resampled when they hold several cases, else cases; 2000 resamples, seed
-0), and, from ``sveb report``'s rank summary, Spearman ρ and AUROC with their intervals.
+0; a problem as ``sveb eval`` records it, problem ids sharing a prompt being one), and, from
+``sveb report``'s rank summary, Spearman ρ and AUROC with their intervals.
 """
 
 from __future__ import annotations
@@ -17,8 +18,7 @@ import sys
 
 import numpy as np
 
-from hista.sveb.cases import problem_of
-from hista.sveb.metrics import bootstrap_ci, mcs_error
+from hista.sveb.metrics import bootstrap_ci, case_problems, mcs_error
 from hista.sveb.ranks import rank_summary
 
 METHODS = ("grpo", "hista", "blend", "numca", "probe")
@@ -35,7 +35,7 @@ def interval(x: float, lo: float, hi: float, sign: bool = False) -> str:
 def table(path: str) -> str:
     data = json.load(open(path))
     cases = data["cases"]
-    problems = [problem_of(c["case_id"]) for c in cases]
+    problems = case_problems(cases)  # rows' problems: cases sharing a prompt are one
     clustered = len(set(problems)) < len(problems)
     errors = {m: np.array([abs(c["values"][m] - c["target"]) for c in cases]) for m in METHODS}
     for n in (1, 2):

@@ -275,6 +275,28 @@ def test_ppo1_folds_never_train_on_the_problems_they_score(built, critics):
     assert len(case_groups(doubled)) == len(case_groups(records)) == len(problems)
 
 
+def test_ppo1_folds_hold_a_question_drawn_twice_together(built, critics, tmp_path, capsys):
+    """Problem ids whose cases share a prompt are one problem: PPO-1's folds keep them in one
+    fold, and sveb eval refuses critics whose folds tore such a problem apart."""
+    records = case_file.read(built)
+    first = min(problem_of(r["key"]) for r in records)
+    copy = [dict(r, key="zz-" + r["key"], rollouts=[dict(o, reward=1.0 - o["reward"]) for o in r["rollouts"]])
+            for r in records if problem_of(r["key"]) == first]  # drawn again: other rollouts
+    twice = tmp_path / "twice.jsonl"
+    twice.write_text("".join(case_file.dumps(r) for r in records + copy))
+    out = tmp_path / "ppo1"
+    assert main(["critic", "train", "--cases", str(twice), "--mode", "ppo-1", "--lam", "1.0", "--folds", "4",
+                 "--out", str(out), *FAST]) == 0  # four questions, five problem ids: a fold each
+    index = json.loads((out / "folds.json").read_text())["problems"]
+    assert index[first] == index["zz-" + first] and len(set(index.values())) == 4
+    # the fixture's critics put the four problems in two folds: asking all four with one prompt tears them
+    torn = tmp_path / "torn.jsonl"
+    torn.write_text("".join(case_file.dumps(dict(r, prompt_ids=records[0]["prompt_ids"])) for r in records))
+    code = main(["sveb", "eval", "--cases", str(torn), "--out", str(tmp_path / "r.json"), "--methods", "ppo-1?lam=1",
+                 "--critic", str(critics[0]), "--device", "cpu"])
+    assert code == 2 and "share a prompt in different folds" in capsys.readouterr().err
+
+
 def test_sveb_eval_with_ppo_methods(built, critics, tmp_path):
     one, many = critics
     out = tmp_path / "results.json"

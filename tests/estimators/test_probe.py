@@ -163,3 +163,31 @@ def test_sveb_cross_fits_the_probe_by_problem(tmp_path, capsys):
     assert after[own] == before[own]
     assert any(after[k] != before[k] for k in before if k != own)
     capsys.readouterr()
+
+
+def test_sveb_cross_fit_holds_a_question_drawn_twice_in_one_fold(tmp_path, capsys):
+    """A task that draws one question twice gives two problem ids with one prompt: they are one
+    problem, so the copy's rewards never enter the original's probe (and rows record it)."""
+    path = tmp_path / "cases.jsonl"
+    assert main(BUILD + ["--problems", "5", "--out", str(path)]) == 0
+    records = [json.loads(line) for line in path.read_text().splitlines()]
+    for n, record in enumerate(records):
+        for k, rollout in enumerate(record["rollouts"]):
+            rollout["reward"] = float((k + n) % 2)
+    original = records[0]
+    copy = json.loads(json.dumps(original))
+    copy["key"], copy["problem"]["id"] = "zz-copy#s0", "zz-copy"
+    method, values = "probe?offset=none&ridge=1", []
+    for flip in (0, 1):
+        for k, rollout in enumerate(copy["rollouts"]):
+            rollout["reward"] = float((k + flip) % 2)
+        path.write_text("".join(case_file.dumps(r) for r in records + [copy]))
+        out = tmp_path / f"{flip}.json"
+        assert main(["sveb", "eval", "--cases", str(path), "--methods", f"grpo,{method}", "--out", str(out)]) == 0
+        results = json.loads(out.read_text())
+        assert results["fits"][method]["folds"] == 5  # six problem ids, five questions
+        rows = {r["case_id"]: r for r in results["cases"]}
+        assert rows["zz-copy#s0"]["problem"] == rows[original["key"]]["problem"] == original["problem"]["id"]
+        values.append(rows[original["key"]]["values"][method])
+    assert values[0] == values[1]
+    capsys.readouterr()

@@ -326,6 +326,12 @@ def test_summarise_records_the_resampling():
     assert (anonymous["resampled"], anonymous["n_problems"]) == ("cases", None)
     assert markdown_table(s).count("bootstrap interval over problems (cases share problems)") == 1
     assert "bootstrap interval over cases" in markdown_table(one_each)
+    # rows that record their problem (sveb eval: cases sharing a prompt are one) go by it, not by the id
+    asked_twice = [dict(r, problem=f"q{i // 3}") for i, r in enumerate(_records())]  # 6 ids, 2 questions
+    q = summarise(asked_twice, METHODS, n_boot=200)
+    assert (q["resampled"], q["n_problems"]) == ("problems", 2)
+    assert (q["rows"]["hista"]["all"]["lo"], q["rows"]["hista"]["all"]["hi"]) == \
+        bootstrap_ci(errors, n_boot=200, clusters=[f"q{i // 3}" for i in range(6)])
 
 
 # --------------------------------------------------------------------------------------------

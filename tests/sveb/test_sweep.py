@@ -29,7 +29,8 @@ GRID = f"layer=-1,-2;interval=2,4;{FINE}"
 
 @pytest.fixture(scope="module")
 def cases_path(tmp_path_factory):
-    """8 cases, 2 states of each of 4 problems, built from the tiny cases with mixed rewards."""
+    """8 cases, 2 states of each of 4 problems, built from the tiny cases with mixed rewards
+    (each problem's prompt its own: cases that share a prompt are one problem)."""
     templates = [json.loads(line) for line in open(TINY)]
     records = []
     for p in range(4):
@@ -38,6 +39,7 @@ def cases_path(tmp_path_factory):
             problem = f"{record['problem']['id']}-p{p}"
             record["key"] = f"{problem}#s{s}"
             record["problem"]["id"] = problem
+            record["prompt_ids"] = record["prompt_ids"] + [100 + p]
             for k, rollout in enumerate(record["rollouts"]):
                 rollout["reward"] = float((k + p + s) % 2 or k == 3)
             record["state"] = {"rollout": (p + s) % 4, "t": 1 + (2 * p + s) % 5}
@@ -453,8 +455,9 @@ def test_results_rows_may_record_a_length(tmp_path, length, ok):
 def test_split_writes_the_sweeps_selection_and_report_parts(tmp_path):
     """sveb split puts whole problems on one side, exactly as sweep's default split does."""
     records = [r for r in case_file.read(TINY) if r["kind"] == "case"]
-    many = tmp_path / "many.jsonl"  # six problems, two states each
-    many.write_text("".join(case_file.dumps({**records[k % len(records)], "key": f"p{k // 2}#s{k % 2}"})
+    many = tmp_path / "many.jsonl"  # six problems, two states each, each with its own prompt
+    many.write_text("".join(case_file.dumps({**records[k % len(records)], "key": f"p{k // 2}#s{k % 2}",
+                                             "prompt_ids": records[k % len(records)]["prompt_ids"] + [100 + k // 2]})
                             for k in range(12)))
     assert main(["sveb", "split", "--cases", str(many), "--out", str(tmp_path / "split"), "--seed", "3"]) == 0
     parts = {p: [r["key"] for r in case_file.read(tmp_path / "split" / f"{p}.jsonl")] for p in ("selection", "report")}
@@ -463,3 +466,19 @@ def test_split_writes_the_sweeps_selection_and_report_parts(tmp_path):
         assert sorted({k.split("#")[0] for k in keys}) == plan[part]
         assert len(keys) == 2 * len(plan[part])
     assert sorted(parts["selection"] + parts["report"]) == sorted(f"p{k // 2}#s{k % 2}" for k in range(12))
+
+
+def test_split_keeps_a_question_drawn_twice_on_one_side(tmp_path):
+    """Two problem ids with one prompt (a task drew the question twice) are one problem: sveb
+    split never puts one in the selection part and the other in the report part."""
+    records = [r for r in case_file.read(TINY) if r["kind"] == "case"]
+    many = tmp_path / "many.jsonl"  # p0..p7, each its own prompt except p7, which asks p0's question
+    many.write_text("".join(case_file.dumps({**records[0], "key": f"p{k}#s0",
+                                             "prompt_ids": records[0]["prompt_ids"] + [100 + k % 7]})
+                            for k in range(8)))
+    for seed in range(6):
+        out = tmp_path / f"split-{seed}"
+        assert main(["sveb", "split", "--cases", str(many), "--out", str(out), "--seed", str(seed)]) == 0
+        parts = {p: {r["key"] for r in case_file.read(out / f"{p}.jsonl")} for p in ("selection", "report")}
+        side = next(p for p, keys in parts.items() if "p0#s0" in keys)
+        assert "p7#s0" in parts[side] and sum(map(len, parts.values())) == 8

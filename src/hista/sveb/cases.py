@@ -11,6 +11,7 @@ rewards and the target (their mean).
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 import math
 import os
@@ -211,8 +212,29 @@ def _records(raw: bytes, path: Path) -> Iterator[dict[str, Any]]:
 
 
 def problem_of(case_id: str) -> str:
-    """The problem of a case: its key before ``#`` (``PROBLEM_ID#sK``; SPEC §8)."""
+    """The problem id of a case: its key before ``#`` (``PROBLEM_ID#sK``; SPEC §8)."""
     return case_id.partition("#")[0]
+
+
+def problems_of(records: Sequence[dict]) -> dict[str, str]:
+    """Each problem id of the case ``records`` -> its problem (SPEC §8): problem ids whose cases
+    share a prompt (the same question, drawn twice by a task) are one problem, named by the
+    smallest of those ids. Splits, folds and problem-level intervals go by these problems, so
+    that no question is on both sides of a split or fit and scored."""
+    parent: dict[str, str] = {}  # a problem id -> a smaller id of its problem, or itself
+
+    def root(pid: str) -> str:
+        while parent[pid] != pid:
+            pid = parent[pid]
+        return pid
+
+    holder: dict[tuple, str] = {}  # a prompt -> the first problem id that asked it
+    for record in records:
+        pid = problem_of(record["key"])
+        parent.setdefault(pid, pid)
+        a, b = root(pid), root(holder.setdefault(tuple(record["prompt_ids"]), pid))
+        parent[max(a, b)] = min(a, b)  # each root is the smallest id of its problem
+    return {pid: root(pid) for pid in parent}
 
 
 def fold_problems(problems: Sequence[str], k: int, seed: int) -> list[list[str]]:
@@ -245,6 +267,15 @@ class CaseFile:
     def settings(self) -> dict:
         """The build settings, as recorded (the first case's)."""
         return self.records[0]["settings"]
+
+    @functools.cached_property
+    def problems(self) -> dict[str, str]:
+        """Each problem id -> its problem (:func:`problems_of`)."""
+        return problems_of(self.records)
+
+    def problem(self, record: dict) -> str:
+        """The problem of a case record of this file (:func:`problems_of`)."""
+        return self.problems[problem_of(record["key"])]
 
 
 def read_cases(path: str | Path, model: Optional[str] = None) -> CaseFile:

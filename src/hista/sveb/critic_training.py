@@ -108,7 +108,7 @@ def train_critics(cases_path: str | Path, out: str | Path, *, mode: str | Sequen
     out = Path(out)
     case_file = read_cases(cases_path)
     groups = case_groups(case_file.records)
-    problems = sorted({p for p, _, _ in groups})
+    problems = sorted(set(case_file.problems.values()))  # a fold holds out every case of its questions
     folds = _folds(modes, folds, problems, case_file) if "ppo-1" in modes else folds
     pairs = [(m, value) for m in modes for value in lams]
     request = {"format": REQUEST_FORMAT, "cases": str(cases_path),
@@ -118,8 +118,8 @@ def train_critics(cases_path: str | Path, out: str | Path, *, mode: str | Sequen
                "fit": {k: v for k, v in dataclasses.asdict(config).items() if k != "lam"}}
     new = _check_out(out, request)
     policy = {"model": case_file.model, "revision": case_file.revision}
-    plans = [_plan(m, value, out if len(pairs) == 1 else out / f"{m}-{value:g}", folds, problems, config.seed)
-             for m, value in pairs]
+    plans = [_plan(m, value, out if len(pairs) == 1 else out / f"{m}-{value:g}", folds, case_file.problems,
+                   config.seed) for m, value in pairs]
     kept = {} if new else _kept(plans, groups, policy)  # every kept critic checked before anything trains
     lm = _backbone(model, case_file, device)
     layers = default_layers(lm.device) if layers is None else layers
@@ -176,11 +176,16 @@ def _folds(modes: Sequence[str], folds: Optional[int], problems: Sequence[str], 
     return folds
 
 
-def _plan(m: str, value: float, root: Path, folds: Optional[int], problems: Sequence[str], seed: int) -> tuple:
-    """(mode, λ, root, [(critic folder, fold or None)]): PPO-1's folds under ``root``, PPO-N's one critic at it."""
+def _plan(m: str, value: float, root: Path, folds: Optional[int], problem: dict[str, str], seed: int) -> tuple:
+    """(mode, λ, root, [(critic folder, fold or None)]): PPO-1's folds of the problems under
+    ``root``, each scoring the problem ids of its problems (``problem``: id -> problem), PPO-N's
+    one critic at it."""
     if m == "ppo-1":
-        plan = [(root / f"fold-{f}", {"index": f, "folds": folds, "seed": seed, "scores": held})
-                for f, held in enumerate(fold_problems(problems, folds, seed))]
+        fold_of = {p: f for f, fold in enumerate(fold_problems(sorted(set(problem.values())), folds, seed))
+                   for p in fold}
+        plan = [(root / f"fold-{f}", {"index": f, "folds": folds, "seed": seed,
+                                      "scores": sorted(pid for pid, p in problem.items() if fold_of[p] == f)})
+                for f in range(folds)]
     else:
         plan = [(root, None)]
     return m, value, root, plan

@@ -137,7 +137,8 @@ class CriticSet:
     def check_cases(self, case_file: CaseFile) -> None:
         """An InputError unless this critic may score the cases (SPEC §4.5): trained on rollouts
         of the model and revision that built them; for PPO-N, trained on the cases' own groups
-        of rollouts; for PPO-1, with a fold that scores each case's problem."""
+        of rollouts; for PPO-1, with a fold that scores each case's problem and holds every case
+        of that problem (:func:`hista.sveb.cases.problems_of`)."""
         model, revision = case_file.model, case_file.revision
         if (self.policy["model"], self.policy["revision"]) != (model, revision):
             raise InputError(f"this critic was trained on rollouts of {self.policy['model']} revision "
@@ -150,6 +151,15 @@ class CriticSet:
                 raise InputError(f"its folds do not cover {len(missing)} of the cases' {len(problems)} problems "
                                  f"(e.g. {missing[0]!r}): train the PPO-1 critics on these cases", path=self._where,
                                  field="problems")
+            folds: dict[str, set[int]] = {}  # a problem -> the folds of its problem ids
+            for pid, problem in case_file.problems.items():
+                folds.setdefault(problem, set()).add(self.fold_of[pid])
+            torn = sorted(p for p, held in folds.items() if len(held) > 1)
+            if torn:
+                raise InputError(f"its folds put cases that share a prompt in different folds ({len(torn)} problems, "
+                                 f"e.g. {torn[0]!r} and the problem ids asking the same): a critic would score a "
+                                 "question it trained on; train the PPO-1 critics again on these cases",
+                                 path=self._where, field="problems")
             return
         trained = (self.members["."].get("training") or {}).get("groups") or {}
         missing = sorted(p for p in problems if p not in trained)

@@ -116,7 +116,8 @@ def open_critics(chosen: dict[str, Method], folders: Optional[Sequence[str | Pat
 
 
 def evaluate_case(record: dict, setup: Setup, memo: Optional[dict] = None) -> dict:
-    """The result row of one case (SPEC §8): ``case_id``, ``field``, ``target``, ``group_mean``,
+    """The result row of one case (SPEC §8): ``case_id``, ``problem`` (the case file's problem of
+    the case, :func:`hista.sveb.cases.problems_of`), ``field``, ``target``, ``group_mean``,
     ``continuations``, ``state``, ``length`` (completion tokens of the state's rollout),
     ``values`` (method -> value at the state) and, for methods that resolve their structure per
     group (Hista's default profile), ``structure`` (method -> the values used, e.g.
@@ -150,9 +151,10 @@ def evaluate_case(record: dict, setup: Setup, memo: Optional[dict] = None) -> di
             raise InputError(f"method {m!r} gave the value {values[m]!r} on case {record['key']}, beyond "
                              f"the {MAX_VALUE:g} a results file holds", path=str(path), field="methods")
     rollout = record["rollouts"][record["state"]["rollout"]]
-    return {"case_id": record["key"], "field": record["field"], "target": record["target"],
-            "group_mean": float(groups[None].rewards.mean()), "continuations": record["continuations"],
-            "state": record["state"], "length": len(rollout["completion_ids"]), "values": values,
+    return {"case_id": record["key"], "problem": setup.case_file.problem(record), "field": record["field"],
+            "target": record["target"], "group_mean": float(groups[None].rewards.mean()),
+            "continuations": record["continuations"], "state": record["state"],
+            "length": len(rollout["completion_ids"]), "values": values,
             **({"structure": structure} if structure else {})}
 
 

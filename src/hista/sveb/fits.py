@@ -1,7 +1,8 @@
 """Cross-fitted estimators in SVEB (SPEC §8; docs/sveb.md "Cross-fitted methods"): an estimator
 that learns across groups (a :class:`hista.estimators.LearnsAcrossGroups`: the probe) is fitted, for the cases of
 each fold of problems, on the rollouts of the other folds only, so that no case's own rollouts
-or rewards enter its value.
+or rewards enter its value, nor those of another case asking the same question (problems:
+:func:`hista.sveb.cases.problems_of`).
 
 Before the cases are scored, one pass over the case file's problems reads each problem's
 rollouts once (the states of one problem share them) with the hidden states of the layers the
@@ -32,10 +33,12 @@ class FitSet:
     """The fits of one cross-fitted method over the folds of a case file's problems (module
     docstring): ``for_case(record)`` is the estimator fitted without the case's fold."""
 
-    def __init__(self, estimator: Estimator, folds: Sequence[Sequence[str]], data: Sequence[Any]):
+    def __init__(self, estimator: Estimator, folds: Sequence[Sequence[str]], data: Sequence[Any],
+                 problem: dict[str, str]):
         self.estimator = estimator
         self.folds = [list(f) for f in folds]
-        self.fold_of = {p: j for j, fold in enumerate(self.folds) for p in fold}
+        fold_of = {p: j for j, fold in enumerate(self.folds) for p in fold}
+        self.fold_of = {pid: fold_of[p] for pid, p in problem.items()}  # problem id -> fold of its problem
         self.data = list(data)
         self._fitted: dict[int, Estimator] = {}
 
@@ -69,8 +72,8 @@ def open_fits(chosen: dict[str, Estimator], layers: dict[str, int], case_file: C
     wanted = {m: est for m, est in chosen.items() if isinstance(est, LearnsAcrossGroups)}
     if not wanted:
         return {}
-    records = case_file.records
-    problems = sorted({problem_of(r["key"]) for r in records})
+    records, problem = case_file.records, case_file.problems
+    problems = sorted(set(problem.values()))
     folds = fold_problems(problems, min(FOLDS, len(problems)), SEED)
     fold_of = {p: j for j, fold in enumerate(folds) for p in fold}
     key_of = {m: (layers.get(m), est.data_key()) for m, est in wanted.items()}
@@ -87,11 +90,11 @@ def open_fits(chosen: dict[str, Estimator], layers: dict[str, int], case_file: C
             continue
         seen.add(identity)
         states = hidden(record, needed) if needed else {}
-        j = fold_of[identity[0]]
+        j = fold_of[problem[identity[0]]]
         for key, (m, est, layer) in makers.items():
             try:
                 data[key][j] = data[key][j] + est.data(group(record, None if layer is None else states[layer]))
             except Exception as exc:  # any failure of a method is the method's, named as such
                 raise InputError(f"method {m!r} failed on case {record['key']} while fitting: {type(exc).__name__}: "
                                  f"{exc}", path=str(case_file.path), field="methods") from None
-    return {m: FitSet(est, folds, data[key_of[m]]) for m, est in wanted.items()}
+    return {m: FitSet(est, folds, data[key_of[m]], problem) for m, est in wanted.items()}

@@ -245,8 +245,12 @@ def value_of(record: Mapping[str, Any], method: str) -> float:
 
 
 def case_problems(records: Sequence[Mapping[str, Any]]) -> list[str] | None:
-    """The problem of each record (:func:`hista.sveb.cases.problem_of` of its ``case_id``), or
-    None when some record has no string ``case_id`` (SPEC §8)."""
+    """The problem of each record (SPEC §8): its ``problem`` (what ``sveb eval`` records: cases
+    that share a prompt are one problem, :func:`hista.sveb.cases.problems_of`) or, in rows
+    written before rows recorded it, the problem id of its ``case_id``; None when some record
+    has neither."""
+    if all(isinstance(rec.get("problem"), str) for rec in records):
+        return [rec["problem"] for rec in records]
     if not all(isinstance(rec.get("case_id"), str) for rec in records):
         return None
     return [problem_of(rec["case_id"]) for rec in records]
@@ -303,9 +307,9 @@ def summarise(
     (``group_mean``), whatever methods were evaluated.
 
     The intervals resample the cases or, when some problem holds more than one of the records
-    (:func:`resampling`; a case's problem is its ``case_id`` before ``#``), the problems, each
+    (:func:`resampling`; a case's problem: :func:`case_problems`), the problems, each
     with all its cases in the cell (:func:`bootstrap_ci` with ``clusters``): ``resampled`` says
-    which, ``n_problems`` counts the problems (None when some record has no ``case_id``).
+    which, ``n_problems`` counts the problems (None when :func:`case_problems` is).
     """
     methods, mcs, mcs_rows = _row_keys(methods, mcs)
     by_field = _by_field(records)

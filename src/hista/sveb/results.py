@@ -2,8 +2,9 @@
 reads, checked against its schema on read.
 
 A results file holds ``methods`` (method spec -> estimator configuration), ``labels`` (method
-spec -> display name), ``cases`` (one row per case: ``case_id``, ``field``, ``target``,
-``group_mean``, ``continuations`` and ``values``, method -> state value or null) and the
+spec -> display name), ``cases`` (one row per case: ``case_id``, ``problem`` (optional: older
+files lack it), ``field``, ``target``, ``group_mean``, ``continuations`` and
+``values``, method -> state value or null) and the
 ``summary`` computed from those rows by :func:`hista.sveb.metrics.summarise`. The summary is a
 deterministic function of the rows and of its ``n_boot``, ``seed`` and ``mcs_rows``, so the
 report recomputes it (:func:`summarise`) instead of trusting the stored numbers: only the rows
@@ -70,6 +71,8 @@ def _row(row: Any, k: int, methods: dict, seen: dict[str, int], where: Where) ->
         if name not in row:
             where.fail("missing", prefix + name)
         text(row[name], prefix + name, where)
+    if "problem" in row:  # optional (results written before problems were by prompt): the case's problem
+        text(row["problem"], prefix + "problem", where)
     case_id = row["case_id"]
     if case_id in seen:
         where.fail(f"case {short(case_id)} is already cases[{seen[case_id]}]", prefix + "case_id")

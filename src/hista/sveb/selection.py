@@ -2,8 +2,9 @@
 and reported on the other, a seeded split or K folds by problem, so that its reported numbers
 were not selected on. ``sveb split`` writes the two parts of that split as case files.
 
-A case's problem is its key before ``#`` (``PROBLEM_ID#sK``): the parts never put two states of
-one problem on both sides."""
+A case's problem is :func:`hista.sveb.cases.problems_of`'s (its problem id, or the smallest id of
+the cases that share its prompt): the parts never put two states of one problem, or one question
+drawn twice, on both sides."""
 
 from __future__ import annotations
 
@@ -14,7 +15,8 @@ from typing import Optional, Sequence, Union
 from ..errors import InputError
 from ..jsonio import check_not_inputs, check_output_dir, write_atomic
 from . import cases
-from .cases import fold_problems, problem_of, split_problems
+from .cases import fold_problems, problem_of, problems_of, split_problems
+from .metrics import case_problems
 from .paired import paired_summary
 
 __all__ = ["selection_plan", "select", "split_cases", "DEFAULT_SELECT_ON"]
@@ -30,8 +32,8 @@ def split_cases(cases_path: Union[str, Path], out: Union[str, Path], *, select_o
     ``select_on`` and ``seed``, so that tables of the report part are not selected on. Skip
     records are left out. Returns the two paths."""
     records = [r for r in cases.read(cases_path) if r["kind"] == "case"]
-    problems = sorted({problem_of(r["key"]) for r in records})
-    plan = selection_plan(problems, folds=None, select_on=select_on, seed=seed)
+    problem = problems_of(records)
+    plan = selection_plan(sorted(set(problem.values())), folds=None, select_on=select_on, seed=seed)
     if plan["mode"] != "split":
         raise InputError(plan["reason"], path=str(cases_path))
     out = Path(out)
@@ -41,7 +43,7 @@ def split_cases(cases_path: Union[str, Path], out: Union[str, Path], *, select_o
     out.mkdir(parents=True, exist_ok=True)
     for part, path in paths.items():
         keep = set(plan[part])
-        text = "".join(cases.dumps(r) for r in records if problem_of(r["key"]) in keep)
+        text = "".join(cases.dumps(r) for r in records if problem[problem_of(r["key"])] in keep)
         write_atomic(path, lambda fh, text=text: fh.write(text), kind="jsonl")
     return paths
 
@@ -115,7 +117,7 @@ def select(rows: Sequence[dict], specs: Sequence[str], labels: dict[str, str], p
     - ``folds``: for each fold, the point of lowest MAE on the other folds is picked and its
       errors on the held-out fold's cases are kept; ``reported`` pools the held-out cases of
       every fold (each case is held out once), ``folds`` says which point each fold picked."""
-    problem = [problem_of(r["case_id"]) for r in rows]
+    problem = case_problems(rows)
     if plan["mode"] == "none":
         return dict(plan)
     if plan["mode"] == "split":

@@ -29,7 +29,7 @@ from ..jsonio import check_not_inputs, check_output_dir, complete_lines, cut_unt
 from ..models import LoadedModel
 from ..schema import Where, is_unit, kind, short
 from . import cases
-from .cases import CaseFile, problem_of, read_cases
+from .cases import CaseFile, read_cases
 from .eval import Setup, evaluate_case, open_critics, prepare
 from .grid import check_grid, grid_points, parse_grid
 from .methods import build_methods
@@ -67,8 +67,7 @@ def sweep(cases_path: Union[str, Path], out: Union[str, Path], *, base: Optional
     records = case_file.records
     chosen = build_methods(spec_list, critics=bool(critics))
     bound = open_critics(chosen, critics, case_file, device=device)
-    problems = sorted({problem_of(r["key"]) for r in records})
-    plan = selection_plan(problems, folds=folds, select_on=select_on, seed=seed)
+    plan = selection_plan(sorted(set(case_file.problems.values())), folds=folds, select_on=select_on, seed=seed)
     header = _header(base, grid, spec_list, case_file, bound)
 
     values_path, keys = out / VALUES, {r["key"] for r in records}
@@ -81,7 +80,7 @@ def sweep(cases_path: Union[str, Path], out: Union[str, Path], *, base: Optional
     _append_rows(values_path, todo, setup, memo, total=len(records), progress=progress)
     stored = read_values(values_path, header, keys)
 
-    rows = [stored[r["key"]] for r in records]
+    rows = [dict(stored[r["key"]], problem=case_file.problem(r)) for r in records]  # rows of older sweeps lack it
     labels = {s: method.label for s, method in chosen.items()}
     result = {"hista_version": __version__, "cases_file": str(cases_path), "settings": case_file.settings,
               "base": base, "grid": grid, "methods": {s: method.record() for s, method in chosen.items()},
