@@ -528,3 +528,24 @@ def test_a_missing_case_file_is_named_as_missing(tmp_path):
     empty.write_text("")
     with pytest.raises(InputError, match="holds no cases"):
         cases.read_cases(empty)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 12), st.integers(0, 2), st.integers(0, 5)), min_size=1, max_size=40))
+def test_problems_are_the_problem_ids_joined_by_shared_prompts(draws):
+    """problems_of names each problem id by the smallest id reachable through shared prompts
+    (two ids with one prompt are one problem, and so is a chain of them)."""
+    records = [{"key": f"p{i:02d}#s{s}", "prompt_ids": [prompt]} for i, s, prompt in draws]
+    ids = sorted({cases.problem_of(r["key"]) for r in records})
+    prompts = {i: {r["prompt_ids"][0] for r in records if cases.problem_of(r["key"]) == i} for i in ids}
+    expected = {}
+    for start in ids:  # the component of `start`: ids linked by a prompt they share, searched by hand
+        seen, todo = {start}, [start]
+        while todo:
+            here = todo.pop()
+            for other in ids:
+                if other not in seen and prompts[here] & prompts[other]:
+                    seen.add(other)
+                    todo.append(other)
+        expected[start] = min(seen)
+    assert cases.problems_of(records) == expected
