@@ -80,6 +80,7 @@ def _eval(cases, out, *extra):
 def test_eval_and_report(built, tmp_path, capsys):
     results = tmp_path / "results.json"
     assert _eval(built, results) == 0
+    assert f"sveb eval: 4 cases of 4 problems -> {results}" in capsys.readouterr().out
     data = json.loads(results.read_text())
     assert len(data["cases"]) == 4
     assert set(data["methods"]) == {"grpo", "numca", "numca-reference", "hista", "hista-paper", "hista-reference",
