@@ -34,11 +34,10 @@ class FitSet:
     docstring): ``for_case(record)`` is the estimator fitted without the case's fold."""
 
     def __init__(self, estimator: Estimator, folds: Sequence[Sequence[str]], data: Sequence[Any],
-                 problem: dict[str, str]):
+                 fold_of: dict[str, int]):
         self.estimator = estimator
         self.folds = [list(f) for f in folds]
-        fold_of = {p: j for j, fold in enumerate(self.folds) for p in fold}
-        self.fold_of = {pid: fold_of[p] for pid, p in problem.items()}  # problem id -> fold of its problem
+        self.fold_of = fold_of  # problem id -> the fold of its problem
         self.data = list(data)
         self._fitted: dict[int, Estimator] = {}
 
@@ -75,7 +74,8 @@ def open_fits(chosen: dict[str, Estimator], layers: dict[str, int], case_file: C
     records, problem = case_file.records, case_file.problems
     problems = sorted(set(problem.values()))
     folds = fold_problems(problems, min(FOLDS, len(problems)), SEED)
-    fold_of = {p: j for j, fold in enumerate(folds) for p in fold}
+    fold = {p: j for j, members in enumerate(folds) for p in members}
+    fold_of = {pid: fold[p] for pid, p in problem.items()}  # problem id -> the fold of its problem
     key_of = {m: (layers.get(m), est.data_key()) for m, est in wanted.items()}
     makers = {}  # data key -> (the first method that computes it, its estimator, its layer)
     for m, est in wanted.items():
@@ -90,11 +90,11 @@ def open_fits(chosen: dict[str, Estimator], layers: dict[str, int], case_file: C
             continue
         seen.add(identity)
         states = hidden(record, needed) if needed else {}
-        j = fold_of[problem[identity[0]]]
+        j = fold_of[identity[0]]
         for key, (m, est, layer) in makers.items():
             try:
                 data[key][j] = data[key][j] + est.data(group(record, None if layer is None else states[layer]))
             except Exception as exc:  # any failure of a method is the method's, named as such
                 raise InputError(f"method {m!r} failed on case {record['key']} while fitting: {type(exc).__name__}: "
                                  f"{exc}", path=str(case_file.path), field="methods") from None
-    return {m: FitSet(est, folds, data[key_of[m]], problem) for m, est in wanted.items()}
+    return {m: FitSet(est, folds, data[key_of[m]], fold_of) for m, est in wanted.items()}
