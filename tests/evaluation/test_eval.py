@@ -13,6 +13,7 @@ from hista.cli import main
 from hista.errors import InputError
 from hista.evaluation import EvalConfig, compare, evaluate, pass_at_k, store
 from hista.evaluation.metrics import bootstrap, problem_score
+from hista.evaluation.report import result_markdown
 from hista.evaluation.run import FORMAT
 from hista.evaluation.summary import summarise
 from hista.jsonio import cut_unterminated
@@ -92,6 +93,44 @@ def test_bootstrap_interval_of_constant_scores_is_a_point_and_resamples_are_stra
     assert y["lo"] < 0.5 < y["hi"] and y["hi"] - y["lo"] < 0.4
     # the category mean resamples y only: half of y's interval width
     assert out["categories"]["math"]["hi"] - out["categories"]["math"]["lo"] == pytest.approx((y["hi"] - y["lo"]) / 2)
+
+
+def test_bootstrap_draws_a_repeated_question_as_one_cluster():
+    # 100 problems posing two questions, 50 times each: one always solved, one never. As 100
+    # independent problems the interval is about +-0.1; as two questions a resample holds both,
+    # or one of them twice, so the mean is 0, 0.5 or 1.
+    scores = {"x": [1.0, 0.0] * 50}
+    questions = {"x": ["easy", "hard"] * 50}
+    naive = bootstrap(scores, {"x": "math"}, n_boot=500, seed=0)["benchmarks"]["x"]
+    clustered = bootstrap(scores, {"x": "math"}, n_boot=500, seed=0, clusters=questions)["benchmarks"]["x"]
+    assert naive["mean"] == clustered["mean"] == 0.5
+    assert naive["hi"] - naive["lo"] < 0.3 and (clustered["lo"], clustered["hi"]) == (0.0, 1.0)
+    # distinct labels draw exactly as no labels
+    distinct = {"x": [f"q{k}" for k in range(100)]}
+    assert bootstrap(scores, {"x": "math"}, n_boot=500, seed=0, clusters=distinct)["benchmarks"]["x"] == naive
+    with pytest.raises(ValueError, match="3 cluster labels for 100"):
+        bootstrap(scores, {"x": "math"}, clusters={"x": ["a", "b", "c"]})
+
+
+def test_summary_and_compare_draw_repeated_questions_together(tmp_path):
+    """A benchmark whose problems repeat a question (a built-in test split can) counts its
+    distinct questions, and its intervals, own and paired, widen to what the questions support."""
+    repeated = copy.deepcopy(HAND)
+    for record in repeated[:3]:
+        record["problem"] = "the one question of A"
+    s, plain = summarise(repeated, HAND_BENCHMARKS, seed=3), summarise(HAND, HAND_BENCHMARKS, seed=3)
+    a, a_plain = s["benchmarks"]["A"], plain["benchmarks"]["A"]
+    assert (a["problems"], a["questions"], a_plain["questions"]) == (3, 1, 3)
+    assert a["avg"]["mean"] == a_plain["avg"]["mean"] and a["avg"]["lo"] == a["avg"]["hi"]  # one cluster: a point
+    assert a_plain["avg"]["hi"] > a_plain["avg"]["lo"] and s["benchmarks"]["B"] == plain["benchmarks"]["B"]
+    better = _better()
+    for record in better[:3]:
+        record["problem"] = "the one question of A"
+    x = _write(tmp_path / "x.json", _results("base", repeated))
+    y = _write(tmp_path / "y.json", _results("trained", better))
+    diff = compare([x, y], seed=1)["table"]["benchmarks"]["A"]["differences"][0]
+    assert diff == {"mean": pytest.approx(1 / 12), "lo": pytest.approx(1 / 12), "hi": pytest.approx(1 / 12)}
+    assert "| A | math | 3 (1 distinct) |" in result_markdown(_results("base", repeated))
 
 
 def test_problem_score_metrics():

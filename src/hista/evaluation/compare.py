@@ -5,8 +5,8 @@ the same benchmarks and problems (their fingerprints), temperature, k, token cap
 prompt, seed and batch size. Other runs are refused, naming the fields, unless ``force``.
 A later run's difference from the first is paired: per problem, the later run's score minus
 the first's, over the problems both have; its interval resamples those differences (the
-stratified bootstrap of :mod:`hista.evaluation.metrics`), which is much narrower than the two
-runs' own intervals when the runs agree on most problems.
+stratified bootstrap of :mod:`hista.evaluation.metrics`, a repeated question drawn as one),
+which is much narrower than the two runs' own intervals when the runs agree on most problems.
 """
 
 from __future__ import annotations
@@ -43,13 +43,17 @@ def _scores(path: str, results: dict, metric: str) -> dict[str, dict[str, float]
     return out
 
 
-def _intervals(scores: dict[str, list[float]], categories: dict[str, str], seed: int, n_boot: int) -> dict:
-    """Bootstrap intervals of the benchmarks present; a category (and ALL) only when every
-    benchmark of it (of all) is present."""
+def _intervals(scores: dict[str, dict[str, float]], questions: dict[str, str], categories: dict[str, str],
+               seed: int, n_boot: int) -> dict:
+    """Bootstrap intervals of the benchmarks present (benchmark -> problem key -> score), the
+    problems that pose one question (``questions``: key -> text) drawn together; a category (and
+    ALL) only when every benchmark of it (of all) is present."""
     present = {n: v for n, v in scores.items() if v}
     if not present:
         return {"benchmarks": {}, "categories": {}, "overall": None}
-    result = bootstrap(present, {n: categories[n] for n in present}, n_boot=n_boot, seed=seed)
+    clusters = {n: [questions[key] for key in v] for n, v in present.items()}
+    result = bootstrap({n: list(v.values()) for n, v in present.items()}, {n: categories[n] for n in present},
+                       n_boot=n_boot, seed=seed, clusters=clusters)
     complete = {c for c in set(categories.values()) if all(n in present for n in categories if categories[n] == c)}
     return {"benchmarks": result["benchmarks"],
             "categories": {c: v for c, v in result["categories"].items() if c in complete},
@@ -77,11 +81,12 @@ def compare(paths: Sequence[str], *, force: bool = False, metric: str = "avg", s
     differences = _differences(paths, runs, force)
     categories = {b["name"]: b["category"] for b in runs[0]["settings"]["benchmarks"]}
     scores = [_scores(p, r, metric) for p, r in zip(paths, runs)]
+    questions = [{record["key"]: record["problem"] for record in run["problems"]} for run in runs]
     base = scores[0]
-    own = [_intervals({n: list(s.get(n, {}).values()) for n in categories}, categories, seed, n_boot)
-           for s in scores]
-    paired = [_intervals({n: [s[n][key] - base[n][key] for key in base.get(n, {}) if key in s.get(n, {})]
-                          for n in categories}, categories, seed, n_boot) for s in scores[1:]]
+    own = [_intervals({n: s.get(n, {}) for n in categories}, q, categories, seed, n_boot)
+           for s, q in zip(scores, questions)]
+    paired = [_intervals({n: {key: s[n][key] - base[n][key] for key in base.get(n, {}) if key in s.get(n, {})}
+                          for n in categories}, questions[0], categories, seed, n_boot) for s in scores[1:]]
     return {"metric": metric, "seed": seed, "runs": _runs(paths, runs, own, metric), "differences": differences,
             "table": _table(categories, base, own, paired)}
 

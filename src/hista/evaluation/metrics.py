@@ -10,14 +10,17 @@ small benchmark (AIME, 60 problems) weighs as much as a large one (GSM8K, 1,319)
 Intervals are percentile bootstrap intervals over problems, *stratified by benchmark*: each
 resample draws every benchmark's problems with replacement (as many as it has), and the same
 resample gives the benchmark, category and overall values, so that all intervals of one table
-come from one set of resamples. A paired interval resamples problem-wise differences between
-two runs on the same problems.
+come from one set of resamples. Problems that pose the same question (a built-in generator's
+test split can hold a question twice) are one cluster, drawn or left out together, so that a
+repeated question does not count as independent evidence; the point estimate stays the mean
+over problems. A paired interval resamples problem-wise differences between two runs on the
+same problems, clustered the same way.
 """
 
 from __future__ import annotations
 
 import math
-from typing import Mapping, Sequence
+from typing import Hashable, Mapping, Optional, Sequence
 
 import numpy as np
 
@@ -74,8 +77,22 @@ def mean_interval(scores: Sequence[float], n_boot: int = N_BOOT, seed: int = 0) 
     return bootstrap({"x": list(scores)}, {"x": "x"}, n_boot=n_boot, seed=seed)["benchmarks"]["x"]
 
 
+def _clustered(x: np.ndarray, labels: Optional[Sequence[Hashable]]) -> tuple[np.ndarray, Optional[np.ndarray]]:
+    """What the bootstrap draws from: the entries ``x`` with no sizes when every label is
+    distinct (or none is given), else the sums and sizes of the clusters of equal labels."""
+    if labels is None:
+        return x, None
+    if len(labels) != x.size:
+        raise ValueError(f"{len(labels)} cluster labels for {x.size} problems")
+    index: dict = {}
+    ids = np.asarray([index.setdefault(label, len(index)) for label in labels], dtype=np.int64)
+    if len(index) == x.size:
+        return x, None
+    return np.bincount(ids, weights=x), np.bincount(ids).astype(np.float64)
+
+
 def bootstrap(scores: Mapping[str, Sequence[float]], categories: Mapping[str, str], *, n_boot: int = N_BOOT,
-              seed: int = 0) -> dict:
+              seed: int = 0, clusters: Optional[Mapping[str, Sequence[Hashable]]] = None) -> dict:
     """Benchmark, category and overall means of per-problem ``scores`` (benchmark -> the
     scores of its problems, in a fixed order) with stratified bootstrap 95% intervals (SPEC §10;
     module docstring). ``categories`` maps each benchmark to its category. Returns
@@ -83,7 +100,9 @@ def bootstrap(scores: Mapping[str, Sequence[float]], categories: Mapping[str, st
     where an interval is ``{"mean", "lo", "hi"}``; categories in order of first appearance.
     Resamples come from ``numpy.random.default_rng(seed)``, benchmark by benchmark in the order
     of ``scores``: the same inputs and seed give the same intervals, and two metrics of the same
-    problems bootstrapped with the same seed share their resamples."""
+    problems bootstrapped with the same seed share their resamples. ``clusters`` (benchmark ->
+    one label per score, e.g. the problem's text) makes problems with equal labels one cluster
+    of the resample (module docstring); a benchmark without repeated labels draws as without."""
     if n_boot < 1:
         raise ValueError(f"n_boot must be at least 1, got {n_boot}")
     rng = np.random.default_rng(seed)
@@ -93,7 +112,8 @@ def bootstrap(scores: Mapping[str, Sequence[float]], categories: Mapping[str, st
         if x.size == 0:
             raise ValueError(f"benchmark {name!r} has no problems")
         means[name] = float(x.mean())
-        draws[name] = resampled_means(x, n_boot, rng)
+        values, sizes = _clustered(x, (clusters or {}).get(name))
+        draws[name] = resampled_means(values, n_boot, rng, sizes)
     groups: dict[str, list[str]] = {}
     for name in scores:
         groups.setdefault(categories[name], []).append(name)

@@ -59,6 +59,13 @@ def paper_layout(labels: Sequence[str], summaries: Sequence[dict], metric: str =
     return _table(header, rows)
 
 
+def _problems(benchmark: dict) -> str:
+    """A benchmark's problem count, with its distinct questions when some repeat (results
+    written before the count was recorded have none)."""
+    n, questions = benchmark["problems"], benchmark.get("questions", benchmark["problems"])
+    return str(n) if questions == n else f"{n} ({questions} distinct)"
+
+
 def result_markdown(results: dict) -> str:
     """The markdown report of one evaluation (SPEC §10): the paper layout, then per benchmark
     avg@n and pass@n with intervals, the share of responses without an extractable answer, the
@@ -68,13 +75,14 @@ def result_markdown(results: dict) -> str:
     origin = f" (hista train run {run['output_dir']}, {run['checkpoint']})" if run else ""
     lines = [f"# hista eval: {model['name']}{origin}", "",
              f"revision `{model['revision']}`; suites {', '.join(settings['suites'])}; max_new_tokens "
-             f"{settings['max_new_tokens']}; seed {settings['seed']}; intervals: bootstrap 95% over problems.", ""]
+             f"{settings['max_new_tokens']}; seed {settings['seed']}; intervals: bootstrap 95% over problems, "
+             "a repeated question drawn as one.", ""]
     lines += paper_layout([model["name"]], [s]) + [""]
     rows = []
     for name, b in s["benchmarks"].items():
         n = b["samples_per_problem"]
         length = b["length"]
-        rows.append([name, b["category"], str(b["problems"]), f"{b['temperature']:g}", str(n),
+        rows.append([name, b["category"], _problems(b), f"{b['temperature']:g}", str(n),
                      f"avg@{n} {with_interval(b['avg'])}", f"pass@{n} {with_interval(b['pass'][str(n)])}",
                      f"{100 * b['no_answer']:.1f}%", f"{100 * b['truncated']:.1f}%",
                      f"{length['mean']:.0f} / {length['median']:.0f} / {length['p90']:.0f} / {length['max']}"])

@@ -2,7 +2,9 @@
 per-problem records (:mod:`hista.evaluation.store`).
 
 Per benchmark: avg@n (n samples per problem: k, or 1 when greedy) and the unbiased pass@k' for
-every k' ≤ n, each with a bootstrap 95% interval over problems; response lengths in tokens
+every k' ≤ n, each with a bootstrap 95% interval over problems (problems that pose the same
+question drawn together: :mod:`hista.evaluation.metrics`), and how many distinct questions the
+problems pose; response lengths in tokens
 (mean, median, 90th percentile, max; completion tokens including the end-of-sequence token);
 the share of responses with no extractable answer (the verifier's reason reads "no ... found":
 ``no answer found`` for math, ``no choice found`` for multiple choice, ``no code block found``
@@ -49,13 +51,14 @@ def summarise(records: Sequence[dict], benchmarks: Sequence[dict], *, seed: int 
         raise ValueError("no problem has been evaluated")
     categories = {b["name"]: b["category"] for b in present}
     samples = {b["name"]: min(len(r["samples"]) for r in by_benchmark[b["name"]]) for b in present}
+    questions = {b["name"]: [r["problem"] for r in by_benchmark[b["name"]]] for b in present}
 
     def scores(metric: str, names: Sequence[str]) -> dict:
         return {n: [problem_score([s["reward"] for s in r["samples"]], metric) for r in by_benchmark[n]]
                 for n in names}
 
     names = [b["name"] for b in present]
-    avg = bootstrap(scores("avg", names), categories, n_boot=n_boot, seed=seed)
+    avg = bootstrap(scores("avg", names), categories, n_boot=n_boot, seed=seed, clusters=questions)
     out = {"benchmarks": {}, "categories": {c: {"benchmarks": [n for n in names if categories[n] == c],
                                                  "avg": avg["categories"][c], "pass": {}}
                                             for c in avg["categories"]},
@@ -63,13 +66,14 @@ def summarise(records: Sequence[dict], benchmarks: Sequence[dict], *, seed: int 
     for b in present:
         name, rs = b["name"], by_benchmark[b["name"]]
         out["benchmarks"][name] = {
-            "category": categories[name], "problems": len(rs), "temperature": b["temperature"],
+            "category": categories[name], "problems": len(rs), "questions": len(set(questions[name])),
+            "temperature": b["temperature"],
             "samples_per_problem": samples[name], "avg": avg["benchmarks"][name], "pass": {},
             "length": _lengths(rs), "no_answer": _share(rs, lambda s: bool(NO_ANSWER.match(s["reason"]))),
             "truncated": _share(rs, lambda s: s["truncated"])}
     for k in range(1, max(samples.values()) + 1):
         subset = [n for n in names if samples[n] >= k]
-        result = bootstrap(scores(f"pass@{k}", subset), categories, n_boot=n_boot, seed=seed)
+        result = bootstrap(scores(f"pass@{k}", subset), categories, n_boot=n_boot, seed=seed, clusters=questions)
         for n in subset:
             out["benchmarks"][n]["pass"][str(k)] = result["benchmarks"][n]
         for c, entry in out["categories"].items():
