@@ -1,10 +1,11 @@
 """The bootstrap that SVEB's and ``hista eval``'s intervals share (SPEC §8, §10): the means of
-resamples drawn with replacement, of entries or of whole clusters, in chunks that bound memory.
+resamples drawn with replacement, of entries or of whole clusters (entries with equal labels), in
+chunks that bound memory.
 Seeding and the interval read from the means are the caller's."""
 
 from __future__ import annotations
 
-from typing import Optional
+from typing import Hashable, Optional, Sequence
 
 import numpy as np
 
@@ -27,3 +28,19 @@ def resampled_means(values: np.ndarray, n_boot: int, rng: np.random.Generator,
         drawn = values[idx]
         means[start:stop] = drawn.mean(axis=1) if sizes is None else drawn.sum(axis=1) / sizes[idx].sum(axis=1)
     return means
+
+
+def clustered_means(values: np.ndarray, labels: Optional[Sequence[Hashable]], n_boot: int,
+                    rng: np.random.Generator) -> np.ndarray:
+    """The statistic of ``n_boot`` resamples of ``values`` (:func:`resampled_means`): of whole
+    clusters when a label of ``labels`` (one per entry) repeats, the clusters numbered in order
+    of first appearance; else, or without labels, of the entries, from the same random stream,
+    so that labels that never repeat give the same means bit for bit."""
+    if labels is not None:
+        if len(labels) != values.size:
+            raise ValueError(f"{len(labels)} cluster labels for {values.size} entries")
+        number: dict[Hashable, int] = {}  # cluster label -> its index, in order of first appearance
+        which = [number.setdefault(label, len(number)) for label in labels]
+        if len(number) < len(which):
+            return resampled_means(np.bincount(which, weights=values), n_boot, rng, sizes=np.bincount(which))
+    return resampled_means(values, n_boot, rng)

@@ -24,7 +24,7 @@ from typing import Hashable, Mapping, Optional, Sequence
 
 import numpy as np
 
-from ..bootstrap import resampled_means
+from ..bootstrap import clustered_means
 
 __all__ = ["LEVEL", "N_BOOT", "bootstrap", "mean_interval", "pass_at_k", "problem_score"]
 
@@ -77,20 +77,6 @@ def mean_interval(scores: Sequence[float], n_boot: int = N_BOOT, seed: int = 0) 
     return bootstrap({"x": list(scores)}, {"x": "x"}, n_boot=n_boot, seed=seed)["benchmarks"]["x"]
 
 
-def _clustered(x: np.ndarray, labels: Optional[Sequence[Hashable]]) -> tuple[np.ndarray, Optional[np.ndarray]]:
-    """What the bootstrap draws from: the entries ``x`` with no sizes when every label is
-    distinct (or none is given), else the sums and sizes of the clusters of equal labels."""
-    if labels is None:
-        return x, None
-    if len(labels) != x.size:
-        raise ValueError(f"{len(labels)} cluster labels for {x.size} problems")
-    index: dict = {}
-    ids = np.asarray([index.setdefault(label, len(index)) for label in labels], dtype=np.int64)
-    if len(index) == x.size:
-        return x, None
-    return np.bincount(ids, weights=x), np.bincount(ids).astype(np.float64)
-
-
 def bootstrap(scores: Mapping[str, Sequence[float]], categories: Mapping[str, str], *, n_boot: int = N_BOOT,
               seed: int = 0, clusters: Optional[Mapping[str, Sequence[Hashable]]] = None) -> dict:
     """Benchmark, category and overall means of per-problem ``scores`` (benchmark -> the
@@ -112,8 +98,7 @@ def bootstrap(scores: Mapping[str, Sequence[float]], categories: Mapping[str, st
         if x.size == 0:
             raise ValueError(f"benchmark {name!r} has no problems")
         means[name] = float(x.mean())
-        values, sizes = _clustered(x, (clusters or {}).get(name))
-        draws[name] = resampled_means(values, n_boot, rng, sizes)
+        draws[name] = clustered_means(x, (clusters or {}).get(name), n_boot, rng)
     groups: dict[str, list[str]] = {}
     for name in scores:
         groups.setdefault(categories[name], []).append(name)

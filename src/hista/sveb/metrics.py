@@ -19,7 +19,7 @@ from typing import Any, Hashable, Iterator, Mapping, Sequence
 
 import numpy as np
 
-from ..bootstrap import resampled_means
+from ..bootstrap import clustered_means
 from .cases import problem_of
 
 __all__ = ["mcs_error", "bootstrap_ci", "pearson", "case_problems", "resampling", "summarise", "value_of",
@@ -176,29 +176,11 @@ def bootstrap_ci(
         return (math.nan, math.nan)
     if x.size == 1 or np.all(x == x[0]):
         return (float(x[0]), float(x[0]))
-    means = _resampled_means(x, _cluster_numbers(clusters, keep), n_boot, seed)
+    kept = None if clusters is None else [c for c, k in zip(clusters, keep) if k]
+    means = clustered_means(x, kept, n_boot, np.random.default_rng(seed))
     alpha = (1.0 - level) / 2.0
     lo, hi = np.quantile(means, [alpha, 1.0 - alpha])
     return (float(lo), float(hi))
-
-
-def _cluster_numbers(clusters: Sequence[Hashable] | None, keep: np.ndarray) -> list[int] | None:
-    """The cluster of each kept entry, numbered in order of first appearance, or None when no
-    cluster holds several entries (or there are no labels): then the cases are resampled."""
-    if clusters is None:
-        return None
-    number: dict[Hashable, int] = {}  # cluster label -> its index, in order of first appearance
-    which = [number.setdefault(c, len(number)) for c, kept in zip(clusters, keep) if kept]
-    return which if 0 < len(number) < len(which) else None
-
-
-def _resampled_means(x: np.ndarray, which: list[int] | None, n_boot: int, seed: int) -> np.ndarray:
-    """The means of ``n_boot`` resamples from ``numpy.random.default_rng(seed)`` (SPEC §8): of the
-    cases, or, with clusters ``which``, of whole clusters."""
-    rng = np.random.default_rng(seed)
-    if which is None:
-        return resampled_means(x, n_boot, rng)
-    return resampled_means(np.bincount(which, weights=x), n_boot, rng, sizes=np.bincount(which))
 
 
 def pearson(x: Sequence[float], y: Sequence[float]) -> float:
