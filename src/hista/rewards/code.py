@@ -93,17 +93,23 @@ def extract_code(completion: str) -> Optional[str]:
     return python[-1] if python else blocks[-1][1]
 
 
+def _decoded(answer: Any) -> Any:
+    """A gold ``answer`` as data: a JSON string or bytes decoded, anything else as given.
+    Raises ``ValueError`` when the text is not valid JSON."""
+    if not isinstance(answer, (str, bytes)):
+        return answer
+    try:
+        return json.loads(answer)
+    except (ValueError, RecursionError) as exc:
+        raise ValueError(f"answer is not valid JSON ({type(exc).__name__})") from None
+
+
 def parse_cases(answer: Any) -> list[tuple[str, str]]:
     """Test cases ``[(stdin, expected_stdout), ...]`` from the gold ``answer`` (SPEC §6).
 
     Raises ``ValueError`` with a short message when the answer is malformed.
     """
-    data = answer
-    if isinstance(answer, (str, bytes)):
-        try:
-            data = json.loads(answer)
-        except (ValueError, RecursionError) as exc:
-            raise ValueError(f"answer is not valid JSON ({type(exc).__name__})") from None
+    data = _decoded(answer)
     if isinstance(data, dict) and "inputs" in data and "outputs" in data:
         ins, outs = data["inputs"], data["outputs"]
         if not isinstance(ins, list) or not isinstance(outs, list) or len(ins) != len(outs):
@@ -277,12 +283,7 @@ def parse_function_tests(answer: Any) -> dict:
     may be empty), ``test`` (code defining ``check(candidate)``, or top-level asserts calling the
     function by name; not blank) and ``entry_point`` (the function's name), as HumanEval's records
     have them. Raises ``ValueError`` with a short message when malformed."""
-    data = answer
-    if isinstance(answer, (str, bytes)):
-        try:
-            data = json.loads(answer)
-        except (ValueError, RecursionError) as exc:
-            raise ValueError(f"answer is not valid JSON ({type(exc).__name__})") from None
+    data = _decoded(answer)
     if not isinstance(data, dict):
         raise ValueError(f"answer must be an object with {', '.join(FUNCTION_KEYS)}, not {type(data).__name__}")
     for key in FUNCTION_KEYS:
