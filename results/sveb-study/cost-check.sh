@@ -1,38 +1,52 @@
 #!/usr/bin/env bash
-# Issue 45, part 1: the cost rule checked on cases that neither study setting holds (README.md
-# here, "The next check"). For one setting (short or long): build fresh cases from the built-in
-# tasks' train problems with seed 1, drop any case whose problem text is in either study file,
-# and evaluate GRPO, today's default Hista (interval 10, stride 1: what the structure rule gives
-# at these lengths) and the cost rule (interval 12, stride 5) on them. Resumable: the build
-# resumes from its file, and a setting whose results exist is skipped.
+# Issue 45, part 1: a cheaper structure rule checked on cases that no study file holds (README.md
+# here, "The next check" and "A second candidate"). For one setting (short or long) of one check
+# (1: the cost rule, seed 1; 2: the second candidate, seed 2, operands up to 20): build fresh
+# cases from the built-in tasks' train problems, drop any case whose problem text is in a case
+# file committed before the check, and evaluate GRPO, today's default Hista (interval 10,
+# stride 1: what the structure rule gives at these lengths) and the candidate on them.
+# Resumable: the build resumes from its file, and a setting whose results exist is skipped.
 #
-#     results/sveb-study/cost-check.sh short & results/sveb-study/cost-check.sh long & wait
-#     python results/sveb-study/cost_check.py     # the tables and the decision (cost-check/check.md)
+#     results/sveb-study/cost-check.sh short 1 & results/sveb-study/cost-check.sh long 1 & wait
+#     python results/sveb-study/cost_check.py cost-check     # tables + decision (cost-check/check.md)
 #
-# About 1.8 hours on two free cores (one thread per setting). HISTA: the hista command (default:
-# hista on PATH); PYTHON: a Python that imports hista. A check of the script: OUT=/tmp/cc
-# EXTRA="--problems 2 --rollouts 4 --continuations 2 --max-new-tokens 16 --no-filter" (OUT: where
-# the setting folders go, default cost-check/ here; EXTRA: build options added last).
+# Check 1 took about 1.8 hours on two free cores (one thread per setting); check 2 writes to
+# cost-check-2/. HISTA: the hista command (default: hista on PATH); PYTHON: a Python that imports
+# hista. A check of the script: OUT=/tmp/cc EXTRA="--problems 2 --rollouts 4 --continuations 2
+# --max-new-tokens 16 --no-filter" (OUT: where the setting folders go; EXTRA: build options added
+# last). BUILD_ONLY=1 stops after the build.
 set -euo pipefail
-setting=${1:?usage: cost-check.sh short|long}
+setting=${1:?usage: cost-check.sh short|long [1|2]}
+check=${2:-1}
 here=$(dirname "$0")
 hista=${HISTA:-hista}
 python=${PYTHON:-python}
-out=${OUT:-$here/cost-check}/$setting
 export OMP_NUM_THREADS=${OMP_NUM_THREADS:-1}
+committed=("$here/short/cases.jsonl.gz" "$here/long/cases.jsonl.gz")
+case $check in
+    1) seed=1 max="" folder=cost-check
+       candidate="hista?layer=-8&interval=12&stride=5&label=Hista (cost rule)" ;;
+    2) seed=2 max="&max_value=20" folder=cost-check-2
+       committed+=("$here/cost-check/short/cases.jsonl.gz" "$here/cost-check/long/cases.jsonl.gz")
+       candidate="" ;;  # the pick of sweep-hista-alpha, written here before any fresh case is evaluated
+    *) echo "cost-check.sh: unknown check '$check' (1 or 2)" >&2; exit 2 ;;
+esac
+out=${OUT:-$here/$folder}/$setting
 mkdir -p "$out"
 [[ -f $out/results.json ]] && { echo "$setting: done"; exit 0; }
 case $setting in
-    short) build=(--tasks 'builtin:arith?steps=1' --tasks builtin:choice --problems 100 --rollouts 16
+    short) build=(--tasks "builtin:arith?steps=1$max" --tasks builtin:choice --problems 100 --rollouts 16
                   --continuations 16 --max-new-tokens 96) ;;
-    long) build=(--preset long --problems 120) ;;
+    long) build=(--preset long --problems 120)
+          [[ -n $max ]] && build+=(--tasks "builtin:arith?steps=1$max&explain=yes") ;;
     *) echo "cost-check.sh: unknown setting '$setting' (short or long)" >&2; exit 2 ;;
 esac
 if [[ ! -f $out/cases.jsonl.gz ]]; then
-    "$hista" sveb build "${build[@]}" --split train --seed 1 ${EXTRA:-} --out "$out/build.jsonl"
-    "$python" "$here/cost_check.py" fresh "$out/build.jsonl" "$here/short/cases.jsonl.gz" \
-        "$here/long/cases.jsonl.gz" | gzip -9 -n > "$out/cases.jsonl.gz.tmp"
+    "$hista" sveb build "${build[@]}" --split train --seed "$seed" ${EXTRA:-} --out "$out/build.jsonl"
+    "$python" "$here/cost_check.py" fresh "$out/build.jsonl" "${committed[@]}" | gzip -9 -n > "$out/cases.jsonl.gz.tmp"
     mv "$out/cases.jsonl.gz.tmp" "$out/cases.jsonl.gz" && rm "$out/build.jsonl"
 fi
+[[ -n ${BUILD_ONLY:-} ]] && exit 0
+[[ -n $candidate ]] || { echo "cost-check.sh: check $check has no candidate yet" >&2; exit 2; }
 "$hista" sveb eval --cases "$out/cases.jsonl.gz" --out "$out/results.json" \
-    --methods "grpo,hista?layer=-8&interval=10&stride=1&label=Hista (default),hista?layer=-8&interval=12&stride=5&label=Hista (cost rule)"
+    --methods "grpo,hista?layer=-8&interval=10&stride=1&label=Hista (default),$candidate"
