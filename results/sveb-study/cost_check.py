@@ -1,17 +1,19 @@
-"""Issue 45, part 1: the cost rule's check on fresh cases (README.md here, "The next check").
+"""Issue 45, part 1: a cheaper structure rule checked on fresh cases (README.md here, "The next
+check" and "A second candidate").
 
-    python results/sveb-study/cost_check.py fresh BUILD STUDY_CASES...   # the build's lines, study problems dropped
-    python results/sveb-study/cost_check.py [DIR]                        # tables + decision -> DIR/check.md
+    python results/sveb-study/cost_check.py fresh BUILD CASES...   # the build's lines, committed problems dropped
+    python results/sveb-study/cost_check.py [DIR]                  # tables + decision -> DIR/check.md
 
 ``fresh`` writes to stdout every line of the build file except the cases whose problem text
-appears in a study case file (and says on stderr how many it dropped). The default command reads
-``DIR/short/results.json`` and ``DIR/long/results.json`` (DIR: ``cost-check`` beside this file)
-and writes ``DIR/check.md``: per setting, the MAE of GRPO, today's default and the cost rule and
-their paired differences; pooled over both settings, the primary metric, ΔMAE of the cost rule
-against today's default. Intervals are 95% percentile bootstraps (2000 resamples, seed 0) over
-problems, a problem being a distinct problem text (repeated texts are one cluster), and the
-decision rule is the one fixed before the builds: adopt if the pooled interval's upper bound is at
-most +0.010 and its point estimate at most 0.
+appears in one of the case files CASES (and says on stderr how many it dropped). The default
+command reads ``DIR/short/results.json`` and ``DIR/long/results.json`` (DIR: ``cost-check`` beside
+this file), whose three methods are, in order, GRPO, today's default and the candidate, and
+writes ``DIR/check.md``: per setting, the MAE of the three and their paired differences; pooled
+over both settings, the primary metric, ΔMAE of the candidate against today's default.
+Intervals are 95% percentile bootstraps (2000 resamples, seed 0) over problems, a problem being
+a distinct problem text (repeated texts are one cluster), and the decision rule is the one fixed
+before the builds: adopt if the pooled interval's upper bound is at most +0.010 and its point
+estimate at most 0.
 """
 
 from __future__ import annotations
@@ -25,10 +27,6 @@ import numpy as np
 from hista.sveb.cases import read_cases
 from hista.sveb.metrics import bootstrap_ci
 
-ROWS = {"grpo": "GRPO", "hista?layer=-8&interval=10&stride=1&label=Hista (default)": "Hista, today's default",
-        "hista?layer=-8&interval=12&stride=5&label=Hista (cost rule)": "Hista, cost rule"}
-GRPO, DEFAULT, RULE = ROWS
-PAIRS = ((DEFAULT, GRPO), (RULE, GRPO), (RULE, DEFAULT))
 MARGIN = 0.010
 
 
@@ -47,15 +45,17 @@ def fresh(build: str, studies: list[str]) -> None:
                 dropped += 1
                 continue
             sys.stdout.write(line)
-    print(f"{build}: dropped {dropped} case(s) whose problem is in a study file", file=sys.stderr)
+    print(f"{build}: dropped {dropped} case(s) whose problem is in a committed case file", file=sys.stderr)
 
 
-def errors(path: Path) -> tuple[dict[str, np.ndarray], list[str]]:
-    """Absolute errors per method and the problem text of each case."""
+def errors(path: Path) -> tuple[dict[str, np.ndarray], list[str], dict[str, str]]:
+    """Absolute errors per method, the problem text of each case and the methods' labels (in
+    the file's order: GRPO, today's default, the candidate)."""
     by_id = problem_texts(path.parent / "cases.jsonl.gz")
-    cases = json.loads(path.read_text())["cases"]
-    return ({m: np.array([abs(c["values"][m] - c["target"]) for c in cases]) for m in ROWS},
-            [by_id[c["case_id"]] for c in cases])
+    results = json.loads(path.read_text())
+    labels, cases = results["labels"], results["cases"]
+    return ({m: np.array([abs(c["values"][m] - c["target"]) for c in cases]) for m in labels},
+            [by_id[c["case_id"]] for c in cases], labels)
 
 
 def cell(x: np.ndarray, clusters: list[str], sign: bool = False) -> str:
@@ -65,29 +65,34 @@ def cell(x: np.ndarray, clusters: list[str], sign: bool = False) -> str:
 
 
 def check(root: Path) -> str:
-    out = ["# The cost rule on fresh cases (issue 45, part 1)", "",
-           "Intervals: 95%, problems resampled (a problem = a distinct problem text).", "",
-           "| setting | cases | problems | GRPO | today's default | cost rule | default − GRPO "
-           "| cost rule − GRPO | cost rule − default |",
-           "|---|---|---|---|---|---|---|---|---|"]
-    pooled: dict[str, list] = {m: [] for m in ROWS}
-    texts: list[str] = []
+    rows, out, pooled, texts = [], [], {}, []
     for setting in ("short", "long"):
-        e, clusters = errors(root / setting / "results.json")
+        e, clusters, labels = errors(root / setting / "results.json")
+        if not rows:
+            rows = list(labels)
+            grpo, default, candidate = rows
+            name = labels[candidate]
+            pooled = {m: [] for m in rows}
+            out = [f"# {name} on fresh cases (issue 45, part 1)", "",
+                   "Intervals: 95%, problems resampled (a problem = a distinct problem text).", "",
+                   f"| setting | cases | problems | GRPO | today's default | {name} | default − GRPO "
+                   f"| {name} − GRPO | {name} − default |",
+                   "|---|---|---|---|---|---|---|---|---|"]
         out.append(f"| {setting} | {len(clusters)} | {len(set(clusters))} | "
-                   + " | ".join(cell(e[m], clusters) for m in ROWS) + " | "
-                   + " | ".join(cell(e[a] - e[b], clusters, sign=True) for a, b in PAIRS)
+                   + " | ".join(cell(e[m], clusters) for m in rows) + " | "
+                   + " | ".join(cell(e[a] - e[b], clusters, sign=True)
+                                for a, b in ((default, grpo), (candidate, grpo), (candidate, default)))
                    + " |")
-        for m in ROWS:
+        for m in rows:
             pooled[m].append(e[m])
         texts += [f"{setting}: {t}" for t in clusters]
-    d = np.concatenate(pooled[RULE]) - np.concatenate(pooled[DEFAULT])
+    d = np.concatenate(pooled[candidate]) - np.concatenate(pooled[default])
     lo, hi = bootstrap_ci(d, clusters=texts)
     adopt = hi <= MARGIN and d.mean() <= 0
-    out += ["", f"**Primary (pooled, {d.size} cases of {len(set(texts))} problems):** ΔMAE cost rule − today's default "
+    out += ["", f"**Primary (pooled, {d.size} cases of {len(set(texts))} problems):** ΔMAE {name} − today's default "
             f"= {d.mean():+.4f} [{lo:+.4f}, {hi:+.4f}].", "",
             f"Decision (fixed before the builds: upper bound ≤ +{MARGIN:.3f} and point ≤ 0): "
-            + ("**adopt the cost rule as the default.**" if adopt else "**keep today's default.**")]
+            + (f"**adopt {name} as the default.**" if adopt else "**keep today's default.**")]
     return "\n".join(out) + "\n"
 
 
