@@ -28,7 +28,7 @@ case $check in
        candidate="hista?layer=-8&interval=12&stride=5&label=Hista (cost rule)" ;;
     2) seed=2 max="&max_value=20" folder=cost-check-2
        committed+=("$here/cost-check/short/cases.jsonl.gz" "$here/cost-check/long/cases.jsonl.gz")
-       candidate="" ;;  # the pick of sweep-hista-alpha, written here before any fresh case is evaluated
+       candidate="hista?layer=-8&interval=12&stride=5&min_distance=1&label=Hista (rule 2)" ;;  # the pick of sweep-hista-weights-s5
     *) echo "cost-check.sh: unknown check '$check' (1 or 2)" >&2; exit 2 ;;
 esac
 out=${OUT:-$here/$folder}/$setting
