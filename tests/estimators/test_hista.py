@@ -413,25 +413,25 @@ def test_default_profile_matches_the_naive_oracle(seed, flags):
 
 def test_structure_rule_follows_the_model_and_the_responses():
     """docs/estimators.md "Structure rule": the layer at depth 23/30 (SmolLM2's 30 layers: −8;
-    a 36-layer Qwen: −9; tiny's 2: −1), interval 10 and stride 1 for short responses, grown at
-    4,096 tokens to keep the work near the paper setting's; explicit values win."""
-    from hista.estimators.hista import MAX_NODES, MAX_VECTORS, rule_interval, rule_stride
+    a 36-layer Qwen: −9; tiny's 2: −1), the paper's stride 5, interval 12 for short responses,
+    grown to keep at most 25 nodes per rollout or twice the paper's; explicit values win."""
+    from hista.estimators.hista import MAX_INTERVAL, RULE_NODES, rule_interval
 
     est = get("hista")
     assert [est.hidden_layer(n) for n in (30, 36, 28, 2)] == [-8, -9, -8, -1]
     with pytest.raises(ValueError, match="num_layers"):
         est.hidden_layer()
     assert get("hista", layer=-4).hidden_layer(36) == -4 and get("probe").hidden_layer(30) == -12
-    assert rule_interval(29) == rule_interval(256) == rule_interval(MAX_NODES * 10) == 10
-    assert rule_interval(4096) == 36 and rule_stride(200, 4096) == 4 and rule_stride(50, 96) == 1
-    assert rule_stride(0, MAX_VECTORS) == 1 and rule_stride(0, MAX_VECTORS + 1) == 2
+    assert rule_interval(29) == rule_interval(256) == rule_interval(RULE_NODES * 12) == 12
+    assert rule_interval(RULE_NODES * 12 + 1) == 13 and rule_interval(500) == 20
+    assert rule_interval(601) == rule_interval(8192) == MAX_INTERVAL == 25
     group = random_group(4)
-    assert est.resolved(group) == {"interval": 10, "stride": 1}
-    assert get("hista", interval=50).resolved(group) == {"interval": 50, "stride": 1}
+    assert est.resolved(group) == {"interval": 12, "stride": 5}
+    assert get("hista", interval=50, stride=2).resolved(group) == {"interval": 50, "stride": 2}
     assert get("hista", profile="paper").resolved(group) == {"interval": 50, "stride": 5}
     assert get("hista", profile="paper").hidden_layer(30) == -1
     # the rule is applied, not just reported: the default equals the explicit setting it resolves to
-    explicit = get("hista", interval=10, stride=1)
+    explicit = get("hista", interval=12, stride=5)
     for got, want in zip(est.token_advantages(group), explicit.token_advantages(group)):
         torch.testing.assert_close(got, want)
     with pytest.raises(ValueError, match="no structure rule"):
@@ -527,8 +527,7 @@ def test_precomputed_representations_give_the_same_advantages(include_prompt):
     """Split training estimation (SPEC §9): representations computed per rollout (as on the
     process holding it), with the shared prompt vectors taken from another rollout of the
     group, give the advantages of the estimator reading hidden states. The reference profile
-    has none (it is sent hidden states), nor has the default profile when its stride is left
-    to the structure rule (resolved from the whole group's lengths)."""
+    has none (it is sent hidden states)."""
     g = torch.Generator().manual_seed(5)
     prompt = [3, 1, 4, 1, 5, 9, 2]
     prompt_states = torch.randn(len(prompt), 16, generator=g)
@@ -548,4 +547,5 @@ def test_precomputed_representations_give_the_same_advantages(include_prompt):
     for got, expected in zip(est.token_advantages(group, gae_lambda=0.9), want):
         torch.testing.assert_close(got, expected)
     assert get("hista", profile="reference").represent(rollouts[0]) is None
-    assert get("hista").represent(rollouts[0]) is None and get("hista", profile="paper").represent(rollouts[0])
+    default = get("hista", include_prompt=include_prompt).represent(rollouts[0])  # the rule's stride 5
+    assert default[1] == ((len(prompt) - 1) // 5 + 1 if include_prompt else 0)

@@ -16,7 +16,6 @@ import torch
 
 from hista import estimators
 from hista.errors import InputError
-from hista.estimators import hista as hista_estimator
 from hista.models.loading import build_tiny
 from hista.types import Rollout, RolloutGroup
 
@@ -163,21 +162,13 @@ def test_hista_in_verl_equals_hista(tiny, store, tmp_path, monkeypatch, params, 
     folder, model = tiny
     if params:
         monkeypatch.setenv(plugin.ESTIMATOR_ENV, "{stride: 3, interval: 4}")
-    else:  # the structure rule's stride at these short lengths: 1 or 2, group by group
-        monkeypatch.setattr(hista_estimator, "MAX_VECTORS", 13)
     est = estimators.get("hista", **params)
     rows = _rows(0)
     batch = _put(rows, f"h{len(params)}", tagged=packed)
-    capture = _trainer("hista_hista")._capture_switch(batch)  # the driver's step before the forward
+    capture = _trainer("hista_hista")._capture_switch()  # the driver's step before the forward
     assert capture == _capture("hista", params)
-    strides = tq.kv_batch_get(keys=batch.keys, partition_id="train", select_fields=[verl_hidden.STRIDE])
-    strides = strides[verl_hidden.STRIDE].tolist()
-    lengths = [len(r[1]) for r in rows], [len(r[2]) for r in rows]
-    assert strides == verl_trainer.group_strides(est, [r[0] for r in rows], *lengths)
-    assert len(set(strides)) == (1 if params else 2)
-    rows_with_strides = [(p, r, s) for (_, p, r, _), s in zip(rows, strides)]
-    calls = [(rows_with_strides, capture), (rows_with_strides, None),
-             (rows_with_strides, {**capture, "dtype": "bfloat16"})]
+    pairs = [(p, r) for _, p, r, _ in rows]
+    calls = [(pairs, capture), (pairs, None), (pairs, {**capture, "dtype": "bfloat16"})]
     captured, plain, halved = _actor(folder, calls, tmp_path, packed, dynamic)
     for full, half in zip(captured["states"], halved["states"]):  # states_dtype: rounded after smoothing
         assert half.dtype == torch.bfloat16 and torch.equal(half, full.to(torch.bfloat16))
@@ -199,7 +190,7 @@ def test_probe_in_verl_equals_the_probe_with_its_history_across_a_checkpoint(tin
     the probe's history goes through verl's checkpoint folder between the steps."""
     folder, model = tiny
     first, second = _rows(1), _rows(2)
-    calls = [([(p, r, None) for _, p, r, _ in rows], _capture("probe", {})) for rows in (first, second)]
+    calls = [([(p, r) for _, p, r, _ in rows], _capture("probe", {})) for rows in (first, second)]
     states = [call["states"] for call in _actor(folder, calls, tmp_path)]
     reference = estimators.get("probe")
     expected = []

@@ -4,7 +4,7 @@ own: it installs a CPU platform in verl and a gloo process group, both process-w
     python tests/integrations/verl_cpu_actor.py SPEC.pt OUT.pt
 
 SPEC.pt holds the model folder, the layout (packed, dynamic batch size) and a list of calls, each
-rows (prompt ids, response ids, and for Hista the row's stride) with a capture switch (None:
+rows (prompt ids, response ids) with a capture switch (None:
 verl's forward alone). The script builds hista's capturing
 actor worker (``verl_hidden.HistaActorRolloutRefWorker``) from verl's own trainer config with
 FSDP2 in float32, calls its ``compute_log_prob`` on the rows as verl's trainer sends them, and
@@ -117,14 +117,12 @@ def main(spec_path: str, out_path: str) -> None:
     results = []
     for call_rows, capture in spec["calls"]:
         rows = []
-        for prompt, response, stride in call_rows:
+        for prompt, response in call_rows:
             row = {"prompts": torch.tensor(prompt), "responses": torch.tensor(response),
                    "response_mask": torch.ones(len(response), dtype=torch.int64),
                    "input_ids": torch.tensor(prompt + response),
                    "position_ids": torch.arange(len(prompt) + len(response))}
             row["loss_mask"] = row["response_mask"]
-            if stride is not None:
-                row[verl_hidden.STRIDE] = torch.tensor(stride)
             rows.append(row)
         data = tu.list_of_dict_to_tensordict(rows)
         tu.assign_non_tensor(data, calculate_entropy=True, compute_loss=False, temperature=1.0)

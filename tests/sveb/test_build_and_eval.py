@@ -276,8 +276,8 @@ def test_hista_layer_in_sveb_eval(built, tmp_path, monkeypatch):
     # and so are the interval and stride the structure rule gave each case's group
     assert results["methods"][methods[0]]["config"]["layer"] is None and results["layers"][methods[0]] == -1
     assert results["layers"][methods[2]] == -2
-    assert all(r["structure"][methods[0]] == {"interval": 10, "stride": 1} for r in results["cases"])
-    assert all(r["structure"][methods[2]] == {"interval": 10, "stride": 1} for r in results["cases"])
+    assert all(r["structure"][methods[0]] == {"interval": 12, "stride": 5} for r in results["cases"])
+    assert all(r["structure"][methods[2]] == {"interval": 12, "stride": 5} for r in results["cases"])
 
 
 def test_states_of_one_problem_share_a_forward_pass(tmp_path, monkeypatch):

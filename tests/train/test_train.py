@@ -282,7 +282,7 @@ def test_train_two_steps_on_tiny(tmp_path, capsys, estimator, loss):
     if estimator in ("hista", "probe", "blend"):  # the layer read (tiny: 2 layers) and Hista's resolved structure
         assert rows[0]["estimator/layer"] == {"hista": -1, "probe": -2, "blend": -1}[estimator]
     if estimator in ("hista", "blend"):
-        assert rows[0]["estimator/interval"] == 10 and rows[0]["estimator/stride"] == 1
+        assert rows[0]["estimator/interval"] == 12 and rows[0]["estimator/stride"] == 5
     if estimator == "probe":  # its history of recent batches is in the checkpoint, for a resume
         state = torch.load(out / "checkpoint-2" / "estimator-0.pt", weights_only=True)
         assert len(state["history"]) == 2 and state["history"][0]["weight"] > 0
@@ -380,7 +380,7 @@ def test_reward_curves_from_metrics_files(tmp_path):
 
 @pytest.mark.parametrize("estimator, processes, per_device, group", [
     ("grpo", 2, 2, 4), ("hista-paper", 2, 2, 4),  # each group split 2 + 2 over two processes
-    ("hista", 2, 2, 4),                           # the structure rule's stride: hidden states travel
+    ("hista", 2, 2, 4),                           # the structure rule's stride 5: vectors travel
     ("hista-paper", 2, 4, 4),                     # group-local: one group per process
     ("hista-paper", 4, 2, 4),                     # four processes, each group split over two of them
     ("hista", 4, 4, 4),                           # four processes, group-local
@@ -393,8 +393,8 @@ def test_multi_process_advantages_equal_single_process(tmp_path, estimator, proc
     (the probe: each owner's groups fitted on one another, ``for_batch``). Group-local layouts
     move nothing between processes while advantages are computed (no collective call at all).
     Split layouts gather nothing either: only the processes sharing a group exchange, point to
-    point; for Hista with a fixed stride what travels is the moved rows' compressed vectors
-    past the prompt, else the completion tokens' hidden states."""
+    point; for Hista what travels is the moved rows' compressed vectors past the prompt, for
+    the probe the completion tokens' hidden states."""
     import socket
     import subprocess
     import sys
@@ -430,10 +430,10 @@ def test_multi_process_advantages_equal_single_process(tmp_path, estimator, proc
         sent = sum(size for rank in ranks for name, size, _ in rank["calls"] if name == "send")
         moved = [(i, row) for i, row in enumerate(rows) if holder[i] != owner[i]]
         returned = sum(row["advantages"].numel() * 4 for _, row in moved)
-        if estimator == "hista-paper":  # the moved rows' representations past the prompt, advantages back
+        if estimator.startswith("hista"):  # the moved rows' representations past the prompt, advantages back
             expected = returned
             for _, row in moved:
-                rep, shared = estimators.get("hista", profile="paper").represent(Rollout(
+                rep, shared = estimators.get("hista", profile=estimator.partition("-")[2] or None).represent(Rollout(
                     prompt_ids=row["prompt_ids"], completion_ids=row["completion_ids"], hidden=row["hidden"]))
                 assert 0 < shared < rep.shape[0]
                 expected += rep[shared:].numel() * 4

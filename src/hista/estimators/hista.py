@@ -7,8 +7,9 @@ profile="reference")``) :mod:`hista.estimators.hista_reference`.
 
 Reading order, top to bottom, follows SPEC §4.3:
 
-0. ``rule_interval``,          the structure rule: the interval and stride of a group (and
-   ``rule_stride``             ``LAYER_DEPTH``, the layer) when the configuration leaves them
+0. ``rule_interval``,          the structure rule: the interval of a group (and
+   ``RULE_STRIDE``,            ``RULE_STRIDE``, the stride; ``LAYER_DEPTH``, the layer) when the
+   ``LAYER_DEPTH``             configuration leaves them
 
 1. ``smooth``                  bias-corrected exponential moving average of the hidden states
 2. compression                 every ``stride``-th smoothed vector (``smooth(..., stride)``)
@@ -51,34 +52,30 @@ EMA_BLOCK = 64
 TIE_RTOL = 1e-4
 
 # The default profile's structure rule (docs/estimators.md "Structure rule"): what a None
-# ``layer``, ``interval`` or ``stride`` resolves to. The depth and the interval were chosen on
-# the selection halves of the SVEB study (results/sveb-study, sweep-hista-rule); the caps
-# bound the work at long responses to about that of the paper's setting (interval 50, stride 5
-# at 4,096 tokens: about 82 nodes and 840 compressed vectors per rollout), each within √2 of
-# it so that the whole stays within 2×.
+# ``layer``, ``interval`` or ``stride`` resolves to. Chosen on the selection halves of the SVEB
+# study (results/sveb-study): the depth in sweep-hista-rule, the interval at the paper's stride in
+# sweep-hista-stride (and the default clamp, HistaConfig.min_distance, in sweep-hista-weights-s5).
+# The stride and the node cap hold the work within 2× of the paper's setting (interval 50,
+# stride 5) at every length: as many compressed vectors as the paper keeps, and at most
+# RULE_NODES nodes per rollout or twice the paper's, whichever is more.
 #: relative depth of the default hidden layer (SmolLM2's 30 layers: −8)
 LAYER_DEPTH = 23 / 30
-#: node spacing in tokens while a rollout holds at most MAX_NODES of them
-RULE_INTERVAL = 10
-#: nodes per rollout beyond which the interval grows (√2 × the paper's 82)
-MAX_NODES = 116
-#: compressed vectors per rollout beyond which the stride grows (√2 × the paper's ~840)
-MAX_VECTORS = 1200
+#: node spacing in tokens while a rollout holds at most RULE_NODES nodes
+RULE_INTERVAL = 12
+#: nodes per rollout beyond which the interval grows
+RULE_NODES = 25
+#: the largest interval the rule reaches (half the paper's 50: twice its nodes)
+MAX_INTERVAL = 25
+#: the compression stride (the paper's)
+RULE_STRIDE = 5
 
 
 def rule_interval(longest: int) -> int:
     """The default profile's node interval for a group whose longest completion has
     ``longest`` tokens (docs/estimators.md "Structure rule"): RULE_INTERVAL tokens, grown to
-    ⌈longest / MAX_NODES⌉ when that is larger (4,096 tokens: 36)."""
-    return max(RULE_INTERVAL, -(-int(longest) // MAX_NODES))
-
-
-def rule_stride(prompt_len: int, longest: int) -> int:
-    """The default profile's stride for a group of prompt length ``prompt_len`` whose longest
-    completion has ``longest`` tokens (docs/estimators.md "Structure rule"): 1, or
-    ⌈(P + T) / MAX_VECTORS⌉ when a stride of 1 would keep more than MAX_VECTORS vectors
-    (P + T = 4,200: 4)."""
-    return max(1, -(-(int(prompt_len) + int(longest)) // MAX_VECTORS))
+    ⌈longest / RULE_NODES⌉ when that is larger, at most MAX_INTERVAL (500 tokens: 20; from 601
+    tokens on: 25)."""
+    return min(MAX_INTERVAL, max(RULE_INTERVAL, -(-int(longest) // RULE_NODES)))
 
 
 @dataclasses.dataclass
@@ -98,15 +95,15 @@ class HistaConfig(EstimatorConfig):
     estimator class ("default", "paper" or "reference").
 
     ``layer``, ``interval`` and ``stride`` left at None (the default profile) are resolved by
-    the structure rule (:func:`rule_interval`, :func:`rule_stride`, ``LAYER_DEPTH``): the
-    layer from the model's depth, interval and stride per group from its completion lengths.
+    the structure rule (:func:`rule_interval`, ``RULE_STRIDE``, ``LAYER_DEPTH``): the layer
+    from the model's depth, the interval per group from its completion lengths, the stride 5.
     A value given explicitly always wins over the rule.
     """
 
     alpha: float = 0.7
     stride: Optional[int] = None
     interval: Optional[int] = None
-    min_distance: float = 5.0
+    min_distance: float = 1.0
     max_k: int = 66
     min_k: int = 6
     power: float = 1.0
@@ -136,11 +133,13 @@ class HistaConfig(EstimatorConfig):
 @dataclasses.dataclass
 class HistaPaperConfig(HistaConfig):
     """The paper's published structure (SPEC §4.3; paper §6: the last layer, interval 50,
-    stride 5), computed with the default profile's definitions: ``get("hista",
-    profile="paper")``, the default profile before the structure rule."""
+    stride 5) and the reference's clamp (``min_d`` 5), computed with the default profile's
+    definitions: ``get("hista", profile="paper")``, the default profile before the structure
+    rule."""
 
     stride: Optional[int] = 5
     interval: Optional[int] = 50
+    min_distance: float = 5.0
     layer: Optional[int] = -1
     profile: str = "paper"
 
@@ -323,14 +322,17 @@ class Hista(Estimator):
 
     def structure(self, rollouts: Sequence[Rollout]) -> tuple[int, int]:
         """(interval, stride) for a group of ``rollouts``: the configured values, or where one
-        is None the structure rule from the group's prompt length and longest completion
-        (:func:`rule_interval`, :func:`rule_stride`; docs/estimators.md "Structure rule")."""
+        is None the structure rule, the interval from the group's longest completion
+        (:func:`rule_interval`, ``RULE_STRIDE``; docs/estimators.md "Structure rule")."""
         cfg = self.config
         longest = max((len(r.completion_ids) for r in rollouts), default=0)
-        prompt = max((len(r.prompt_ids) for r in rollouts), default=0) if cfg.include_prompt else 0
         interval = cfg.interval if cfg.interval is not None else rule_interval(longest)
-        stride = cfg.stride if cfg.stride is not None else rule_stride(prompt, longest)
-        return int(interval), int(stride)
+        return int(interval), int(self.stride)
+
+    @property
+    def stride(self) -> int:
+        """The compression stride: the configured one, or the rule's ``RULE_STRIDE``."""
+        return int(self.config.stride if self.config.stride is not None else RULE_STRIDE)
 
     def resolved(self, group: RolloutGroup) -> dict:
         """The interval and stride used for ``group`` (docs/estimators.md "Structure rule": the
@@ -360,13 +362,9 @@ class Hista(Estimator):
     def represent(self, rollout: Rollout) -> Optional[tuple[torch.Tensor, int]]:
         """The smoothed, strided vectors of one rollout (SPEC §4.3 steps 1-2; the EMA runs
         along one sequence, so this is exact per rollout) and how many of them cover prompt
-        positions only (0 when the representation starts at the completion). None when the
-        stride is left to the structure rule: it is resolved from the whole group's lengths,
-        which one rollout does not know, so a trainer sends the hidden states instead."""
-        if self.config.stride is None:
-            return None
+        positions only (0 when the representation starts at the completion)."""
         _check_hidden([rollout], "rollout")
-        stride = self.config.stride
+        stride = self.stride
         shared = (len(rollout.prompt_ids) - 1) // stride + 1 if self.config.include_prompt else 0
         return self._represent(rollout, rollout.hidden.device, stride), max(shared, 0)
 

@@ -45,20 +45,18 @@ from .verl_settings import DTYPES, nested_lengths
 CAPTURE = "hista_capture"
 #: the batch field the actor returns: per sequence, what the estimator reads ([L, H] each)
 STATES = "hista_states"
-#: the batch field that gives each row the compression stride of its group (Hista)
-STRIDE = "hista_stride"
 #: verl actor strategies whose engine the capture supports
 STRATEGIES = ("fsdp", "fsdp2")
 
 
-def sequence_states(est: Any, hidden: torch.Tensor, prompt_len: int, stride: int) -> torch.Tensor:
+def sequence_states(est: Any, hidden: torch.Tensor, prompt_len: int) -> torch.Tensor:
     """What ``est`` reads of one sequence's hidden states ``hidden`` [P + T, H] (SPEC §4.3):
-    the probe's state features [T + 1, H], Hista's smoothed vectors at compression stride
-    ``stride`` [⌈(P + T) / stride⌉, H] (the prompt's positions included unless
-    ``include_prompt`` is off). float32."""
+    the probe's state features [T + 1, H], Hista's smoothed vectors at its compression stride
+    [⌈(P + T) / stride⌉, H] (the prompt's positions included unless ``include_prompt`` is off).
+    float32."""
     if isinstance(est, Probe):
         return features(hidden, prompt_len, est.config.alpha)
-    return est.compress(hidden, prompt_len, stride)
+    return est.compress(hidden, prompt_len, est.stride)
 
 
 def sequences(hidden: torch.Tensor, lengths: list[int], packed: bool) -> list[torch.Tensor]:
@@ -95,9 +93,8 @@ def capturing(engine: Any, spec: dict) -> Iterator[None]:
         packed = bool(tu.get_non_tensor_data(data=micro_batch, key="use_remove_padding", default=True))
         rows = sequences(hidden, lengths, packed)
         prompts = nested_lengths(micro_batch["prompts"])
-        strides = micro_batch[STRIDE].tolist() if STRIDE in micro_batch.keys() else [1] * len(rows)
         # to host memory at once: the rank's states wait there, not on the accelerator, until returned
-        states = [sequence_states(est, h, p, int(s)).to("cpu", dtype) for h, p, s in zip(rows, prompts, strides)]
+        states = [sequence_states(est, h, p).to("cpu", dtype) for h, p in zip(rows, prompts)]
         out[STATES] = torch.nested.as_nested_tensor(states, layout=torch.jagged)
         return out
 

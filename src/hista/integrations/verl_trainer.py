@@ -75,23 +75,6 @@ def row_lengths(batch: Any) -> tuple[list[int], list[int]]:
     return nested_lengths(data["prompts"]), nested_lengths(data["responses"])
 
 
-def group_strides(est: Any, uids: list, prompt_lens: list[int], response_lens: list[int]) -> list[int]:
-    """Each row's compression stride: that of its group (rows sharing a uid) under ``est``'s
-    structure rule (:meth:`hista.estimators.hista.Hista.structure`)."""
-    from ..types import Rollout
-
-    members: dict[Any, list[int]] = {}
-    for row, uid in enumerate(uids):
-        members.setdefault(uid, []).append(row)
-    out = [1] * len(uids)
-    for rows in members.values():
-        rollouts = [Rollout(prompt_ids=[0] * prompt_lens[r], completion_ids=[0] * response_lens[r]) for r in rows]
-        _, stride = est.structure(rollouts)
-        for r in rows:
-            out[r] = stride
-    return out
-
-
 class HistaSteps:
     """The steps hista adds to a verl v1 trainer (module docstring); mixed in before verl's class."""
 
@@ -119,7 +102,7 @@ class HistaSteps:
             return super()._compute_old_log_prob(batch, metrics)
         from .verl_hidden import CAPTURE
 
-        batch.extra_info[CAPTURE] = self._capture_switch(batch)
+        batch.extra_info[CAPTURE] = self._capture_switch()
         try:
             out = super()._compute_old_log_prob(batch, metrics)
         finally:
@@ -127,22 +110,12 @@ class HistaSteps:
         getattr(out, "extra_info", {}).pop(CAPTURE, None)
         return out
 
-    def _capture_switch(self, batch) -> dict:
-        """What the actor's old-log-prob pass needs to capture: for Hista, each row's stride (its
-        group's, by the structure rule) written to the batch as :data:`verl_hidden.STRIDE`; and the
-        switch itself, the estimator with its parameters and the dtype the states travel in."""
-        import transfer_queue as tq
-        from tensordict import TensorDict
-
-        from .verl_hidden import STRIDE
+    def _capture_switch(self) -> dict:
+        """The switch for the actor's old-log-prob pass: the estimator to capture for, with its
+        parameters, and the dtype the states travel in."""
         from .verl_settings import estimator_for, estimator_params
 
         est, dtype = estimator_for(self.config.algorithm.adv_estimator)
-        if hasattr(est, "structure"):
-            uids = tq.kv_batch_get(keys=batch.keys, partition_id=batch.partition_id, select_fields=["uid"])["uid"]
-            strides = group_strides(est, list(uids), *row_lengths(batch))
-            tq.kv_batch_put(keys=batch.keys, partition_id=batch.partition_id,
-                            fields=TensorDict({STRIDE: torch.tensor(strides)}, batch_size=len(strides)))
         return {"estimator": est.name, "params": estimator_params(), "dtype": dtype}
 
     def _compute_advantage(self, batch, metrics: dict):
