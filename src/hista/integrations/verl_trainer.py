@@ -13,11 +13,9 @@ set ``trainer.v1.trainer_mode``), are verl's own with steps added (:class:`Hista
   computes the advantages;
 - hidden-state estimators (:data:`HIDDEN_ESTIMATORS`): at start the run is checked
   (:func:`verl_hidden.check`) and the actor worker class becomes hista's capturing one; before
-  the old-log-prob forward each row gets its group's compression stride (Hista's structure
-  rule needs the whole group's lengths, which no worker sees) and the batch the capture
-  switch; the actor returns each sequence's compressed states as a batch field, fetched at the
-  advantage step and held in :data:`STATES`; the probe's history is saved with verl's
-  checkpoints and restored from them.
+  the old-log-prob forward the batch gets the capture switch; the actor returns each
+  sequence's compressed states as a batch field, fetched at the advantage step and held in
+  :data:`STATES`; the probe's history is saved with verl's checkpoints and restored from them.
 
 Everything on the driver reads and writes the TransferQueue the step already uses; hidden
 states never leave the actor. Other estimators run unchanged.
