@@ -128,6 +128,7 @@ BAD = [
     ({"trl.temperature": "-1"}, "trl.temperature", "> 0"),
     ({"trl.top_p": "1.5"}, "trl.top_p", "(0, 1]"),
     ({"trl.max_completion_length": "-16"}, "trl.max_completion_length", ">= 1"),
+    ({"trl.max_completion_length": "null"}, "trl.max_completion_length", "not null (TRL's default is 512)"),
     ({"trl.num_train_epochs": "0"}, "trl.num_train_epochs", "> 0"),
     ({"trl.gradient_accumulation_steps": "0"}, "trl.gradient_accumulation_steps", ">= 1"),
     ({"trl.steps_per_generation": "0"}, "trl.steps_per_generation", ">= 1"),

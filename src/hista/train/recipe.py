@@ -58,8 +58,9 @@ OWNED = {
     "top_entropy_quantile": "loss.top_entropy_fraction (strace)", "output_dir": "output_dir (top level)",
     "seed": "seed (top level)",
 }
-#: TRL's defaults for the fields the batch arithmetic needs.
-TRL_DEFAULTS = {"per_device_train_batch_size": 8, "gradient_accumulation_steps": 1, "num_generations": 8}
+#: TRL's defaults for the fields that must be numbers: the batch arithmetic and the rollouts' cache.
+TRL_DEFAULTS = {"per_device_train_batch_size": 8, "gradient_accumulation_steps": 1, "num_generations": 8,
+                "max_completion_length": 512}
 #: Splits the built-in task generators know.
 SPLITS = ("train", "test", "validation")
 #: GRPOConfig settings whose validity depends on the machine (a GPU with bf16 / tf32). A recipe
@@ -594,7 +595,7 @@ def _check_trl(recipe: Recipe, trl: Any) -> None:
             raise recipe.error(f"trl.{key}", f"not a GRPOConfig field (TRL {trl.__version__})")
         if key in UNSUPPORTED and value != UNSUPPORTED[key][0]:
             raise recipe.error(f"trl.{key}", f"{value!r} has no effect with hista's losses: {UNSUPPORTED[key][1]}")
-        if value is None and key in TRL_DEFAULTS:  # the batch arithmetic needs a number
+        if value is None and key in TRL_DEFAULTS:  # the batch arithmetic and the rollouts' cache need numbers
             raise recipe.error(f"trl.{key}", f"must be a number, not null (TRL's default is {TRL_DEFAULTS[key]})")
         problem = _check(value, trl_hints.get(key, Any), TRL_RANGES, key)
         if problem is not None:
