@@ -65,28 +65,24 @@ def cell(x: np.ndarray, clusters: list[str], sign: bool = False) -> str:
 
 
 def check(root: Path) -> str:
-    rows, out, pooled, texts = [], [], {}, []
-    for setting in ("short", "long"):
-        e, clusters, labels = errors(root / setting / "results.json")
-        if not rows:
-            rows = list(labels)
-            grpo, default, candidate = rows
-            name = labels[candidate]
-            pooled = {m: [] for m in rows}
-            out = [f"# {name} on fresh cases (issue 45, part 1)", "",
-                   "Intervals: 95%, problems resampled (a problem = a distinct problem text).", "",
-                   f"| setting | cases | problems | GRPO | today's default | {name} | default − GRPO "
-                   f"| {name} − GRPO | {name} − default |",
-                   "|---|---|---|---|---|---|---|---|---|"]
+    found = {setting: errors(root / setting / "results.json") for setting in ("short", "long")}
+    labels = found["short"][2]
+    grpo, default, candidate = labels
+    name = labels[candidate]
+    out = [f"# {name} on fresh cases (issue 45, part 1)", "",
+           "Intervals: 95%, problems resampled (a problem = a distinct problem text).", "",
+           f"| setting | cases | problems | GRPO | today's default | {name} | default − GRPO "
+           f"| {name} − GRPO | {name} − default |",
+           "|---|---|---|---|---|---|---|---|---|"]
+    for setting, (e, clusters, _) in found.items():
         out.append(f"| {setting} | {len(clusters)} | {len(set(clusters))} | "
-                   + " | ".join(cell(e[m], clusters) for m in rows) + " | "
+                   + " | ".join(cell(e[m], clusters) for m in labels) + " | "
                    + " | ".join(cell(e[a] - e[b], clusters, sign=True)
                                 for a, b in ((default, grpo), (candidate, grpo), (candidate, default)))
                    + " |")
-        for m in rows:
-            pooled[m].append(e[m])
-        texts += [f"{setting}: {t}" for t in clusters]
-    d = np.concatenate(pooled[candidate]) - np.concatenate(pooled[default])
+    pooled = {m: np.concatenate([e[m] for e, _, _ in found.values()]) for m in labels}
+    texts = [f"{setting}: {t}" for setting, (_, clusters, _) in found.items() for t in clusters]
+    d = pooled[candidate] - pooled[default]
     lo, hi = bootstrap_ci(d, clusters=texts)
     adopt = hi <= MARGIN and d.mean() <= 0
     out += ["", f"**Primary (pooled, {d.size} cases of {len(set(texts))} problems):** ΔMAE {name} − today's default "
