@@ -3,8 +3,10 @@
 # here, "The next check" and "A second candidate"). For one setting (short or long) of one check
 # (1: the cost rule, seed 1; 2: the second candidate, seed 2, operands up to 20): build fresh
 # cases from the built-in tasks' train problems, drop any case whose problem text is in a case
-# file committed before the check, and evaluate GRPO, today's default Hista (interval 10,
-# stride 1: what the structure rule gives at these lengths) and the candidate on them.
+# file committed before the check, and evaluate GRPO, the default Hista the checks compared
+# against (interval 10, stride 1 and min_distance 5: what the default profile gave at these
+# lengths before rule 2) and the candidate on them. Every parameter the default profile has since
+# changed is spelled out, so that a rerun evaluates what the checks did.
 # Resumable: the build resumes from its file, and a setting whose results exist is skipped.
 #
 #     results/sveb-study/cost-check.sh short 1 & results/sveb-study/cost-check.sh long 1 & wait
@@ -25,7 +27,7 @@ export OMP_NUM_THREADS=${OMP_NUM_THREADS:-1}
 committed=("$here/short/cases.jsonl.gz" "$here/long/cases.jsonl.gz")
 case $check in
     1) seed=1 max="" folder=cost-check
-       candidate="hista?layer=-8&interval=12&stride=5&label=Hista (cost rule)" ;;
+       candidate="hista?layer=-8&interval=12&stride=5&min_distance=5&label=Hista (cost rule)" ;;
     2) seed=2 max="&max_value=20" folder=cost-check-2
        committed+=("$here/cost-check/short/cases.jsonl.gz" "$here/cost-check/long/cases.jsonl.gz")
        candidate="hista?layer=-8&interval=12&stride=5&min_distance=1&label=Hista (rule 2)" ;;  # the pick of sweep-hista-weights-s5
@@ -47,6 +49,5 @@ if [[ ! -f $out/cases.jsonl.gz ]]; then
     mv "$out/cases.jsonl.gz.tmp" "$out/cases.jsonl.gz" && rm "$out/build.jsonl"
 fi
 [[ -n ${BUILD_ONLY:-} ]] && exit 0
-[[ -n $candidate ]] || { echo "cost-check.sh: check $check has no candidate yet" >&2; exit 2; }
 "$hista" sveb eval --cases "$out/cases.jsonl.gz" --out "$out/results.json" \
-    --methods "grpo,hista?layer=-8&interval=10&stride=1&label=Hista (default),$candidate"
+    --methods "grpo,hista?layer=-8&interval=10&stride=1&min_distance=5&label=Hista (default),$candidate"
