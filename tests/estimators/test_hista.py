@@ -549,3 +549,4 @@ def test_precomputed_representations_give_the_same_advantages(include_prompt):
     assert get("hista", profile="reference").represent(rollouts[0]) is None
     default = get("hista", include_prompt=include_prompt).represent(rollouts[0])  # the rule's stride 5
     assert default[1] == ((len(prompt) - 1) // 5 + 1 if include_prompt else 0)
+    assert get("hista", profile="paper").represent(rollouts[0])

@@ -160,6 +160,18 @@ BAD_ON_CPU = [
 CASES = BAD + ([] if not NO_CUDA else BAD_ON_CPU)
 
 
+def test_trl_defaults_are_trl_s():
+    """The defaults a null-refusal names and the batch arithmetic assumes are GRPOConfig's own."""
+    from dataclasses import fields
+
+    from trl import GRPOConfig
+
+    from hista.train.recipe import TRL_DEFAULTS
+
+    defaults = {f.name: f.default for f in fields(GRPOConfig)}
+    assert TRL_DEFAULTS == {key: defaults[key] for key in TRL_DEFAULTS}
+
+
 def _ids(case):
     return ",".join(f"{k}={v}" for k, v in case[0].items())
 
