@@ -37,6 +37,7 @@ CASES = [
     ("gpu_check_train.py", ["/nonexistent.yaml"], "recipe"),
     ("bf16_numerics.py", ["--prompts", "0"], "--prompts"),
     ("bf16_numerics.py", ["--task", "nosuch:x"], "nosuch"),
+    ("gym_verifier.py", ["--problems", "0"], "--problems"),
 ]
 
 

@@ -122,15 +122,17 @@ def test_binary_by_default_and_partial_credit_on_request():
 
 
 @gym_only
-def test_a_hanging_scorer_is_cut_off_and_the_next_call_scores(monkeypatch):
+def test_a_hanging_scorer_is_cut_off_and_the_next_call_scores():
     """simple_integration's scorer hands the answer to sympy, which does not return on a power
-    tower: the call is cut at the bound, the worker replaced, and the next answer scored."""
+    tower: hista's check refuses it before any scorer runs; handed to the scorer directly, the
+    call is cut at the bound, its process killed, and the next answer scored."""
     from hista.rewards import gym
 
-    monkeypatch.setattr(gym, "SCORE_TIMEOUT_S", 1.0)
     record = tasks.load("gym:simple_integration", n=1, seed=0, split="train")[0]
+    assert _score("\\boxed{9**9**9**9}", record)[1].startswith("answer refused: not an expression the task allows")
+    entry = json.loads(record["answer"])["entry"]
     start = time.monotonic()
-    assert _score("\\boxed{9**9**9**9}", record) == (0.0, "scorer timed out after 1 s")
+    assert gym.score("simple_integration", {}, entry, "9**9**9**9", timeout=1.0) == (None, "scorer timed out after 1 s")
     assert time.monotonic() - start < 30
     assert _score(f"\\boxed{{{record['meta']['gold']}}}", record) == (1.0, "correct")
 
@@ -142,7 +144,9 @@ def test_the_worker_scores_and_names_its_errors():
 
     entry = {"question": "q", "answer": "7", "metadata": {}}
     assert score("chain_sum", {}, entry, "7") == (1.0, "")
-    assert score("chain_sum", {"no_such_option": "1"}, entry, "7") == (None, "scorer error: InputError")
+    assert score("chain_sum", {"no_such_option": "1"}, entry, "7") == (
+        None, "scorer error: gym:chain_sum: unknown option 'no_such_option'; valid options: min_terms, max_terms, "
+        "min_digits, max_digits, allow_negation")
     assert score("chain_sum", {}, entry, "8")[0] < 1
 
 

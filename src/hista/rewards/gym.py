@@ -19,54 +19,62 @@ as the ``math`` verifier does for models that do not box. None of them: 0, "no a
 Only one answer is ever scored, so listing candidates gains nothing. An answer longer than
 :data:`MAX_ANSWER_CHARS` is not scored.
 
-Scoring: the task's ``score_answer(answer, entry)``, in [0, 1]. reasoning-gym gives partial
-credit (0.01 for a wrong number, the gold's share of a longer answer that contains it), so the
-reward is binary by default, 1.0 only for a score of 1; a record made with ``partial=true``
-keeps the score. The scorer is dataset code run on model output, so it runs in a worker process
-of its own (:func:`serve`, one per process that verifies, started on first
-use and reused): each call is bounded by :data:`SCORE_TIMEOUT_S`, and a call past it kills the
-worker (the next call starts a new one) and scores 0 with the reason. An error in the scorer
-scores 0 with its name. Nothing raises into training, and the host-side work is one scan of
-the completion plus a bounded answer.
+Scoring: the answer first passes hista's check for its task (:mod:`hista.rewards.gym_checks`:
+parsed, never run, on the host; an answer the task does not allow scores 0 with the reason), then
+the task's ``score_answer(answer, entry)``, in [0, 1], or hista's own scoring for the tasks whose
+scorer pays answers that do not solve (:data:`hista.rewards.gym_checks.RESCORED`).
+reasoning-gym gives partial credit (0.01 for a wrong number, the gold's share of a longer answer
+that contains it), so the reward is binary by default, 1.0 only for a score of 1; a record made
+with ``partial=true`` keeps the score.
+
+The scorers and the generators are dataset code run on model output and user options, so they
+run in a service in the sandbox (:mod:`hista.rewards.gym_server`, started through
+:func:`hista.rewards.sandbox.start_service` on first use, one per process that verifies or
+loads problems): each call runs in a process of its own forked from it, so nothing a call does
+reaches a later one, bounded by :data:`SCORE_TIMEOUT_S` (:data:`GENERATE_TIMEOUT_S` for a
+generator) and the service's memory limits. A call past its bound, a scorer's error and a
+process that ended without a reply score 0 with the reason; a reply is plain JSON, and a score
+must be a finite number in [0, 1]. Nothing raises into training, and the host-side work is one
+scan of the completion plus a bounded answer.
 """
 
 from __future__ import annotations
 
 import atexit
-import dataclasses
-import enum
+import importlib.util
 import json
 import logging
+import math
 import os
 import select
-import subprocess
-import sys
+import sysconfig
 import threading
 import time
+from pathlib import Path
 from typing import Any, Optional
 
 from ..errors import InputError
-from . import register
+from . import gym_checks, gym_server, register, sandbox
 from .math import extract_math_answer, last_answer_tag, last_boxed, shown
 
-__all__ = ["INSTALL", "MAX_ANSWER_CHARS", "SCORE_TIMEOUT_S", "config_values", "dataset", "final_answer",
-           "option_defaults",
-           "reasoning_gym", "score", "serve", "task_categories", "verify_gym"]
+__all__ = ["INSTALL", "MAX_ANSWER_CHARS", "SCORE_TIMEOUT_S", "category", "config_values", "final_answer", "generate",
+           "option_defaults", "reasoning_gym", "score", "task_categories", "verify_gym"]
 
 logger = logging.getLogger(__name__)
 
 INSTALL = "pip install 'hista[gym]' (reasoning-gym==0.1.25)"
 #: seconds one call of a task's scorer may take before its worker is killed and the call scores 0
 SCORE_TIMEOUT_S = 5.0
-#: seconds a new worker may take to import reasoning-gym and say it is ready
+#: seconds one call of a task's generator may take (one request: at most 64 entries)
+GENERATE_TIMEOUT_S = 60.0
+#: seconds a new service may take to import reasoning-gym and say it is ready
 STARTUP_TIMEOUT_S = 120.0
+#: seconds the host waits for a reply beyond a call's own bound before it ends the service
+REPLY_MARGIN_S = 10.0
+#: address space of the service's processes (MB); each call may use 1 GB more than the server
+SERVICE_MEMORY_MB = 4096
 #: longest answer (characters between the tags) handed to a scorer
 MAX_ANSWER_CHARS = 10_000
-#: what separates the items of a list option (``operators=+;-``): not a comma, which separates the
-#: specs of ``--suite`` and ``--tasks`` lists
-LIST_SEPARATOR = ";"
-#: configuration fields that are not options: hista sets them
-NOT_OPTIONS = ("seed", "size")
 
 
 # --------------------------------------------------------------------------- reasoning-gym
@@ -80,137 +88,80 @@ def reasoning_gym():
     return rg
 
 
-def _classes(task: str) -> tuple[type, type]:
-    datasets = reasoning_gym().factory.DATASETS
-    if task not in datasets:
-        raise InputError(f"gym: unknown task {task!r}; `hista tasks list` shows reasoning-gym's "
-                         f"{len(datasets)} tasks", field="spec")
-    return datasets[task]
-
-
 def task_categories() -> dict[str, str]:
     """reasoning-gym's task names, sorted, and each one's category (``arithmetic``, ``logic``, …:
     the package folder its generator lives in)."""
-    datasets = reasoning_gym().factory.DATASETS
-    return {name: datasets[name][0].__module__.split(".")[1] for name in sorted(datasets)}
+    return {name: category(name) for name in sorted(reasoning_gym().factory.DATASETS)}
+
+
+def category(task: str) -> str:
+    """``task``'s category (:func:`task_categories`)."""
+    return reasoning_gym().factory.DATASETS[task][0].__module__.split(".")[1]
 
 
 def option_defaults(task: str) -> dict[str, Any]:
     """The options of ``task`` (its configuration's fields but seed and size) and their defaults."""
-    _, config = _classes(task)
-    out = {}
-    for f in dataclasses.fields(config):
-        if f.name in NOT_OPTIONS:
-            continue
-        if f.default is not dataclasses.MISSING:
-            out[f.name] = f.default
-        elif f.default_factory is not dataclasses.MISSING:
-            out[f.name] = f.default_factory()
-        else:
-            out[f.name] = None
-    return out
-
-
-def _bool(raw: str) -> bool:
-    words = {"true": True, "yes": True, "1": True, "false": False, "no": False, "0": False}
-    if raw.lower() not in words:
-        raise ValueError("expected true or false")
-    return words[raw.lower()]
-
-
-def _typed(raw: str, default: Any) -> Any:
-    """``raw`` read as a value of the type of ``default`` (lists and tuples separated by
-    :data:`LIST_SEPARATOR`)."""
-    if isinstance(default, bool):
-        return _bool(raw)
-    if isinstance(default, enum.Enum):
-        return type(default)(raw)
-    if isinstance(default, (int, float, str)):
-        return type(default)(raw)
-    if isinstance(default, (list, tuple)):
-        parts = [p.strip() for p in raw.split(LIST_SEPARATOR) if p.strip()]
-        if not parts:
-            raise ValueError(f"expected a list separated by {LIST_SEPARATOR!r}")
-        return type(default)(_typed(p, default[0]) if default else p for p in parts)
-    if default is None:
-        try:
-            return json.loads(raw)
-        except ValueError:
-            return raw
-    raise ValueError(f"this option (a {type(default).__name__}) cannot be set from a spec")
+    reasoning_gym()
+    try:
+        return gym_server.option_defaults(task)
+    except gym_server.BadOption as exc:
+        raise InputError(str(exc), field=exc.field) from None
 
 
 def config_values(task: str, options: dict[str, str]) -> dict[str, Any]:
     """The typed values of ``options`` (name -> the spec's string) for ``task``'s configuration;
     an InputError naming an unknown option (listing the valid ones) or a bad value."""
-    defaults = option_defaults(task)
-    values = {}
-    for name, raw in options.items():
-        if name not in defaults:
-            raise InputError(f"gym:{task}: unknown option {name!r}; valid options: "
-                             f"{', '.join(defaults) or '(none)'}", field=name)
-        try:
-            values[name] = _typed(raw, defaults[name])
-        except (ValueError, TypeError) as exc:
-            raise InputError(f"gym:{task}: bad value {raw!r} for option {name!r} (default "
-                             f"{defaults[name]!r}): {exc}", field=name) from None
-    return values
-
-
-def dataset(task: str, options: dict[str, str], seed: int, size: int):
-    """reasoning-gym's dataset of ``task`` with ``options`` (the spec's strings), ``seed`` and
-    ``size``, its configuration validated: an InputError with the task's own message otherwise."""
-    cls, config = _classes(task)
+    reasoning_gym()
     try:
-        cfg = config(**config_values(task, options), seed=seed, size=size)
-        if hasattr(cfg, "validate"):
-            cfg.validate()
-        return cls(config=cfg)
-    except InputError:
-        raise
-    except Exception as exc:  # the task's own validation: assertions, ValueErrors
-        raise InputError(f"gym:{task}: reasoning-gym rejects the options {options or '(defaults)'}: "
-                         f"{exc or type(exc).__name__}", field="spec") from None
+        return gym_server.config_values(task, options)
+    except gym_server.BadOption as exc:
+        raise InputError(str(exc), field=exc.field) from None
 
 
-# --------------------------------------------------------------------------- the worker
+# --------------------------------------------------------------------------- the service
+
+def _import_paths() -> list[str]:
+    """The folders the service imports reasoning-gym and its requirements from: this
+    interpreter's site-packages and the one reasoning-gym is installed in."""
+    spec = importlib.util.find_spec("reasoning_gym")
+    found = [os.path.dirname(os.path.dirname(spec.origin))] if spec is not None and spec.origin else []
+    paths = sysconfig.get_paths()
+    return list(dict.fromkeys(os.path.realpath(p) for p in [*found, paths["purelib"], paths["platlib"]]))
+
 
 class _Worker:
-    """The scoring process: JSON lines in (``{task, options, entry, answer}``), JSON lines out
-    (``{"score": x}`` or ``{"error": name}``); killed on a call past the time bound."""
+    """The sandboxed service (:mod:`hista.rewards.gym_server`): JSON lines in, JSON lines out;
+    closed, and started again on the next call, when it stops answering."""
 
     def __init__(self) -> None:
-        self._proc: Optional[subprocess.Popen] = None
+        self._service: Optional[sandbox.Service] = None
         self._buffer = b""
         self._lock = threading.Lock()
 
     def _start(self) -> None:
-        env = dict(os.environ, OMP_NUM_THREADS="1")
-        self._proc = subprocess.Popen([sys.executable, "-c", "import hista.rewards.gym as g; g.serve()"],
-                                      stdin=subprocess.PIPE,
-                                      stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=env)
+        reasoning_gym()
+        paths = _import_paths()
+        source = Path(gym_server.__file__).read_text(encoding="utf-8")
+        self._service = sandbox.start_service(source, paths, readable=paths, memory_mb=SERVICE_MEMORY_MB)
         self._buffer = b""
         if self._line(STARTUP_TIMEOUT_S) != {"ready": True}:
             self.stop()
-            raise RuntimeError("the reasoning-gym scorer did not start")
+            raise RuntimeError("the reasoning-gym service did not start in the sandbox")
 
     def stop(self) -> None:
-        if self._proc is not None:
-            self._proc.kill()
-            self._proc.wait()
-            for pipe in (self._proc.stdin, self._proc.stdout):
-                pipe.close()
-            self._proc = None
+        if self._service is not None:
+            self._service.close()
+            self._service = None
 
     def _line(self, timeout: float) -> Optional[dict]:
-        """The worker's next line as JSON, or None past ``timeout`` seconds or at its end."""
-        fd = self._proc.stdout.fileno()
+        """The service's next line as JSON, or None past ``timeout`` seconds or at its end."""
+        fd = self._service.stdout.fileno()
         deadline = time.monotonic() + timeout
         while b"\n" not in self._buffer:
             left = deadline - time.monotonic()
             if left <= 0 or not select.select([fd], [], [], left)[0]:
                 return None
-            chunk = os.read(fd, 65536)
+            chunk = os.read(fd, 1 << 16)
             if not chunk:
                 return None
             self._buffer += chunk
@@ -222,65 +173,78 @@ class _Worker:
         return reply if isinstance(reply, dict) else {"error": "unreadable reply"}
 
     def call(self, request: dict, timeout: float) -> dict:
+        """The service's reply to ``request`` (run within ``timeout`` seconds there)."""
         with self._lock:
-            if self._proc is None or self._proc.poll() is not None:
+            if self._service is None or not self._service.running():
+                self.stop()
                 self._start()
             try:
-                self._proc.stdin.write(json.dumps(request).encode("utf-8") + b"\n")
-                self._proc.stdin.flush()
+                self._service.stdin.write(json.dumps({**request, "timeout": timeout}).encode("utf-8") + b"\n")
+                self._service.stdin.flush()
             except OSError:
                 self.stop()
-                return {"error": "the scorer process ended"}
-            reply = self._line(timeout)
+                return {"ended": "the sandbox ended"}
+            reply = self._line(timeout + REPLY_MARGIN_S)
             if reply is None:
                 self.stop()
-                return {"timeout": True}
+                return {"ended": "the sandbox stopped answering"}
             return reply
 
 
 _WORKER = _Worker()
-atexit.register(_WORKER.stop)  # the worker would end at its stdin's EOF anyway; no process is left behind
+atexit.register(_WORKER.stop)  # the service would end at its stdin's EOF anyway; no process is left behind
+
+
+def _failure(reply: dict, timeout: float) -> Optional[str]:
+    """Why ``reply`` holds no result, or None."""
+    if reply.get("timeout"):
+        return f"timed out after {timeout:g} s"
+    if "ended" in reply:
+        return f"ended without a reply: {str(reply['ended'])[:80]}"
+    if "error" in reply:
+        return f"error: {str(reply['error'])[:200]}"
+    return None
 
 
 def score(task: str, options: dict[str, str], entry: dict, answer: str,
           timeout: Optional[float] = None) -> tuple[Optional[float], str]:
-    """``task``'s score of ``answer`` against ``entry`` in the worker process: (score, "") or
-    (None, why: a timeout, the scorer's error). ``timeout``: seconds (default
-    :data:`SCORE_TIMEOUT_S`)."""
+    """``task``'s score of ``answer`` against ``entry``, computed in the sandboxed service: (score,
+    "") or (None, why: a timeout, the scorer's error, its process's end). ``timeout``: seconds
+    (default :data:`SCORE_TIMEOUT_S`)."""
     timeout = SCORE_TIMEOUT_S if timeout is None else timeout
-    reply = _WORKER.call({"task": task, "options": options, "entry": entry, "answer": answer}, timeout)
-    if reply.get("timeout"):
-        return None, f"scorer timed out after {timeout:g} s"
-    if "error" in reply:
-        return None, f"scorer error: {reply['error']}"
+    reply = _WORKER.call({"op": "score", "task": task, "options": options, "entry": entry, "answer": answer},
+                         timeout)
+    why = _failure(reply, timeout)
+    if why is not None:
+        return None, f"scorer {why}"
     value = reply.get("score")
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value <= 1:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) \
+            or not 0 <= value <= 1:
         return None, f"scorer returned {str(value)[:40]}, not a score in [0, 1]"
     return float(value), ""
 
 
-def serve() -> None:
-    """The scoring worker's loop (:class:`_Worker` starts it in a process of its own): requests
-    on standard input, replies on the original standard output; anything the task code prints
-    goes to standard error instead."""
-    out = os.fdopen(os.dup(1), "w")
-    os.dup2(2, 1)
-    reasoning_gym()
-    out.write(json.dumps({"ready": True}) + "\n")
-    out.flush()
-    scorers: dict[str, Any] = {}
-    for line in sys.stdin:
-        try:
-            request = json.loads(line)
-            key = json.dumps([request["task"], request["options"]], sort_keys=True)
-            if key not in scorers:
-                scorers[key] = dataset(request["task"], request["options"], seed=0, size=1)
-            value = scorers[key].score_answer(request["answer"], request["entry"])
-            reply = {"score": float(value)}
-        except Exception as exc:  # the task's scorer on model output
-            reply = {"error": type(exc).__name__}
-        out.write(json.dumps(reply) + "\n")
-        out.flush()
+def generate(task: str, options: dict[str, str], seed: int, size: int, start: int, stop: int
+             ) -> tuple[list[dict], list[float], Optional[str]]:
+    """Entries ``start`` to ``stop`` of reasoning-gym's dataset of ``task`` (``options``, ``seed``,
+    ``size``), generated in the sandboxed service within :data:`GENERATE_TIMEOUT_S`, each as JSON
+    carries it, with the task's score of its own gold answer; and why the generator failed at
+    the next entry (None when it did not). An InputError when the options cannot make the task."""
+    try:
+        reply = _WORKER.call({"op": "generate", "task": task, "options": options, "seed": seed, "size": size,
+                              "start": start, "stop": stop}, GENERATE_TIMEOUT_S)
+    except (sandbox.SandboxUnavailable, RuntimeError) as exc:
+        raise InputError(f"gym: reasoning-gym runs in the sandbox, which cannot start here: {exc}",
+                         field="spec") from None
+    if "field" in reply:
+        raise InputError(str(reply.get("error")), field=str(reply["field"]))
+    if "entries" not in reply:
+        return [], [], _failure(reply, GENERATE_TIMEOUT_S) or "no entries in the reply"
+    entries, gold, why = reply["entries"], reply.get("gold"), reply.get("error")
+    if not (isinstance(entries, list) and isinstance(gold, list) and len(entries) == len(gold)
+            and all(isinstance(e, dict) for e in entries)):
+        return [], [], "the generator's reply is not a list of entries"
+    return entries, [float(g) for g in gold], None if why is None else str(why)[:500]
 
 
 # --------------------------------------------------------------------------- the verifier
@@ -327,11 +291,18 @@ def verify_gym(completion: Any, answer: Any) -> tuple[float, str]:
         return 0.0, "no answer found"
     if len(given) > MAX_ANSWER_CHARS:
         return 0.0, f"answer longer than {MAX_ANSWER_CHARS} characters"
-    try:
-        value, why = score(record["task"], record["options"], record["entry"], given)
-    except Exception as exc:  # the worker could not start
-        logger.debug("gym scorer failed", exc_info=True)
-        return 0.0, f"scorer unavailable: {type(exc).__name__}"
+    task, entry = record["task"], record["entry"]
+    refused = gym_checks.refusal(task, given, entry)
+    if refused is not None:
+        return 0.0, f"answer refused: {refused}"
+    if task in gym_checks.RESCORED:
+        value, why = gym_checks.RESCORED[task](given, entry), ""
+    else:
+        try:
+            value, why = score(task, record["options"], entry, given)
+        except Exception as exc:  # the service could not start
+            logger.debug("gym scorer failed", exc_info=True)
+            return 0.0, f"scorer unavailable: {type(exc).__name__}: {str(exc)[:200]}"
     if value is None:
         return 0.0, why
     if record.get("partial") is True:

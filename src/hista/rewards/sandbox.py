@@ -127,6 +127,7 @@ from typing import Callable, Optional, Sequence
 
 __all__ = [
     "SandboxResult",
+    "Service",
     "run_judged",
     "run_sandboxed",
     "sandbox_backend",
@@ -422,11 +423,11 @@ def _remove_tree(path: str) -> None:
         shutil.rmtree(path, onerror=retry)
 
 
-def _env(home: str) -> dict[str, str]:
+def _env(home: str, tmpdir: str = "/tmp") -> dict[str, str]:
     return {
         "PATH": "/usr/local/bin:/usr/bin:/bin",
         "HOME": home,
-        "TMPDIR": "/tmp",
+        "TMPDIR": tmpdir,
         "LANG": "C.UTF-8",
         "LC_ALL": "C.UTF-8",
         "PYTHONIOENCODING": "utf-8",
@@ -440,9 +441,10 @@ def _inside(workdir: str) -> str:
     return "/tmp/" + os.path.basename(workdir)
 
 
-def _bwrap_prefix(workdir: str, extra: Sequence[str]) -> list[str]:
+def _bwrap_prefix(workdir: str, extra: Sequence[str], service: Optional[Sequence[str]] = None) -> list[str]:
     """bwrap and its arguments up to the command: the namespaces, the read-only root of ``extra``,
-    and the working directory on the private ``/tmp`` with ``main.py`` in it when there is one."""
+    and the working directory on the private ``/tmp`` with ``main.py`` in it when there is one.
+    For a service, ``service`` holds its read-only binds, and ``/tmp`` is read-only too."""
     def tmpfs(path: str, size: int) -> list[str]:
         return (["--size", str(size)] if bwrap_caps_tmpfs() else []) + ["--tmpfs", path]
 
@@ -458,6 +460,7 @@ def _bwrap_prefix(workdir: str, extra: Sequence[str]) -> list[str]:
         *tmpfs("/tmp", TMPFS_BYTES),
         "--dir", inside,
         *program,
+        *([] if service is None else [*service, "--remount-ro", "/tmp"]),
         "--remount-ro", "/dev",
         "--remount-ro", "/",
         "--chdir", inside,
@@ -505,18 +508,27 @@ def _kill_group(proc: subprocess.Popen) -> None:
         pass
 
 
-def _launch(backend: str, python: str, extra: Sequence[str], workdir: str, inner: Sequence[str], stdin: bytes,
-            pass_fds: Sequence[int] = ()) -> subprocess.Popen:
+def _launch(backend: str, python: str, extra: Sequence[str], workdir: str, inner: Sequence[str],
+            stdin: Optional[bytes], pass_fds: Sequence[int] = (), binds: Sequence[str] = ()) -> subprocess.Popen:
     """Start ``inner`` (the interpreter's command line) in the sandbox of ``backend`` with ``stdin``
     (an unlinked temporary file: no pipe to feed, no deadlock), in its own session, with no file
-    descriptor of this process but ``pass_fds``; as ``nobody`` when the caller is root."""
-    cmd = _bwrap_prefix(workdir, extra) + list(inner) if backend == "bwrap" else list(inner)
+    descriptor of this process but ``pass_fds``; as ``nobody`` when the caller is root. ``stdin``
+    None starts a service (:class:`Service`): stdin a pipe, stderr discarded, ``/tmp`` read-only,
+    ``binds`` (bwrap's read-only binds) added, ``TMPDIR`` its only writable folder (``/dev/shm``
+    under bubblewrap, else ``scratch`` in its folder)."""
+    service = stdin is None
+    home = _inside(workdir) if backend == "bwrap" else workdir
+    tmpdir = "/tmp" if not service else "/dev/shm" if backend == "bwrap" else os.path.join(workdir, "scratch")
+    cmd = (_bwrap_prefix(workdir, extra, binds if service else None) + list(inner) if backend == "bwrap"
+           else list(inner))
     drop: dict = {"user": NOBODY_ID, "group": NOBODY_ID, "extra_groups": []} if _is_root() else {}
     with tempfile.TemporaryFile() as stdin_file:
-        stdin_file.write(stdin)
-        stdin_file.seek(0)
-        return subprocess.Popen(cmd, stdin=stdin_file, stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=workdir,
-                                env=_env(_inside(workdir) if backend == "bwrap" else workdir),
+        if not service:
+            stdin_file.write(stdin)
+            stdin_file.seek(0)
+        return subprocess.Popen(cmd, stdin=subprocess.PIPE if service else stdin_file, stdout=subprocess.PIPE,
+                                stderr=subprocess.DEVNULL if service else subprocess.PIPE, cwd=workdir,
+                                env=_env(home, tmpdir),
                                 start_new_session=True, close_fds=True, pass_fds=tuple(pass_fds), **drop)
 
 
@@ -671,6 +683,65 @@ def run_sandboxed(
                        file_size_mb=file_size_mb)
     finally:
         _remove_tree(workdir)
+
+
+class Service:
+    """A long-lived program in the sandbox that answers on its standard output what it reads on its
+    standard input (:func:`start_service`); :meth:`close` kills its whole process group."""
+
+    def __init__(self, proc: subprocess.Popen, workdir: str) -> None:
+        self.proc, self.workdir = proc, workdir
+
+    @property
+    def stdin(self):
+        return self.proc.stdin
+
+    @property
+    def stdout(self):
+        return self.proc.stdout
+
+    def running(self) -> bool:
+        return self.proc.poll() is None
+
+    def close(self) -> None:
+        _kill_group(self.proc)
+        self.proc.wait()
+        for pipe in (self.proc.stdin, self.proc.stdout):
+            pipe.close()
+        _remove_tree(self.workdir)
+
+
+def start_service(code: str, args: Sequence[str] = (), *, readable: Sequence[str] = (), memory_mb: int = 2048,
+                  max_processes: int = 16, cpu_s: int = 86_400) -> Service:
+    """Start the Python program ``code`` (with ``args``) as a :class:`Service` in the sandbox
+    (SPEC §6): the isolation of :func:`run_sandboxed` (module docstring), except that its only
+    writable folder is ``$TMPDIR``, which the service owns (under bubblewrap its private
+    ``/dev/shm``; its ``/tmp`` is read-only), stderr is discarded, and the folders ``readable``
+    (their real paths) are bound read-only under bubblewrap. It runs as ``python -s main.py ARGS``
+    in the sandbox's clean environment (``PYTHONHASHSEED=0``: the same hashes in every run), with
+    its own folder first on ``sys.path`` (read-only). Limits per process: ``memory_mb`` address space,
+    ``cpu_s`` CPU seconds, ``max_processes`` processes and threads in the sandbox."""
+    backend, python, extra = _ensure_backend()
+    binds: list[str] = []
+    if backend == "bwrap":
+        for path in dict.fromkeys(os.path.realpath(p) for p in readable):
+            if os.path.isdir(path):
+                binds += ["--ro-bind", path, path]
+    workdir = tempfile.mkdtemp(prefix="hista-svc-")
+    os.chmod(workdir, 0o755)
+    try:
+        _write_program(workdir, code)
+        if backend != "bwrap":  # the service's scratch folder (under bubblewrap its private /dev/shm)
+            os.mkdir(os.path.join(workdir, "scratch"), 0o700)
+            if _is_root():
+                os.chown(os.path.join(workdir, "scratch"), NOBODY_ID, NOBODY_ID)
+        limits = _limit_args(memory_mb, max_processes, cpu_s, 1)
+        proc = _launch(backend, python, extra, workdir,
+                       [python, "-I", "-S", "-c", _WRAPPER, *limits, python, "-s", _PROGRAM, *args], None, binds=binds)
+    except BaseException:
+        _remove_tree(workdir)
+        raise
+    return Service(proc, workdir)
 
 
 def run_judged(judge: str, judge_input: bytes, subject: str, module: str, *, timeout_s: float = 10.0,

@@ -32,11 +32,11 @@ import hashlib
 import json
 import logging
 from pathlib import Path
-from typing import Any, Optional
+from typing import Optional
 from urllib.parse import unquote
 
 from hista.errors import InputError
-from hista.rewards import gym
+from hista.rewards import gym, gym_checks
 from hista.tasks._common import MAX_ATTEMPTS, canonical_split, split_of_text
 from hista.tasks.base import TaskSource, register
 
@@ -91,29 +91,25 @@ def _seed(task: str, options: dict[str, str], seed: int, split: str, chunk: int)
     return int.from_bytes(hashlib.sha256(key.encode("utf-8")).digest()[:4], "big")
 
 
-def _jsonable(value: Any) -> Any:
-    """A task entry's value as JSON can carry it (sets sorted, other objects as text)."""
-    if isinstance(value, (set, frozenset)):
-        return sorted(value, key=str)
-    return str(value)
-
-
-def _entry(rest: str, data: Any, index: int) -> dict:
-    """Entry ``index`` of a reasoning-gym dataset as the verifier will see it (a JSON round trip);
-    an InputError when the task's generator fails with these options."""
-    try:
-        entry = data[index]
-    except Exception as exc:  # the task's own generator, e.g. options it does not check
-        raise InputError(f"gym:{rest}: reasoning-gym's generator fails with these options: "
-                         f"{type(exc).__name__}: {exc}", field="spec") from None
-    return json.loads(json.dumps(entry, default=_jsonable))
-
-
 def _id_prefix(task: str, options: dict[str, str], seed: int, split: str) -> str:
     tag = ""
     if options:
         tag = "." + hashlib.sha256(json.dumps(sorted(options.items())).encode()).hexdigest()[:8]
     return f"gym-{task}{tag}-{split}-s{seed}"
+
+
+def _gold_pays(task: str, entry: dict, score: float) -> bool:
+    """Whether ``entry``'s own gold answer is paid by the ``gym`` verifier: it passes hista's checks
+    and scores 1 (``score``: the task's scorer's, for a task hista does not score itself). A task
+    without a gold answer (its scorer checks a solution, e.g. ``rush_hour``) is kept unchecked."""
+    gold = entry.get("answer")
+    if not isinstance(gold, str):
+        return True
+    if gym_checks.refusal(task, gold, entry) is not None:
+        return False
+    if task in gym_checks.RESCORED:
+        return gym_checks.RESCORED[task](gold, entry) >= 1
+    return score >= 1
 
 
 def generate(rest: str, n: int, seed: int, split: str) -> list[dict]:
@@ -126,30 +122,37 @@ def generate(rest: str, n: int, seed: int, split: str) -> list[dict]:
     seen: set[str] = set()
     dropped = misses = chunk = 0
     while len(records) < n:
-        data = gym.dataset(task, options, seed=_seed(task, options, seed, split, chunk), size=CHUNK)
-        for index in range(CHUNK):
-            if len(records) == n:
-                break
-            entry = _entry(rest, data, index)
-            question, gold = entry.get("question"), entry.get("answer")
-            usable = isinstance(question, str) and split_of_text(question) == split and question not in seen
-            if usable:
-                seen.add(question)
-                if isinstance(gold, str) and data.score_answer(gold, entry) < 1:
-                    dropped, usable = dropped + 1, False
-            if not usable:  # another split's, a repeat, or a gold its own scorer refuses
-                misses += 1
-                if misses > MAX_ATTEMPTS:
-                    raise InputError(f"gym:{rest}: could not draw problem {len(records)} for split {split!r} in "
-                                     f"{MAX_ATTEMPTS} tries; the options allow too few distinct questions "
-                                     f"({dropped} left out: their gold answer does not score 1)", field="spec")
-                continue
-            misses = 0
-            answer = json.dumps({"task": task, "options": options, "entry": entry, "partial": partial},
-                                ensure_ascii=False)
-            records.append({"id": f"{prefix}-{len(records):05d}", "problem": question + ANSWER_TEXT,
-                            "answer": answer, "verifier": "gym", "field": data.category,
-                            "meta": {"task": task, "gold": gold if isinstance(gold, str) else None}})
+        chunk_seed, start = _seed(task, options, seed, split, chunk), 0
+        while start < CHUNK and len(records) < n:
+            stop = min(CHUNK, start + max(8, 4 * (n - len(records))))
+            entries, gold_scores, failure = gym.generate(task, options, chunk_seed, CHUNK, start, stop)
+            for entry, gold_score in zip(entries, gold_scores):
+                if len(records) == n:
+                    break
+                question = entry.get("question")
+                usable = isinstance(question, str) and split_of_text(question) == split and question not in seen
+                if usable:
+                    seen.add(question)
+                    if not _gold_pays(task, entry, gold_score):
+                        dropped, usable = dropped + 1, False
+                if not usable:  # another split's, a repeat, or a gold the verifier would not pay
+                    misses += 1
+                    if misses > MAX_ATTEMPTS:
+                        raise InputError(f"gym:{rest}: could not draw problem {len(records)} for split {split!r} in "
+                                         f"{MAX_ATTEMPTS} tries; the options allow too few distinct questions "
+                                         f"({dropped} left out: their gold answer does not score 1)", field="spec")
+                    continue
+                misses = 0
+                answer = json.dumps({"task": task, "options": options, "entry": entry, "partial": partial},
+                                    ensure_ascii=False)
+                records.append({"id": f"{prefix}-{len(records):05d}", "problem": question + ANSWER_TEXT,
+                                "answer": answer, "verifier": "gym", "field": gym.category(task),
+                                "meta": {"task": task, "gold": entry.get("answer")
+                                         if isinstance(entry.get("answer"), str) else None}})
+            if failure is not None and len(records) < n:
+                raise InputError(f"gym:{rest}: reasoning-gym's generator fails with these options: {failure}",
+                                 field="spec")
+            start = stop
         chunk += 1
     if dropped:
         logger.warning("gym:%s: left out %d entries whose gold answer does not score 1 with the task's scorer",
