@@ -14,6 +14,7 @@ trainer uses these too.
 from __future__ import annotations
 
 import hashlib
+import operator
 from typing import Any, Hashable, Optional, Sequence, Union
 
 import torch
@@ -21,10 +22,16 @@ import torch
 from . import estimators
 from .estimators.base import Estimator, LearnsAcrossGroups, ReadsCritic, check_finite
 from .models.forward import decoder_layers, model_hidden_states
+from .models.loading import context_length
 from .rollout.offsets import decode_with_offsets
 from .types import Rollout, RolloutGroup
 
 Ids = Union[torch.Tensor, Sequence[Sequence[int]]]
+
+# The largest |reward| token_advantages takes. Estimators compute in float32 (largest 3.4e38):
+# rewards of ±3e38 overflowed a group's std (every GRPO advantage 0) and hista's values (-inf).
+# Within ±1e15 even a sum of squared rewards over 3e8 rows stays finite.
+REWARD_BOUND = 1e15
 
 
 def batch_to_groups(
@@ -167,18 +174,28 @@ def token_advantages(estimator: Union[str, Estimator], prompt_ids: Ids, completi
       token offsets are decoded from the ids, never re-tokenised.
     - ``gae_lambda``, ``scale``: as :func:`estimate`; ``batch`` scaling uses the std of ``rewards``.
 
-    Bad input raises a ValueError naming the argument: lengths that differ, masks of another
-    shape or completions not padded on the right, a group of one row, a non-finite reward,
-    hidden states of another shape, a layer the model does not have, or a model, hidden states
-    or tokenizer the estimator needs and did not get.
+    Bad input raises a ValueError whose message starts with the argument: lengths that differ;
+    ids that are not integers (lists of ints, or tensors of an integer dtype), negative, past
+    the vocabulary of the model or tokenizer that reads them, or rows (prompt + completion)
+    longer than the model's context, or an empty prompt for the model; masks of another shape,
+    not 0/1, or completions not padded on the right; rewards that are not real numbers, not
+    finite or beyond ±``REWARD_BOUND`` (1e15); a group key that is not hashable or a group of
+    one row; hidden states of another shape or not finite; a layer the model does not have; a
+    ``batch_size`` that is not a positive int; or a model, hidden states or tokenizer the
+    estimator needs and did not get.
     """
     est = estimators.get(estimator) if isinstance(estimator, str) else estimator
     _check_served(est)
+    if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
+        raise ValueError(f"batch_size: expected a positive int (completions per micro-batch of the model's pass), "
+                         f"got {batch_size!r}")
     batch = _Batch.of(prompt_ids, completion_ids, prompt_mask, completion_mask)
     reward = _rewards(rewards, len(batch.prompts))
     members = _members(groups, len(batch.prompts))
-    if est.needs_text and tokenizer is None:
-        raise ValueError(f"tokenizer: {est.name} reads the completions' text; pass the tokenizer that made the ids")
+    if est.needs_text:
+        if tokenizer is None:
+            raise ValueError(f"tokenizer: {est.name} reads the completions' text; pass the tokenizer that made the ids")
+        batch.check_ids(len(tokenizer), "the tokenizer")
     states = batch.states(est, hidden, model, batch_size, tokenizer) if est.needs_hidden else None
     built = batch.groups(members, reward, states, tokenizer if est.needs_text else None)
     batch_std = float(reward.std()) if reward.numel() > 1 else 0.0
@@ -211,14 +228,16 @@ class _Batch:
         if not isinstance(prompt_ids, torch.Tensor):
             if prompt_mask is not None or completion_mask is not None:
                 raise ValueError("prompt_mask, completion_mask: only with tensors; lists of id lists hold no padding")
-            prompts = [[int(i) for i in p] for p in prompt_ids]
-            completions = [[int(i) for i in c] for c in completion_ids]
+            prompts, completions = _id_lists("prompt_ids", prompt_ids), _id_lists("completion_ids", completion_ids)
             if len(prompts) != len(completions):
                 raise ValueError(f"completion_ids: {len(completions)} completions for {len(prompts)} prompts")
-            return cls(prompts, completions, max((len(c) for c in completions), default=0))
+            return cls(prompts, completions, max((len(c) for c in completions), default=0)).check_ids()
         for name, ids in (("prompt_ids", prompt_ids), ("completion_ids", completion_ids)):
             if ids.dim() != 2:
                 raise ValueError(f"{name}: expected a [B, width] tensor, got shape {tuple(ids.shape)}")
+            if ids.dtype == torch.bool or ids.is_floating_point() or ids.is_complex():
+                raise ValueError(f"{name}: expected token ids of an integer dtype, got {ids.dtype} (a float tensor "
+                                 "may already have rounded them: bfloat16 holds integers exactly only up to 256)")
         if completion_ids.size(0) != prompt_ids.size(0):
             raise ValueError(f"completion_ids: {completion_ids.size(0)} rows for {prompt_ids.size(0)} prompts")
         masks = []
@@ -227,31 +246,65 @@ class _Batch:
             mask = torch.ones_like(ids) if mask is None else mask
             if tuple(mask.shape) != tuple(ids.shape):
                 raise ValueError(f"{name}: shape {tuple(mask.shape)}, but the ids are {tuple(ids.shape)}")
+            other = (mask != 0) & (mask != 1)
+            if bool(other.any()):
+                raise ValueError(f"{name}: holds {mask[other][0].item()}; a mask is bool or holds only 0 and 1")
             masks.append(mask.cpu())
         if bool((masks[1][:, 1:] > masks[1][:, :-1]).any()):
             raise ValueError("completion_mask: a completion's tokens come first in its row (padding on the right)")
         padded = (prompt_ids.cpu(), masks[0], completion_ids.cpu(), masks[1])
         prompts, completions, _ = unpad(*padded)
-        return cls(prompts, completions, completion_ids.size(1), padded)
+        return cls(prompts, completions, completion_ids.size(1), padded).check_ids()
+
+    def check_ids(self, vocab: Optional[int] = None, reader: str = "") -> "_Batch":
+        """This batch, after refusing a negative id and, with ``vocab``, an id at or past it (the
+        vocabulary of ``reader``); one min and max per row."""
+        for name, rows in (("prompt_ids", self.prompts), ("completion_ids", self.completions)):
+            for r, row in enumerate(rows):
+                low, high = (min(row), max(row)) if row else (0, 0)
+                if low < 0 or (vocab is not None and high >= vocab):
+                    within = f"[0, {vocab}), the vocabulary of {reader}" if vocab is not None else "0 or more"
+                    raise ValueError(f"{name}: row {r} holds id {low if low < 0 else high}; token ids are {within}")
+        return self
 
     def states(self, est: Estimator, hidden: Any, model: Optional[torch.nn.Module], batch_size: int,
                tokenizer: Any) -> list[torch.Tensor]:
         """Each row's hidden states [P_i + T_i, H] of ``est``'s layer: from ``hidden``, or one
         no-grad pass of ``model`` in eval mode (its mode is restored after)."""
-        rows = len(self.prompts)
         if hidden is None:
             if model is None:
                 raise ValueError(f"model: {est.name} reads hidden states; pass the model (run once here) or hidden=")
-            layer = est.hidden_layer(decoder_layers(model))
-            training = model.training
-            model.eval()  # no dropout in the states
-            try:
-                return model_hidden_states(model, self.prompts, self.completions, layer=layer, batch_size=batch_size,
-                                           pad=getattr(tokenizer, "pad_token_id", None) or 0)
-            except IndexError as exc:
-                raise ValueError(f"model: {est.name}: {exc}") from None
-            finally:
-                model.train(training)
+            return _finite(self._model_states(est, model, batch_size, tokenizer), "model")
+        return _finite(self._given_states(hidden), "hidden")
+
+    def _model_states(self, est: Estimator, model: torch.nn.Module, batch_size: int,
+                      tokenizer: Any) -> list[torch.Tensor]:
+        """The rows' states from one pass of ``model``, after checking that it can read them: a
+        prompt token per row, ids within its embeddings, rows within its context."""
+        empty = next((r for r, prompt in enumerate(self.prompts) if not prompt), None)
+        if empty is not None:
+            raise ValueError(f"prompt_ids: row {empty} is empty; the model's pass encodes each prompt first and "
+                             "needs at least one prompt token (e.g. BOS)")
+        self.check_ids(model.get_input_embeddings().num_embeddings, "the model")
+        context = context_length(model.config) or float("inf")
+        for r, (prompt, completion) in enumerate(zip(self.prompts, self.completions)):
+            if len(prompt) + len(completion) > context:
+                raise ValueError(f"completion_ids: row {r} holds {len(prompt)} prompt + {len(completion)} completion "
+                                 f"tokens, past the model's context of {context} positions (max_position_embeddings)")
+        layer = est.hidden_layer(decoder_layers(model))
+        training = model.training
+        model.eval()  # no dropout in the states
+        try:
+            return model_hidden_states(model, self.prompts, self.completions, layer=layer, batch_size=batch_size,
+                                       pad=getattr(tokenizer, "pad_token_id", None) or 0)
+        except IndexError as exc:
+            raise ValueError(f"model: {est.name}: {exc}") from None
+        finally:
+            model.train(training)
+
+    def _given_states(self, hidden: Any) -> list[torch.Tensor]:
+        """The rows' states from the caller's ``hidden``, its shape checked against the ids."""
+        rows = len(self.prompts)
         if isinstance(hidden, torch.Tensor):
             if self.padded is None:
                 raise ValueError("hidden: a [B, P + T, H] tensor goes with padded id tensors; with lists of ids give "
@@ -287,12 +340,45 @@ class _Batch:
         return out
 
 
+def _id_lists(name: str, rows: Any) -> list[list[int]]:
+    """``rows``, B sequences of token ids, as lists of ints; a row holding a float, a string or
+    anything else that is not an integer raises ValueError naming ``name``."""
+    out: list[list[int]] = []
+    row: Any = rows
+    try:
+        for row in rows:
+            out.append([operator.index(i) for i in row])
+    except TypeError:
+        raise ValueError(f"{name}: expected lists of int token ids (or a [B, width] integer tensor); row {len(out)} "
+                         f"is {row!r:.80}") from None
+    return out
+
+
+def _finite(states: list[torch.Tensor], what: str) -> list[torch.Tensor]:
+    """``states``, after refusing a row that holds a NaN or an infinite value (``what`` names their source)."""
+    for r, state in enumerate(states):
+        if not bool(torch.isfinite(state).all()):
+            raise ValueError(f"{what}: the hidden states of row {r} hold {int((~torch.isfinite(state)).sum())} "
+                             "non-finite values; they must be finite")
+    return states
+
+
 def _rewards(rewards: Union[torch.Tensor, Sequence[float]], rows: int) -> torch.Tensor:
-    """The rewards as a float32 CPU vector of one finite number per row."""
-    reward = torch.as_tensor(rewards, dtype=torch.float32).flatten().cpu()
+    """The rewards as a float32 CPU vector of one finite real number per row within ±REWARD_BOUND."""
+    try:
+        if isinstance(rewards, torch.Tensor) and rewards.is_complex():
+            raise TypeError
+        reward = torch.as_tensor(rewards, dtype=torch.float64).flatten().cpu()
+    except (TypeError, ValueError):
+        raise ValueError(f"rewards: expected {rows} real numbers, got {rewards!r:.80}") from None
     if reward.numel() != rows:
         raise ValueError(f"rewards: {reward.numel()} rewards for {rows} completions")
-    return check_finite(reward, "rewards")
+    big = check_finite(reward, "rewards").abs() > REWARD_BOUND
+    if bool(big.any()):
+        raise ValueError(f"rewards: holds {reward[big][0].item():g}, beyond ±{REWARD_BOUND:g}; advantages are "
+                         "computed in float32, where sums and spreads of rewards near its limit (3.4e38) overflow: "
+                         "rescale them")
+    return reward.float()
 
 
 def _members(groups: Sequence[Hashable], rows: int) -> dict[Hashable, list[int]]:
@@ -302,7 +388,13 @@ def _members(groups: Sequence[Hashable], rows: int) -> dict[Hashable, list[int]]
         raise ValueError(f"groups: {len(keys)} group keys for {rows} completions (one per row)")
     members: dict[Hashable, list[int]] = {}
     for row, key in enumerate(keys):
-        members.setdefault(key, []).append(row)
+        try:
+            if isinstance(key, torch.Tensor):  # hashed by identity: equal keys would not meet
+                raise TypeError
+            members.setdefault(key, []).append(row)
+        except TypeError:
+            raise ValueError(f"groups: the key of row {row} is {key!r:.60}, which does not hash by value; give "
+                             "one key per row, e.g. a str or an int (the prompt's index), or a 1-D tensor") from None
     single = [key for key, rows_ in members.items() if len(rows_) < 2]
     if single:
         raise ValueError(f"groups: group {single[0]!r} has one row ({len(single)} such group(s)); an advantage "

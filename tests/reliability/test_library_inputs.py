@@ -1,7 +1,8 @@
 """Library functions reject bad inputs with a ValueError / InputError naming them (SPEC §12,
 issue "Reliability"): non-finite rewards and advantages, non-binary masks, sampling settings
 out of range, a damaged model cache, an unreachable hub, an unknown device, an empty task
-source."""
+source, and every input of ``token_advantages`` that was read as something else or failed deep
+in torch (issue 62: adversarial review cb60262, F11 and F12)."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ import pytest
 import torch
 
 from hista import estimators, losses, tasks
+from hista.advantages import REWARD_BOUND, token_advantages
 from hista.errors import InputError
 from hista.estimators.base import group_std, scale_advantages
 from hista.estimators.gae import segment_gae
@@ -334,3 +336,91 @@ def test_verl_settings_in_the_environment_are_parsed_safely(monkeypatch, raw, ne
     with pytest.raises(InputError, match=needle) as info:
         settings("HISTA_LOSS")
     assert info.value.field == "HISTA_LOSS"
+
+
+# --- token_advantages: the inputs of F11 (read silently) and F12 (deep errors) ----------------
+
+PROMPTS = [[1, 2, 3]] * 4
+COMPLETIONS = [[5, 6], [8, 9, 10]] * 2
+PADDED = dict(prompt_ids=torch.tensor(PROMPTS), completion_ids=torch.tensor([[5, 6, 0, 0], [8, 9, 10, 0]] * 2))
+MASK = torch.tensor([[1, 1, 0, 0], [1, 1, 1, 0]] * 2)
+LONG = dict(prompt_ids=[[1] * 8] * 2, completion_ids=[[5] * 4096] * 2, rewards=[1, 0], groups=[0, 0])  # 4104 > 4096
+NAN_STATES = [torch.full((len(p) + len(c), 64), math.nan) for p, c in zip(PROMPTS, COMPLETIONS)]
+
+# (the input, the call's changes, how the error message starts); "tiny" stands for the tiny model
+# or its tokenizer. Each call returned advantages or raised elsewhere before (the comment).
+ADVANTAGE_INPUTS = [
+    # F11, read silently as something else
+    ("mask*2", dict(**PADDED, completion_mask=MASK * 2), "completion_mask: holds 2"),  # padding read as tokens
+    ("mask*0.5", dict(**PADDED, completion_mask=MASK * 0.5), "completion_mask: holds 0.5"),  # truncated
+    ("float ids", dict(completion_ids=[[5.7, 6.2]] * 4), "completion_ids: expected lists of int"),  # 5.7 read as 5
+    ("string ids", dict(completion_ids=[["5", "6"]] * 4), "completion_ids: expected lists of int"),  # "5" read as 5
+    ("past the context", dict(LONG, estimator="hista", model="tiny"),
+     "completion_ids: row 0 holds 8 prompt + 4096 completion tokens, past the model's context of 4096"),
+    ("NaN hidden", dict(estimator="hista", hidden=NAN_STATES), "hidden: the hidden states of row 0 hold"),
+    ("±3e38 rewards", dict(rewards=[3e38, -3e38, 3e38, -3e38]), "rewards: holds 3e+38"),  # all advantages 0
+    ("numca, id past the vocabulary", dict(estimator="numca", completion_ids=[[5, 10**6]] * 4, tokenizer="tiny"),
+     "completion_ids: row 0 holds id 1000000; token ids are [0, 49152), the vocabulary of the tokenizer"),
+    # F12, raised deep in torch/transformers or without the argument
+    ("hista+model, empty prompts", dict(estimator="hista", prompt_ids=[[]] * 4, model="tiny"),
+     "prompt_ids: row 0 is empty"),  # RuntimeError in torch's embedding
+    ("hista+model, float id tensors", dict(estimator="hista", prompt_ids=PADDED["prompt_ids"].float(),
+                                           completion_ids=PADDED["completion_ids"].float(), completion_mask=MASK,
+                                           model="tiny"),
+     "prompt_ids: expected token ids of an integer dtype, got torch.float32"),  # RuntimeError in torch's embedding
+    ("numca, negative id", dict(estimator="numca", completion_ids=[[5, -3]] * 4, tokenizer="tiny"),
+     "completion_ids: row 0 holds id -3"),  # OverflowError in the tokenizer
+    ("rewards=None", dict(rewards=None), "rewards: expected 4 real numbers, got None"),  # TypeError, unnamed
+    ("rewards of strings", dict(rewards=["1", "0", "1", "0"]), "rewards: expected 4 real numbers"),  # ValueError
+    ("unhashable group keys", dict(groups=[[0], [0], [1], [1]]), "groups: the key of row 0 is [0]"),  # TypeError
+    ("batch_size=0", dict(estimator="hista", model="tiny", batch_size=0), "batch_size: expected a positive int"),
+    ("batch_size=-1", dict(estimator="hista", model="tiny", batch_size=-1), "batch_size: expected a positive int"),
+    # beyond the review's list: the same checks elsewhere
+    ("model, id past the vocabulary", dict(estimator="hista", completion_ids=[[5, 10**6]] * 4, model="tiny"),
+     "completion_ids: row 0 holds id 1000000; token ids are [0, 49152), the vocabulary of the model"),
+    ("NaN prompt mask", dict(**PADDED, prompt_mask=torch.tensor([[1.0, math.nan, 1.0]] * 4)), "prompt_mask: holds nan"),
+    ("bool id tensors", dict(prompt_ids=PADDED["prompt_ids"] > 0, completion_ids=PADDED["completion_ids"] > 0),
+     "prompt_ids: expected token ids of an integer dtype, got torch.bool"),
+    ("complex rewards", dict(rewards=torch.tensor([1, 0, 1, 0], dtype=torch.complex64)), "rewards: expected 4 real"),
+    ("rewards past the bound", dict(rewards=[2e15, 0, 1, 0]), "rewards: holds 2e+15"),
+    ("tensor group keys", dict(groups=list(torch.tensor([0, 0, 1, 1]))), "groups: the key of row 0 is tensor(0)"),
+    ("batch_size=2.0", dict(batch_size=2.0), "batch_size: expected a positive int"),
+]
+
+
+@pytest.mark.parametrize("change, start", [case[1:] for case in ADVANTAGE_INPUTS],
+                         ids=[case[0] for case in ADVANTAGE_INPUTS])
+def test_token_advantages_refuses_the_input_naming_the_argument(tiny, change, start):
+    call = dict(estimator="grpo", prompt_ids=PROMPTS, completion_ids=COMPLETIONS, rewards=[1, 0, 1, 0],
+                groups=[0, 0, 1, 1])
+    call.update(change)
+    for name, value in (("model", tiny.model), ("tokenizer", tiny.tokenizer)):
+        if call.get(name) == "tiny":
+            call[name] = value
+    with pytest.raises(ValueError) as caught:
+        token_advantages(**call)
+    assert str(caught.value).startswith(start), caught.value
+
+
+def test_token_advantages_takes_the_good_forms_of_those_inputs(tiny):
+    """Bool, integer and float 0/1 masks, integer ids of any dtype or numpy, rewards up to the
+    bound and of any real type, tuple keys, NaN in the padding of hidden states: the same
+    advantages as plain lists."""
+    import numpy as np
+
+    plain = token_advantages("grpo", PROMPTS, COMPLETIONS, [1, 0, 1, 0], [0, 0, 1, 1])
+    for mask in (MASK, MASK.bool(), MASK.float(), MASK.to(torch.int8)):
+        for dtype in (torch.long, torch.int32, torch.uint8):
+            ids = {k: v.to(dtype) for k, v in PADDED.items()}
+            got = token_advantages("grpo", **ids, rewards=[1, 0, 1, 0], groups=[0, 0, 1, 1], completion_mask=mask)
+            torch.testing.assert_close(got, torch.nn.functional.pad(plain, (0, 1)))  # one padding column
+    numpy_rows = [np.array(c, dtype=np.int64) for c in COMPLETIONS]
+    for rewards in (np.array([1.0, 0.0, 1.0, 0.0]), [True, False, True, False], torch.tensor([1, 0, 1, 0])):
+        got = token_advantages("grpo", PROMPTS, numpy_rows, rewards, [("q", 0), ("q", 0), ("q", 1), ("q", 1)])
+        torch.testing.assert_close(got, plain)
+    big = token_advantages("grpo", PROMPTS, COMPLETIONS, [REWARD_BOUND, -REWARD_BOUND] * 2, [0, 0, 1, 1])
+    torch.testing.assert_close(big, plain, atol=1e-3, rtol=0)  # ±1e15: finite, not all zero
+    hidden = torch.randn(4, 7, 64)
+    hidden[0, 5:] = math.nan  # row 0's completion padding: never read
+    token_advantages("hista", **PADDED, rewards=[1, 0, 1, 0], groups=[0, 0, 1, 1], completion_mask=MASK,
+                     hidden=hidden)
