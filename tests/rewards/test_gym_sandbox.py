@@ -220,3 +220,33 @@ def test_a_generator_asked_for_too_much_is_stopped_and_named():
     with pytest.raises(InputError, match="generator fails with these options: MemoryError"):
         tasks.load("gym:chain_sum?min_terms=100000000&max_terms=100000000", n=1)
     assert time.monotonic() - start < 60
+
+
+ADVERSARIAL = {  # answers of at most MAX_ANSWER_CHARS that make a parser nest or re-read
+    "parens": "(" * 5000 + "1" + ")" * 4999, "brackets": "[" * 9999, "sums": "1+" * 4999 + "1",
+    "unary": "-" * 9999 + "1", "attributes": "a." * 4999 + "a", "calls": "f(" * 4999, "powers": "x**" * 3333 + "2",
+    "lambdas": "lambda:" * 1428, "strings": "'a'" * 3333, "lists": "[1," * 3333, "divisions": "1/" * 4999 + "1",
+    "f-strings": "f'{" * 3333, "nan-runs": "na" * 5000,
+}
+
+
+@pytest.mark.parametrize("task", sorted(set(EVALUATING) | {"complex_arithmetic", "coin_flip", "decimal_arithmetic",
+                                                            "number_sorting", "pool_matrix", "game_of_life_halting"}))
+def test_the_checks_cost_little_on_any_answer(task):
+    """hista's own work on an answer (parse and check, or score) stays under 0.1 s of CPU time for
+    any answer the verifier hands on (at most MAX_ANSWER_CHARS characters)."""
+    from hista.rewards import gym_checks
+    from hista.rewards.gym import MAX_ANSWER_CHARS
+
+    entry = {"answer": "0.375", "metadata": {"numbers": [1, 2, 3, 4], "variable": "x", "variables": ["x"]}}
+    check = gym_checks.RESCORED.get(task) or (lambda answer, e: gym_checks.refusal(task, answer, e))
+    for name, answer in ADVERSARIAL.items():
+        assert len(answer) <= MAX_ANSWER_CHARS
+        best = min(_cpu_seconds(check, answer, entry) for _ in range(3))
+        assert best < 0.1, (task, name, best)
+
+
+def _cpu_seconds(check, answer: str, entry: dict) -> float:
+    start = time.process_time()
+    check(answer, entry)
+    return time.process_time() - start

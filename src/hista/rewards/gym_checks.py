@@ -223,7 +223,7 @@ def _sorted_numbers(answer: str, entry: dict) -> float:
     def numbers(text: str) -> Optional[list[Decimal]]:
         try:
             items = json.loads(text.replace("'", '"'))
-        except ValueError:
+        except (ValueError, RecursionError):  # not JSON, or nested past the parser's depth
             return None
         if not isinstance(items, list) or not all(isinstance(i, (str, int, float)) for i in items):
             return None
