@@ -20,7 +20,7 @@ from .. import rewards, tasks, yamlio
 from ..errors import InputError
 from ..jsonio import check_not_inputs, jsonable, read_input, write_atomic
 from ..rollout.engine import chat_messages
-from . import checkpoints
+from . import checkpoints, pool
 from .checkpoints import CHECKPOINT
 from .recipe import Recipe
 
@@ -105,19 +105,20 @@ def check_prompt_lengths(recipe: Recipe, problems: Optional[list[tuple[str, dict
     return None
 
 
-def filter_pool(recipe: Recipe, problems: list[tuple[str, dict]], config: Any) -> list[tuple[str, dict]]:
+def filter_pool(recipe: Recipe, problems: list[tuple[str, dict]],
+                config: Any) -> tuple[list[tuple[str, dict]], Optional[Path]]:
     """The recipe's problems that its ``pool_filter`` keeps (SPEC §9; :mod:`hista.train.pool`):
     measured with the base policy under the run's temperature and top-p, with
     ``pool_filter.max_new_tokens`` (default ``trl.max_completion_length``) new tokens, into
-    ``OUTPUT_DIR/pool/``, or read from there when it holds this pool."""
+    ``OUTPUT_DIR/pool.new/``, or read from ``pool/`` (or ``pool.new/``) when it holds this pool;
+    and the folder :class:`ReplaceEarlierRun` puts in place of ``pool/`` (None: none)."""
     from ..models import load
-    from .pool import filtered
 
     cfg = recipe.pool_filter
     lm = load(recipe.model, device="cpu")
-    return filtered(recipe, problems, lm, cfg, temperature=config.temperature, top_p=config.top_p,
-                    max_new_tokens=cfg["max_new_tokens"] or config.max_completion_length,
-                    folder=Path(recipe.output_dir) / "pool")
+    return pool.filtered(recipe, problems, lm, cfg, temperature=config.temperature, top_p=config.top_p,
+                         max_new_tokens=cfg["max_new_tokens"] or config.max_completion_length,
+                         folder=Path(recipe.output_dir) / "pool")
 
 
 def correct(completions: list, answer: list, verifier: list, **_: Any) -> list[float]:
@@ -282,12 +283,14 @@ def state_files(recipe: Recipe) -> tuple[str, ...]:
 
 
 class ReplaceEarlierRun(TrainerCallback):
-    """Removes an earlier run's files (``check_output_dir(..., overwrite=True)``) when the new
-    run begins, after the model, data and trainer are ready, so that a run that fails to start
-    leaves them as they were (SPEC §9)."""
+    """Removes an earlier run's files (``check_output_dir(..., overwrite=True)``) and puts the
+    pool measured for the new run (``pool.new/``, :func:`hista.train.pool.filtered`) in place of
+    ``pool/`` when the new run begins, after the model, data and trainer are ready, so that a run
+    that fails to start leaves them as they were (SPEC §9)."""
 
-    def __init__(self, paths: list[Path]):
+    def __init__(self, paths: list[Path], pool: Optional[Path] = None):
         self.paths = list(paths)
+        self.pool = pool
 
     def on_train_begin(self, args, state, control, **kwargs):
         if not state.is_world_process_zero:
@@ -300,6 +303,8 @@ class ReplaceEarlierRun(TrainerCallback):
         if self.paths:
             print(f"replaced the earlier run in {self.paths[0].parent}: removed "
                   f"{', '.join(p.name for p in self.paths)}", flush=True)
+        if self.pool is not None:
+            pool.place(self.pool, self.pool.with_name("pool"))
 
 
 def train(recipe: Recipe, overwrite: bool = False) -> dict:
@@ -326,9 +331,9 @@ def train(recipe: Recipe, overwrite: bool = False) -> dict:
         return _finished(recipe, out, checkpoint)
     problems = load_problems(recipe)
     plan = parse_eval(recipe.eval) if recipe.eval is not None else None
-    dataset = _dataset(recipe, problems, plan, config)
+    dataset, staged_pool = _dataset(recipe, problems, plan, config)
     model, tokenizer, policy = load_policy(recipe)
-    callbacks = [ReplaceEarlierRun(replaced), MetricsLog(out / "metrics.jsonl")]
+    callbacks = [ReplaceEarlierRun(replaced, staged_pool), MetricsLog(out / "metrics.jsonl")]
     evaluation = None if plan is None else EvaluateDuringTraining(plan, out, recipe.system_prompt, policy)
     if evaluation is not None:
         callbacks.append(evaluation)  # after ReplaceEarlierRun: its step-0 row goes into the new metrics.jsonl
@@ -348,10 +353,11 @@ def train(recipe: Recipe, overwrite: bool = False) -> dict:
     return _train_to_end(trainer, out, checkpoint)
 
 
-def _dataset(recipe: Recipe, problems: list[tuple[str, dict]], plan: Any, config: Any):
+def _dataset(recipe: Recipe, problems: list[tuple[str, dict]], plan: Any, config: Any) -> tuple[Any, Optional[Path]]:
     """The training dataset, once every problem of the evaluation ``plan`` loads and every prompt
-    fits the context, filtered by the pool filter when the recipe sets one: all before anything
-    is written."""
+    fits the context, filtered by the pool filter when the recipe sets one (only its measurement
+    is written, into ``pool.new/``), and the pool folder to put in place when training begins
+    (:func:`filter_pool`)."""
     if plan is not None:  # every problem it evaluates loads now, before anything is written
         from ..evaluation import check_suites
 
@@ -359,9 +365,10 @@ def _dataset(recipe: Recipe, problems: list[tuple[str, dict]], plan: Any, config
     note = check_prompt_lengths(recipe, problems)  # every prompt fits the context with the cap
     if note:
         print(note, flush=True)
+    staged = None
     if recipe.pool_filter:
-        problems = filter_pool(recipe, problems, config)
-    return build_dataset(recipe, problems)
+        problems, staged = filter_pool(recipe, problems, config)
+    return build_dataset(recipe, problems), staged
 
 
 def _write_start(recipe: Recipe, out: Path, checkpoint: Optional[tuple[int, Path]], trl_version: str) -> None:
