@@ -22,6 +22,7 @@ from ..jsonio import check_not_inputs, jsonable, read_input, write_atomic
 from ..rollout.engine import chat_messages
 from . import checkpoints, pool
 from .checkpoints import CHECKPOINT
+from .pool import STAGED
 from .recipe import Recipe
 
 #: recipe fields a resumed run may change (how long it trains, how often it saves and logs):
@@ -225,7 +226,10 @@ def check_output_dir(recipe: Recipe, overwrite: bool = False) -> list[Path]:
     """Check that a run of ``recipe`` may write to its ``output_dir`` and return what of an
     earlier run it will replace (SPEC §9): an output_dir (or a folder above it) that is a file,
     that lies under /proc, /sys or /dev, or that cannot be written, is an error; so is a recipe
-    or task file that is one of the files a run writes there. An earlier run there
+    or task file that is one of the files a run writes there or lies in one of its folders
+    (:func:`check_inputs_outside`), and a ``README.md`` there that is not the model card TRL
+    writes over it at each checkpoint (a user's file: the folder is likely not meant as a run
+    folder). An earlier run there
     (``metrics.jsonl``, ``checkpoint-N``, ``final``, ``eval``) is continued with ``resume: true``
     from its newest complete checkpoint (:mod:`hista.train.checkpoints`; the recipe must be the
     same run's, :func:`check_same_run`) or, with no complete checkpoint, started afresh and
@@ -242,8 +246,11 @@ def check_output_dir(recipe: Recipe, overwrite: bool = False) -> list[Path]:
     if Path(os.path.realpath(recipe.source)) == Path(os.path.realpath(out / "recipe.yaml")):
         raise recipe.error("output_dir", f"the recipe {recipe.source} is the run's own recipe.yaml, which the run "
                                          "rewrites: copy it out of the run folder and train with the copy")
-    inputs = [recipe.source, *tasks.input_files(recipe.task_specs)]
-    check_not_inputs([out / "recipe.yaml", out / "metrics.jsonl"], inputs)
+    check_inputs_outside(recipe, out)
+    readme = out / "README.md"
+    if (readme.exists() or readme.is_symlink()) and not _is_model_card(readme):
+        raise recipe.error("output_dir", f"{readme} is not the model card TRL writes there, and the run would "
+                                         f"replace it with one: move it out of {out} or choose another output_dir")
     for folder in (out, *out.parents):
         if folder.exists() or folder.is_symlink():
             if not folder.is_dir():
@@ -266,6 +273,46 @@ def check_output_dir(recipe: Recipe, overwrite: bool = False) -> list[Path]:
         raise recipe.error("output_dir", f"{out} holds an earlier run ({names}): set resume=true to continue it, "
                            "pass --overwrite to replace it, or choose another output_dir")
     return found
+
+
+#: what a run writes in ``output_dir``: files, and folders all of whose files are the run's (and checkpoint-N/)
+OWN_FILES = ("recipe.yaml", "metrics.jsonl", "README.md")
+OWN_FOLDERS = ("pool", STAGED, "final", "eval")
+
+
+def check_inputs_outside(recipe: Recipe, out: Path) -> None:
+    """Refuse an input of the run (the recipe, its task files and those of its ``eval`` suites)
+    that is a file the run writes in ``out`` (:data:`OWN_FILES`, by name after following
+    symlinks or by inode) or lies in a folder it writes (:data:`OWN_FOLDERS`, ``checkpoint-N``):
+    the run would overwrite or remove it (SPEC §11): an InputError naming the output file, or
+    about ``output_dir``."""
+    from ..evaluation.run import task_files
+    from .evaluate import parse
+
+    inputs = [recipe.source, *tasks.input_files(recipe.task_specs),
+              *(task_files(parse(recipe.eval).config.suites) if recipe.eval is not None else ())]
+    check_not_inputs([out / name for name in OWN_FILES], inputs)
+    root = Path(os.path.realpath(out))
+    for path in inputs:
+        real = Path(os.path.realpath(path))
+        first = real.relative_to(root).parts[0] if root in real.parents else ""
+        if first in OWN_FOLDERS or CHECKPOINT.match(first):
+            raise recipe.error("output_dir", f"the input {path} lies in {out / first}, which the run writes and "
+                                             "replaces: move it out of the run folder")
+
+
+def _is_model_card(path: Path) -> bool:
+    """Whether ``path`` is a model card a TRL trainer wrote: YAML front matter tagged ``trl``."""
+    try:
+        text = read_input(path, "README.md").decode("utf-8", errors="replace")
+    except InputError:
+        return False
+    head, sep, _ = text.removeprefix("---\n").partition("\n---")
+    try:
+        meta = yaml.safe_load(head) if text.startswith("---\n") and sep else None
+    except yaml.YAMLError:
+        return False
+    return isinstance(meta, dict) and isinstance(meta.get("tags"), list) and "trl" in meta["tags"]
 
 
 def state_files(recipe: Recipe) -> tuple[str, ...]:
