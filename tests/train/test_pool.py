@@ -23,9 +23,11 @@ def test_the_recipe_key_and_its_defaults():
     assert load_recipe(SMOKE, ["pool_filter=true"]).pool_filter == {"band": [0.15, 0.75], "samples": 20,
                                                                      "max_new_tokens": None, "seed": None}
     assert load_recipe(SMOKE, ["pool_filter={band: [0, 1], samples: 4}"]).pool_filter["band"] == [0.0, 1.0]
-    for bad, needle in (("{band: [0.8, 0.1]}", "lo <= hi"), ("{band: [0.1]}", "band"), ("{samples: 0}", ">= 1"),
+    for bad, needle in (("{band: [0.8, 0.1]}", "lo <= hi"), ("{band: [0.1]}", "band"),
+                        ("{samples: 0}", r"in \[1, 1024\]"), ("{samples: 1025}", r"in \[1, 1024\]"),
                         ("{bands: [0, 1]}", "unknown key 'bands'"), ("{max_new_tokens: 1.5}", "integer"),
-                        ("{band: [0, 2]}", "<= 1"), ("{seed: -1}", ">= 0")):
+                        ("{band: [0, 2]}", "<= 1"), ("{seed: -1}", r"in \[0, 4294967295\]"),
+                        ("{seed: 4294967296}", r"in \[0, 4294967295\]")):
         with pytest.raises(InputError, match=needle) as err:
             load_recipe(SMOKE, [f"pool_filter={bad}"])
         assert err.value.field == "pool_filter"

@@ -2,6 +2,7 @@
 dotted field, and a dry run refuses what a run would refuse; a run that fails before it starts
 leaves an earlier run's files as they were."""
 
+import importlib.util
 import json
 import os
 from pathlib import Path
@@ -302,6 +303,19 @@ def test_the_recipe_dataclass_checks_its_fields():
     assert err.value.field == "resume"
     assert Recipe(model="tiny", tasks=["builtin:arith", "builtin:choice"]).resume is False
 
+
+@pytest.mark.skipif(importlib.util.find_spec("reasoning_gym") is None,
+                    reason="the gym extra (pip install 'hista[gym]') brings reasoning-gym")
+def test_a_dry_run_draws_the_problems_of_a_gym_task(tmp_path, capsys):
+    """Issue 62 (F16): the dry run draws a gym task's ``problems`` problems as the run does, so a
+    task whose options allow fewer distinct questions is refused before a run (count_bits with
+    max_n=3 has two in the train split)."""
+    path, _ = write_recipe(tmp_path, {"tasks": "gym:count_bits?max_n=3", "problems": "2"})
+    assert main(["train", str(path), "--dry-run"]) == 0
+    path, where = write_recipe(tmp_path, {"tasks": "gym:count_bits?max_n=3", "problems": "3"})
+    assert main(["train", str(path), "--dry-run"]) == 2
+    assert f"{path}:{where['tasks']}: field 'tasks': gym:count_bits?max_n=3: could not draw problem 2" in \
+        capsys.readouterr().err
 
 # ---- the output folder ----------------------------------------------------------------------
 

@@ -46,6 +46,10 @@ from ..sharding import derive_seed
 DEFAULTS = {"band": [0.15, 0.75], "samples": 20, "max_new_tokens": None, "seed": None}
 #: problems measured per chunk: the unit of resumption and of seeding
 CHUNK = 32
+#: bounds of ``samples`` (accuracies are multiples of 1/samples: 1024 resolves 0.001, finer than
+#: any band; the paper measures 20) and of ``seed`` (the recipe's seed range)
+MAX_SAMPLES = 1024
+MAX_SEED = 2**32 - 1
 #: the folder, beside ``pool/``, where a run measures its pool until training begins
 STAGED = "pool.new"
 #: the files of a pool folder
@@ -68,12 +72,13 @@ def resolve(setting: Union[bool, dict, None]) -> Optional[dict]:
             or not all(isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) for v in band)
             or not 0.0 <= band[0] <= band[1] <= 1.0):
         raise ValueError(f"band={band!r}: must be [lo, hi] with 0 <= lo <= hi <= 1 (accuracies kept, bounds included)")
-    for key, least in (("samples", 1), ("max_new_tokens", 1), ("seed", 0)):
+    for key, least, most in (("samples", 1, MAX_SAMPLES), ("max_new_tokens", 1, None), ("seed", 0, MAX_SEED)):
         value = cfg[key]
         if value is None and key in ("max_new_tokens", "seed"):
             continue
-        if isinstance(value, bool) or not isinstance(value, int) or value < least:
-            raise ValueError(f"{key}={value!r}: must be an integer >= {least}")
+        if isinstance(value, bool) or not isinstance(value, int) or value < least or (most and value > most):
+            bounds = f"in [{least}, {most}]" if most else f">= {least}"
+            raise ValueError(f"{key}={value!r}: must be an integer {bounds}")
     cfg["band"] = [float(v) for v in band]
     return cfg
 

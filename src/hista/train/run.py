@@ -31,15 +31,20 @@ RESUMABLE_CHANGES = ("resume", "trl.max_steps", "trl.num_train_epochs", "trl.sav
                      "trl.logging_steps", "trl.report_to", "trl.disable_tqdm")
 
 
-#: task sources whose problems load without a download (SPEC §7): a dry run checks their prompts
-LOCAL_SOURCES = ("builtin", "jsonl", "humaneval")
+#: task sources whose problems load without a download (SPEC §7): a dry run loads them as the run
+#: does (that each source supplies ``problems`` of them) and checks their prompts
+LOCAL_SOURCES = ("builtin", "jsonl", "humaneval", "gym")
 
 
 def load_problems(recipe: Recipe) -> list[tuple[str, dict]]:
     """The recipe's problems as (task spec, problem record), in the order of its task specs
-    (SPEC §7, §9); an InputError about ``tasks`` when there are none."""
-    problems = [(spec, rec) for spec in recipe.task_specs
-                for rec in tasks.load(spec, n=recipe.problems, seed=recipe.seed, split=recipe.split)]
+    (SPEC §7, §9); an InputError about ``tasks`` when a source cannot supply ``problems`` of
+    them (a task file's own error keeps its file and line) or there are none."""
+    try:
+        problems = [(spec, rec) for spec in recipe.task_specs
+                    for rec in tasks.load(spec, n=recipe.problems, seed=recipe.seed, split=recipe.split)]
+    except InputError as exc:
+        raise recipe.error("tasks", str(exc) if exc.path else exc.message) from None
     if not problems:
         raise recipe.error("tasks", f"no problems in {', '.join(recipe.task_specs)}")
     return problems
@@ -64,7 +69,8 @@ def check_prompt_lengths(recipe: Recipe, problems: Optional[list[tuple[str, dict
     trainer poses it (the system prompt, TRL's chat template with ``trl.chat_template_kwargs``:
     :func:`hista.train.rollouts.pose`), and the first whose tokens plus
     ``trl.max_completion_length`` pass ``max_position_embeddings`` is an InputError about
-    ``tasks`` naming it (``SPEC/ID``) and its token count; a prompt is never truncated.
+    ``tasks`` naming it (``SPEC/ID``) and its token count (with ``pool_filter.max_new_tokens``
+    instead when the pool filter measures with a larger cap); a prompt is never truncated.
     ``problems`` (:func:`load_problems`) and ``tokenizer`` are loaded when not given. A dry run
     calls it without problems: it checks those of the sources that load without a download
     (:data:`LOCAL_SOURCES`) and leaves the others to the run. Returns a note saying what was not
@@ -92,7 +98,9 @@ def check_prompt_lengths(recipe: Recipe, problems: Optional[list[tuple[str, dict
     if not getattr(tokenizer, "chat_template", None):
         return None  # TRL poses conversational prompts with the chat template only: such a run fails as it loads
     default = next(f.default for f in fields(GRPOConfig) if f.name == "max_completion_length")
-    cap = int(recipe.trl.get("max_completion_length", default))
+    cap, name = int(recipe.trl.get("max_completion_length", default)), "trl.max_completion_length"
+    if recipe.pool_filter and (recipe.pool_filter["max_new_tokens"] or 0) > cap:  # the pool's measurement
+        cap, name = recipe.pool_filter["max_new_tokens"], "pool_filter.max_new_tokens"
     options = recipe.trl.get("chat_template_kwargs") or {}
     for first in range(0, len(problems), 256):
         chunk = problems[first: first + 256]
@@ -100,9 +108,9 @@ def check_prompt_lengths(recipe: Recipe, problems: Optional[list[tuple[str, dict
         for (spec, rec), ids in zip(chunk, posed):
             if len(ids) + cap > context:
                 raise recipe.error("tasks", f"problem '{spec}/{rec['id']}' has a prompt of {len(ids)} tokens, which "
-                                            f"with {cap} new tokens (trl.max_completion_length) passes the context "
-                                            f"of {recipe.model}: {context} positions (max_position_embeddings); "
-                                            "shorten the problem, leave it out, or lower trl.max_completion_length")
+                                            f"with {cap} new tokens ({name}) passes the context of {recipe.model}: "
+                                            f"{context} positions (max_position_embeddings); shorten the problem, "
+                                            f"leave it out, or lower {name}")
     return None
 
 
