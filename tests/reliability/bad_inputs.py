@@ -264,8 +264,10 @@ def cases() -> list[Case]:
     from bad_inputs_evaluation import cases as evaluation_cases
     from bad_inputs_files import cases as file_cases
     from bad_inputs_resume import cases as resume_cases
+    from bad_inputs_train_outputs import cases as train_output_cases
 
-    return table + file_cases() + evaluation_cases() + critic_cases() + engine_and_length_cases() + resume_cases()
+    return (table + file_cases() + evaluation_cases() + critic_cases() + engine_and_length_cases() + resume_cases()
+            + train_output_cases())
 
 
 def make_files(root: Path, case: Case) -> None:

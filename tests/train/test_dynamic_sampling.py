@@ -111,9 +111,11 @@ def test_the_recipe_key_defaults_to_dapo_as_published(tmp_path):
     assert load_recipe(SMOKE, ["loss.name=grpo", "dynamic_sampling=true"]).dynamic_sampling == {"max_rounds": 4}
     assert load_recipe(SMOKE, ["dynamic_sampling=false"]).dynamic_sampling is False
     assert load_recipe(SMOKE, ["dynamic_sampling={max_rounds: 0}"]).dynamic_sampling == {"max_rounds": 0}
+    assert load_recipe(SMOKE, ["dynamic_sampling={max_rounds: 1000}"]).dynamic_sampling == {"max_rounds": 1000}
     vllm = load_recipe(ROOT / "recipes" / "gpu" / "qwen3-1.7b-dapo-math" / "dapo.yaml")  # vLLM colocated
     assert vllm.trl["use_vllm"] is True and vllm.dynamic_sampling == {"max_rounds": 4}
-    for bad, needle in (("{max_rounds: -1}", ">= 0"), ("{max_round: 2}", "unknown key 'max_round'"),
+    for bad, needle in (("{max_rounds: -1}", r"in \[0, 1000\]"), ("{max_rounds: 1001}", r"in \[0, 1000\]"),
+                        ("{max_round: 2}", "unknown key 'max_round'"),
                         ("{}", "max_rounds"), ("{max_rounds: 1.5}", "integer"), ("3", "dynamic_sampling")):
         with pytest.raises(InputError, match=needle) as err:
             load_recipe(SMOKE, [f"dynamic_sampling={bad}"])

@@ -1,9 +1,11 @@
 """Difficulty-filtered training pools (issue 42 item 2; SPEC §9; hista.train.pool): measured once
-with the base policy into the run folder, resumed from the last whole chunk when cut short,
-reused by a resume, refused when nothing is kept."""
+with the base policy into the run folder (``pool.new/``, put in place of ``pool/`` when training
+begins: issue 62), resumed from the last whole chunk when cut short, reused by a resume and by a
+rerun with another band, refused when nothing is kept."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -21,9 +23,11 @@ def test_the_recipe_key_and_its_defaults():
     assert load_recipe(SMOKE, ["pool_filter=true"]).pool_filter == {"band": [0.15, 0.75], "samples": 20,
                                                                      "max_new_tokens": None, "seed": None}
     assert load_recipe(SMOKE, ["pool_filter={band: [0, 1], samples: 4}"]).pool_filter["band"] == [0.0, 1.0]
-    for bad, needle in (("{band: [0.8, 0.1]}", "lo <= hi"), ("{band: [0.1]}", "band"), ("{samples: 0}", ">= 1"),
+    for bad, needle in (("{band: [0.8, 0.1]}", "lo <= hi"), ("{band: [0.1]}", "band"),
+                        ("{samples: 0}", r"in \[1, 1024\]"), ("{samples: 1025}", r"in \[1, 1024\]"),
                         ("{bands: [0, 1]}", "unknown key 'bands'"), ("{max_new_tokens: 1.5}", "integer"),
-                        ("{band: [0, 2]}", "<= 1"), ("{seed: -1}", ">= 0")):
+                        ("{band: [0, 2]}", "<= 1"), ("{seed: -1}", r"in \[0, 4294967295\]"),
+                        ("{seed: 4294967296}", r"in \[0, 4294967295\]")):
         with pytest.raises(InputError, match=needle) as err:
             load_recipe(SMOKE, [f"pool_filter={bad}"])
         assert err.value.field == "pool_filter"
@@ -34,20 +38,20 @@ def _measure(tmp_path: Path, band=(0.0, 0.0), problems=40, extra=(), pool_extra=
 
     recipe = load_recipe(SMOKE, ["model=tiny", f"problems={problems}", f"output_dir={tmp_path}",
                                  f"pool_filter={{band: [{band[0]}, {band[1]}], samples: 2{pool_extra}}}", *extra])
-    kept = pool.filtered(recipe, load_problems(recipe), load("tiny", device="cpu"), recipe.pool_filter,
-                         temperature=0.7, top_p=1.0, max_new_tokens=6, folder=tmp_path / "pool")
+    kept, _ = pool.filtered(recipe, load_problems(recipe), load("tiny", device="cpu"), recipe.pool_filter,
+                            temperature=0.7, top_p=1.0, max_new_tokens=6, folder=tmp_path / "pool")
     return recipe, kept
 
 
 def test_a_measurement_cut_short_resumes_from_its_last_whole_chunk(tmp_path, capsys):
     recipe, kept = _measure(tmp_path / "full")
     assert len(kept) == 40  # the tiny model solves nothing: every accuracy is 0, inside [0, 0]
-    whole = (tmp_path / "full" / "pool" / "accuracy.jsonl").read_bytes()
+    whole = (tmp_path / "full" / "pool.new" / "accuracy.jsonl").read_bytes()
     assert whole.count(b"\n") == 40
     capsys.readouterr()
-    cut = tmp_path / "cut" / "pool"
+    cut = tmp_path / "cut" / "pool.new"
     cut.mkdir(parents=True)
-    (cut / "settings.json").write_bytes((tmp_path / "full" / "pool" / "settings.json").read_bytes())
+    (cut / "settings.json").write_bytes((tmp_path / "full" / "pool.new" / "settings.json").read_bytes())
     lines = whole.splitlines(keepends=True)
     (cut / "accuracy.jsonl").write_bytes(b"".join(lines[:35]) + lines[35][:10])  # a crash mid-chunk 2
     _, again = _measure(tmp_path / "cut")
@@ -59,8 +63,6 @@ def test_a_measurement_cut_short_resumes_from_its_last_whole_chunk(tmp_path, cap
 
 
 def test_a_fixed_pool_seed_lets_runs_of_other_seeds_share_the_pool(tmp_path, capsys):
-    import json
-
     from hista import tasks
 
     problems = tmp_path / "problems.jsonl"
@@ -68,10 +70,10 @@ def test_a_fixed_pool_seed_lets_runs_of_other_seeds_share_the_pool(tmp_path, cap
     task = [f"tasks=jsonl:{problems}", "problems=null"]
     _, kept = _measure(tmp_path / "s0", band=(0.0, 1.0), extra=task, pool_extra=", seed: 0")
     capsys.readouterr()
-    other = tmp_path / "s1" / "pool"
+    other = tmp_path / "s1" / "pool"  # a pool in place: the earlier run's
     other.mkdir(parents=True)
     for name in ("settings.json", "accuracy.jsonl", "pool.jsonl"):
-        (other / name).write_bytes((tmp_path / "s0" / "pool" / name).read_bytes())
+        (other / name).write_bytes((tmp_path / "s0" / "pool.new" / name).read_bytes())
     _, again = _measure(tmp_path / "s1", band=(0.0, 1.0), extra=task + ["seed=1"], pool_extra=", seed: 0")
     assert "as measured before" in capsys.readouterr().out and again == kept
     _measure(tmp_path / "s1", band=(0.0, 1.0), extra=task + ["seed=1"])  # the run's own seed: another pool
@@ -85,11 +87,52 @@ def test_a_pool_belongs_to_its_problems(tmp_path, capsys):
     assert "chunk 1/1" in capsys.readouterr().out  # seed 1 draws other built-in problems: measured afresh
 
 
-def test_a_band_nothing_lies_in_is_refused(tmp_path):
+def test_a_band_nothing_lies_in_is_refused_and_a_wider_band_reuses_the_measurement(tmp_path, capsys):
     with pytest.raises(InputError, match="no problem of 40 has an accuracy in") as err:
         _measure(tmp_path, band=(0.5, 1.0))
     assert err.value.field == "pool_filter"
-    assert (tmp_path / "pool" / "accuracy.jsonl").read_bytes().count(b"\n") == 40  # measured, kept for a rerun
+    assert (tmp_path / "pool.new" / "accuracy.jsonl").read_bytes().count(b"\n") == 40  # measured, kept for a rerun
+    assert not (tmp_path / "pool").exists()
+    capsys.readouterr()
+    _, kept = _measure(tmp_path, band=(0.0, 0.5))  # the band chooses among the accuracies: nothing measured again
+    out = capsys.readouterr().out
+    assert "chunk" not in out and "kept 40 of 40" in out and len(kept) == 40
+    assert json.loads((tmp_path / "pool.new" / "settings.json").read_text())["band"] == [0.0, 0.5]
+
+
+def test_a_run_that_fails_before_training_leaves_the_earlier_pool_as_it_was(tmp_path, monkeypatch, capsys):
+    """Issue 62 (F8): an --overwrite run measures its pool into pool.new/ and puts it in place
+    of the earlier run's pool/ when training begins; one that fails before then changes no byte
+    of the earlier run, and the next try trains on its measurement."""
+    import hista.train.run as run
+
+    out = tmp_path / "run"
+    _measure(out, band=(0.0, 1.0), problems=8)
+    pool.place(out / "pool.new", out / "pool")  # the earlier run's pool and metrics
+    (out / "metrics.jsonl").write_text('{"step": 1, "loss": 0.5}\n')
+    before = _files(out)
+
+    def broken(recipe):
+        raise InputError("no such model", field="model")
+
+    monkeypatch.setattr(run, "load_policy", broken)
+    args = ["train", str(SMOKE), "model=tiny", f"output_dir={out}", "problems=8", "trl.max_completion_length=6",
+            "dynamic_sampling=false", "pool_filter={band: [0, 1], samples: 3}", "trl.max_steps=1", "--overwrite"]
+    assert main(args) == 2
+    after = _files(out)
+    assert {k: v for k, v in after.items() if not k.startswith("pool.new/")} == before
+    assert json.loads(after["pool.new/settings.json"])["samples"] == 3
+    monkeypatch.undo()
+    capsys.readouterr()
+    assert main(args) == 0
+    assert f"as measured before ({out / 'pool.new' / 'pool.jsonl'})" in capsys.readouterr().out
+    assert json.loads((out / "pool" / "settings.json").read_text())["samples"] == 3 and not (out / "pool.new").exists()
+    assert [json.loads(line)["step"] for line in (out / "metrics.jsonl").read_text().splitlines()] == [1]
+    assert (out / "metrics.jsonl").read_bytes() != before["metrics.jsonl"]
+
+
+def _files(folder: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(folder)): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()}
 
 
 def test_hista_train_filters_its_pool_once(tmp_path, capsys):

@@ -2,6 +2,7 @@
 dotted field, and a dry run refuses what a run would refuse; a run that fails before it starts
 leaves an earlier run's files as they were."""
 
+import importlib.util
 import json
 import os
 from pathlib import Path
@@ -303,6 +304,19 @@ def test_the_recipe_dataclass_checks_its_fields():
     assert Recipe(model="tiny", tasks=["builtin:arith", "builtin:choice"]).resume is False
 
 
+@pytest.mark.skipif(importlib.util.find_spec("reasoning_gym") is None,
+                    reason="the gym extra (pip install 'hista[gym]') brings reasoning-gym")
+def test_a_dry_run_draws_the_problems_of_a_gym_task(tmp_path, capsys):
+    """Issue 62 (F16): the dry run draws a gym task's ``problems`` problems as the run does, so a
+    task whose options allow fewer distinct questions is refused before a run (count_bits with
+    max_n=3 has two in the train split)."""
+    path, _ = write_recipe(tmp_path, {"tasks": "gym:count_bits?max_n=3", "problems": "2"})
+    assert main(["train", str(path), "--dry-run"]) == 0
+    path, where = write_recipe(tmp_path, {"tasks": "gym:count_bits?max_n=3", "problems": "3"})
+    assert main(["train", str(path), "--dry-run"]) == 2
+    assert f"{path}:{where['tasks']}: field 'tasks': gym:count_bits?max_n=3: could not draw problem 2" in \
+        capsys.readouterr().err
+
 # ---- the output folder ----------------------------------------------------------------------
 
 def _earlier_run(out: Path) -> dict[str, bytes]:
@@ -418,6 +432,51 @@ def test_overwrite_replaces_the_earlier_run_once_training_starts(tmp_path, capsy
     assert (out / "final" / "config.json").read_text() != "{}"
     assert yaml.safe_load((out / "recipe.yaml").read_text())["model"] == "tiny"
 
+
+
+def test_a_readme_the_run_did_not_write_is_refused_and_trls_model_card_is_replaced(tmp_path, capsys):
+    """Issue 62 (F14): TRL writes its model card to OUTPUT_DIR/README.md at every checkpoint; a
+    README.md there that is not one is a user's file (the folder is likely a project, not a run
+    folder) and the run, its dry run too, is refused naming it, before anything is written."""
+    from trl.trainer.utils import generate_model_card
+
+    out = tmp_path / "run"
+    out.mkdir()
+    path, _ = write_recipe(tmp_path)
+    for text in ("# My project\n\nnotes\n", "---\ntags: [mine]\n---\n# notes\n", "---\ntags: trl\n---\n"):
+        (out / "README.md").write_text(text)
+        assert main(["train", str(path), "--dry-run"]) == 2
+        err = capsys.readouterr().err
+        assert "field 'output_dir'" in err and f"{out / 'README.md'} is not the model card TRL writes there" in err
+        assert main(["train", str(path)]) == 2
+        assert sorted(p.name for p in out.iterdir()) == ["README.md"] and (out / "README.md").read_text() == text
+    generate_model_card(base_model=None, model_name="run", hub_model_id=None, dataset_name=None,
+                        tags=["trl", "grpo"], wandb_url=None, trackio_url=None,
+                        trainer_name="GRPO").save(out / "README.md")  # an earlier run's card
+    assert main(["train", str(path), "--dry-run"]) == 0
+
+
+@pytest.mark.parametrize("where", ["pool/accuracy.jsonl", "pool.new/t.jsonl", "final/t.jsonl", "eval/t.jsonl",
+                                   "checkpoint-3/t.jsonl", "recipe.yaml", "metrics.jsonl"])
+@pytest.mark.parametrize("reader", ["tasks", "eval.suites"])
+def test_an_input_in_the_run_folder_that_the_run_writes_is_refused(tmp_path, capsys, where, reader):
+    """Issue 62 (F15): a task file (of the training tasks or of the evaluation suites) that is a
+    file the run writes, or lies in a folder it writes and replaces, is refused before anything
+    is written; one elsewhere in the folder is read."""
+    out = tmp_path / "run"
+    task = out / where
+    task.parent.mkdir(parents=True)
+    task.write_text('{"problem": "What is 1 + 1?", "answer": "2"}\n')
+    changes = {"tasks": f"jsonl:{task}"} if reader == "tasks" else {"eval.suites": f"jsonl:{task}", "eval.every": "1"}
+    path, _ = write_recipe(tmp_path, changes)
+    assert main(["train", str(path), "--dry-run"]) == 2
+    assert str(task) in capsys.readouterr().err
+    task.rename(out / "t.jsonl")
+    if task.parent != out:
+        task.parent.rmdir()  # an empty final/ would be an earlier run
+    changes = {key: value.replace(str(task), str(out / "t.jsonl")) for key, value in changes.items()}
+    path, _ = write_recipe(tmp_path, changes)
+    assert main(["train", str(path), "--dry-run"]) == 0
 
 # ---- fuzzing ----------------------------------------------------------------------------
 

@@ -27,6 +27,9 @@ from ..sharding import derive_seed
 
 #: extra generation rounds a step may spend when the recipe says ``dynamic_sampling: true``
 DEFAULT_MAX_ROUNDS = 4
+#: the most a recipe may allow: each round is a whole generation batch, so 1000 rounds make one
+#: step cost a thousand steps' sampling (DAPO's reference setting allows 10)
+MAX_ROUNDS = 1000
 #: losses for which dynamic sampling is on unless the recipe says otherwise (DAPO as published)
 ON_BY_DEFAULT = ("dapo",)
 #: keys of a ``dynamic_sampling`` mapping
@@ -45,7 +48,7 @@ def resolve(setting: Union[bool, dict, None], loss_name: str) -> Union[bool, dic
     ``{"max_rounds": n}``. None (not set) is on for the ``dapo`` loss (:data:`ON_BY_DEFAULT`)
     and off for the others; true is ``max_rounds`` :data:`DEFAULT_MAX_ROUNDS`. A ValueError
     says what is wrong with a mapping (an unknown key, ``max_rounds`` missing, not an integer
-    >= 0)."""
+    in [0, :data:`MAX_ROUNDS`])."""
     if setting is None:
         setting = loss_name in ON_BY_DEFAULT
     if setting is False:
@@ -58,8 +61,8 @@ def resolve(setting: Union[bool, dict, None], loss_name: str) -> Union[bool, dic
     rounds = setting.get("max_rounds")
     if "max_rounds" not in setting:
         raise ValueError("a mapping needs max_rounds: how many extra generation rounds a step may spend")
-    if isinstance(rounds, bool) or not isinstance(rounds, int) or rounds < 0:
-        raise ValueError(f"max_rounds={rounds!r}: must be an integer >= 0")
+    if isinstance(rounds, bool) or not isinstance(rounds, int) or not 0 <= rounds <= MAX_ROUNDS:
+        raise ValueError(f"max_rounds={rounds!r}: must be an integer in [0, {MAX_ROUNDS}]")
     return {"max_rounds": rounds}
 
 

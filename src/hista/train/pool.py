@@ -8,13 +8,17 @@ measurement is written once into ``OUTPUT_DIR/pool/`` and reused:
 
 * ``settings.json``: everything the pool depends on (model, tasks, problems, split, seed,
   system prompt, band, samples, sampling settings);
-* ``accuracy.jsonl``: one row per problem measured (``task``, ``id``, ``accuracy``), appended
-  chunk by chunk (:data:`CHUNK` problems, seeded by (seed, chunk)), so a filter killed midway
+* ``accuracy.jsonl``: one row per problem measured (``task``, ``id``, ``accuracy``), rewritten
+  after each chunk (:data:`CHUNK` problems, seeded by (seed, chunk)), so a filter killed midway
   resumes from its last whole chunk and measures what an uninterrupted one would have;
 * ``pool.jsonl``: the kept problems (``task``, ``id``, ``accuracy``), written last, atomically.
 
-A run with the same settings reads ``pool.jsonl`` (a resume, or a rerun); other settings measure
-afresh, replacing these files (they are the run's own).
+A run with the same settings reads ``pool.jsonl`` (a resume, or a rerun). Other settings are
+measured in ``OUTPUT_DIR/pool.new/`` (:data:`STAGED`), starting from the accuracies of a
+measurement that differs only in its band, and :func:`place` moves that folder over ``pool/``
+when training begins: a run that fails before then leaves the earlier run's pool as it was, and
+keeps its own measurement in ``pool.new/`` for the next try. Nothing is written before the first
+chunk is measured.
 """
 
 from __future__ import annotations
@@ -22,12 +26,12 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+import shutil
 from pathlib import Path
 from typing import Any, Optional, Union
 
 from ..errors import InputError
 from ..jsonio import (
-    append_jsonl,
     check_output_file,
     complete_lines,
     dumps_line,
@@ -42,6 +46,14 @@ from ..sharding import derive_seed
 DEFAULTS = {"band": [0.15, 0.75], "samples": 20, "max_new_tokens": None, "seed": None}
 #: problems measured per chunk: the unit of resumption and of seeding
 CHUNK = 32
+#: bounds of ``samples`` (accuracies are multiples of 1/samples: 1024 resolves 0.001, finer than
+#: any band; the paper measures 20) and of ``seed`` (the recipe's seed range)
+MAX_SAMPLES = 1024
+MAX_SEED = 2**32 - 1
+#: the folder, beside ``pool/``, where a run measures its pool until training begins
+STAGED = "pool.new"
+#: the files of a pool folder
+FILES = ("settings.json", "accuracy.jsonl", "pool.jsonl")
 
 
 def resolve(setting: Union[bool, dict, None]) -> Optional[dict]:
@@ -60,12 +72,13 @@ def resolve(setting: Union[bool, dict, None]) -> Optional[dict]:
             or not all(isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) for v in band)
             or not 0.0 <= band[0] <= band[1] <= 1.0):
         raise ValueError(f"band={band!r}: must be [lo, hi] with 0 <= lo <= hi <= 1 (accuracies kept, bounds included)")
-    for key, least in (("samples", 1), ("max_new_tokens", 1), ("seed", 0)):
+    for key, least, most in (("samples", 1, MAX_SAMPLES), ("max_new_tokens", 1, None), ("seed", 0, MAX_SEED)):
         value = cfg[key]
         if value is None and key in ("max_new_tokens", "seed"):
             continue
-        if isinstance(value, bool) or not isinstance(value, int) or value < least:
-            raise ValueError(f"{key}={value!r}: must be an integer >= {least}")
+        if isinstance(value, bool) or not isinstance(value, int) or value < least or (most and value > most):
+            bounds = f"in [{least}, {most}]" if most else f">= {least}"
+            raise ValueError(f"{key}={value!r}: must be an integer {bounds}")
     cfg["band"] = [float(v) for v in band]
     return cfg
 
@@ -122,49 +135,85 @@ def _measured(path: Path, problems: list[tuple[str, dict]]) -> list[float]:
 
 
 def filtered(recipe: Any, problems: list[tuple[str, dict]], lm: Any, cfg: dict, *, temperature: float,
-             top_p: float, max_new_tokens: int, folder: Path) -> list[tuple[str, dict]]:
+             top_p: float, max_new_tokens: int, folder: Path) -> tuple[list[tuple[str, dict]], Optional[Path]]:
     """The problems of ``problems`` whose accuracy under the policy ``lm`` (a
-    :class:`hista.models.LoadedModel`) lies in ``cfg["band"]``, in their order (SPEC §9): read
-    from ``folder`` when it holds the pool of these settings, else measured (resuming a
-    measurement cut short) and written there. An InputError about ``pool_filter`` when none is
-    kept."""
+    :class:`hista.models.LoadedModel`) lies in ``cfg["band"]``, in their order (SPEC §9), and
+    the folder to :func:`place` over ``folder`` when training begins (None: ``folder`` holds
+    this pool already). Read from ``folder`` or its :data:`STAGED` sibling when one holds the
+    pool of these settings, else measured into the sibling (resuming a measurement cut short,
+    or reusing one that differs only in its band). An InputError about ``pool_filter`` when
+    none is kept."""
     from ..rollout.config import SamplingConfig
     from ..rollout.engines import make_engine
     from ..rollout.sample import policy_accuracy
 
     want = settings(recipe, problems, cfg, temperature, top_p, max_new_tokens)
-    paths = {name: folder / name for name in ("settings.json", "accuracy.jsonl", "pool.jsonl")}
-    for path in paths.values():
+    staged = folder.with_name(STAGED)
+    for path in (here / name for here in (folder, staged) for name in FILES):
         check_output_file(path)
-    same = paths["settings.json"].exists() and _read_json(paths["settings.json"]) == want
-    if same and paths["pool.jsonl"].exists():
-        ids = {(row.get("task"), row.get("id")) for row in _read_jsonl(paths["pool.jsonl"], "pool file")}
-        kept = [(spec, rec) for spec, rec in problems if (spec, str(rec["id"])) in ids]
-        print(f"pool filter: {len(kept)} of {len(problems)} problems, as measured before ({paths['pool.jsonl']})",
-              flush=True)
-        return _nonempty(recipe, kept, problems, cfg)
-    accuracies = _measured(paths["accuracy.jsonl"], problems) if same else []
-    folder.mkdir(parents=True, exist_ok=True)
-    write_json_atomic(paths["settings.json"], want)
-    _write(paths["accuracy.jsonl"], [_row(problems[i], a) for i, a in enumerate(accuracies)])
-    paths["pool.jsonl"].unlink(missing_ok=True)
+    for here in (folder, staged):
+        if _settings(here) == want and (here / "pool.jsonl").exists():
+            ids = {(row.get("task"), row.get("id")) for row in _read_jsonl(here / "pool.jsonl", "pool file")}
+            kept = [(spec, rec) for spec, rec in problems if (spec, str(rec["id"])) in ids]
+            print(f"pool filter: {len(kept)} of {len(problems)} problems, as measured before "
+                  f"({here / 'pool.jsonl'})", flush=True)
+            return _nonempty(recipe, kept, problems, cfg), (None if here == folder else staged)
     config = SamplingConfig(temperature=float(temperature), top_p=float(top_p), max_new_tokens=int(max_new_tokens),
                             system_prompt=recipe.system_prompt)
-    engine = make_engine("hf", lm, config)
+    engine = make_engine("hf", lm, config)  # a cap past the context is refused before anything is written
+    source = next((here for here in (staged, folder) if _same_measurement(_settings(here), want)), None)
+    accuracies = [] if source is None else _measured(source / "accuracy.jsonl", problems)
     chunks = math.ceil(len(problems) / CHUNK)
-    for k in range(len(accuracies) // CHUNK, chunks):
+    for k in range(math.ceil(len(accuracies) / CHUNK), chunks):  # whole chunks, or all problems, are measured
         part = problems[k * CHUNK: (k + 1) * CHUNK]
         print(f"pool filter: chunk {k + 1}/{chunks}: {len(part)} problems x {cfg['samples']} samples", flush=True)
-        measured = policy_accuracy(engine, [rec for _, rec in part], cfg["samples"],
-                                   seed=derive_seed(pool_seed(recipe, cfg), "pool", k))
-        append_jsonl(paths["accuracy.jsonl"], [_row(p, a) for p, a in zip(part, measured)])
-        accuracies += measured
+        accuracies += policy_accuracy(engine, [rec for _, rec in part], cfg["samples"],
+                                      seed=derive_seed(pool_seed(recipe, cfg), "pool", k))
+        _save(staged, want, [_row(p, a) for p, a in zip(problems, accuracies)])
+    if _settings(staged) != want:  # measured before under another band, or into pool/
+        _save(staged, want, [_row(p, a) for p, a in zip(problems, accuracies)])
     lo, hi = cfg["band"]
     kept = [(p, a) for p, a in zip(problems, accuracies) if lo <= a <= hi]
-    _write(paths["pool.jsonl"], [_row(p, a) for p, a in kept])
+    _write(staged / "pool.jsonl", [_row(p, a) for p, a in kept])
     print(f"pool filter: kept {len(kept)} of {len(problems)} problems with accuracy in [{lo}, {hi}] over "
-          f"{cfg['samples']} samples of {lm.name}; wrote {paths['pool.jsonl']}", flush=True)
-    return _nonempty(recipe, [p for p, _ in kept], problems, cfg)
+          f"{cfg['samples']} samples of {lm.name}; wrote {staged / 'pool.jsonl'}", flush=True)
+    return _nonempty(recipe, [p for p, _ in kept], problems, cfg), staged
+
+
+def place(staged: Path, folder: Path) -> None:
+    """Put the pool measured in ``staged`` in place of ``folder`` (the earlier run's pool, if
+    any): when training begins (SPEC §9)."""
+    if folder.is_dir() and not folder.is_symlink():
+        shutil.rmtree(folder)
+    else:
+        folder.unlink(missing_ok=True)
+    staged.rename(folder)
+
+
+def _settings(folder: Path) -> Any:
+    """What ``folder``'s ``settings.json`` holds (None: none, or not JSON: measured afresh)."""
+    path = folder / "settings.json"
+    if not path.exists():
+        return None
+    try:
+        return json.loads(read_input(path, "pool settings").decode("utf-8", errors="replace"))
+    except ValueError:
+        return None
+
+
+def _same_measurement(saved: Any, want: dict) -> bool:
+    """Whether accuracies measured under the settings ``saved`` are those ``want`` measures (the
+    band only chooses among them)."""
+    return isinstance(saved, dict) and {**saved, "band": None} == {**want, "band": None}
+
+
+def _save(staged: Path, want: dict, rows: list[dict]) -> None:
+    """The measurement so far into ``staged``: a stale ``pool.jsonl`` removed, the rows, then
+    the settings (so that settings never describe rows measured otherwise)."""
+    staged.mkdir(parents=True, exist_ok=True)
+    (staged / "pool.jsonl").unlink(missing_ok=True)
+    _write(staged / "accuracy.jsonl", rows)
+    write_json_atomic(staged / "settings.json", want)
 
 
 def _write(path: Path, rows: list[dict]) -> None:
@@ -174,13 +223,6 @@ def _write(path: Path, rows: list[dict]) -> None:
 
 def _row(problem: tuple[str, dict], accuracy: float) -> dict:
     return {"task": problem[0], "id": str(problem[1]["id"]), "accuracy": float(accuracy)}
-
-
-def _read_json(path: Path) -> Any:
-    try:
-        return json.loads(read_input(path, "pool settings").decode("utf-8", errors="replace"))
-    except ValueError:
-        return None  # not this version's settings: measured afresh
 
 
 def _nonempty(recipe: Any, kept: list, problems: list, cfg: dict) -> list:

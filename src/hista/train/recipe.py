@@ -314,18 +314,19 @@ def check_rollout_engine(recipe: Recipe, config: Any) -> None:
 def check_model(recipe: Recipe) -> Optional[str]:
     """Check the recipe against the model's configuration (SPEC §9), before anything loads: the
     hidden layer the estimator reads must exist (an InputError naming
-    ``advantage_estimator.layer``), and ``trl.max_completion_length`` must fit the model's
-    context (``max_position_embeddings``; an InputError naming ``trl.max_completion_length``:
-    the rollouts' cache is reserved for that many positions). The configuration is read only
-    when there is something to check. Returns a note when it cannot be read here (a hub id
+    ``advantage_estimator.layer``), and ``trl.max_completion_length`` and the pool filter's
+    ``pool_filter.max_new_tokens`` must fit the model's context (``max_position_embeddings``; an
+    InputError naming the field: the rollouts' cache is reserved for that many positions). The
+    configuration is read only when there is something to check. Returns a note when it cannot be read here (a hub id
     neither reachable nor cached), else None."""
     from .. import estimators
     from ..models.loading import context_length, model_config
 
     cfg = {k: v for k, v in recipe.advantage_estimator.items() if k not in ("name", "gae_lambda", "scale")}
     estimator = estimators.get(recipe.advantage_estimator.get("name", "grpo"), **cfg)
-    cap = recipe.trl.get("max_completion_length")
-    if not estimator.needs_hidden and cap is None:
+    caps = {"trl.max_completion_length": recipe.trl.get("max_completion_length"),
+            "pool_filter.max_new_tokens": (recipe.pool_filter or {}).get("max_new_tokens")}
+    if not estimator.needs_hidden and not any(caps.values()):
         return None
     config = model_config(recipe.model)
     if config is None:
@@ -338,9 +339,10 @@ def check_model(recipe: Recipe) -> Optional[str]:
             raise recipe.error("advantage_estimator.layer", f"layer {layer} does not exist in {recipe.model}: it has "
                                f"{layers} decoder layers, hidden states {-(layers + 1)} to {layers}")
     context = context_length(config)
-    if context is not None and cap is not None and cap > context:
-        raise recipe.error("trl.max_completion_length", f"{cap} does not fit the context of {recipe.model}: {context} "
-                           "positions (max_position_embeddings) for the prompt and the completion together")
+    for field, cap in caps.items():
+        if context is not None and cap is not None and cap > context:
+            raise recipe.error(field, f"{cap} does not fit the context of {recipe.model}: {context} positions "
+                               "(max_position_embeddings) for the prompt and the completion together")
     return None
 
 

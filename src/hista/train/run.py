@@ -20,8 +20,9 @@ from .. import rewards, tasks, yamlio
 from ..errors import InputError
 from ..jsonio import check_not_inputs, jsonable, read_input, write_atomic
 from ..rollout.engine import chat_messages
-from . import checkpoints
+from . import checkpoints, pool
 from .checkpoints import CHECKPOINT
+from .pool import STAGED
 from .recipe import Recipe
 
 #: recipe fields a resumed run may change (how long it trains, how often it saves and logs):
@@ -30,15 +31,20 @@ RESUMABLE_CHANGES = ("resume", "trl.max_steps", "trl.num_train_epochs", "trl.sav
                      "trl.logging_steps", "trl.report_to", "trl.disable_tqdm")
 
 
-#: task sources whose problems load without a download (SPEC §7): a dry run checks their prompts
-LOCAL_SOURCES = ("builtin", "jsonl", "humaneval")
+#: task sources whose problems load without a download (SPEC §7): a dry run loads them as the run
+#: does (that each source supplies ``problems`` of them) and checks their prompts
+LOCAL_SOURCES = ("builtin", "jsonl", "humaneval", "gym")
 
 
 def load_problems(recipe: Recipe) -> list[tuple[str, dict]]:
     """The recipe's problems as (task spec, problem record), in the order of its task specs
-    (SPEC §7, §9); an InputError about ``tasks`` when there are none."""
-    problems = [(spec, rec) for spec in recipe.task_specs
-                for rec in tasks.load(spec, n=recipe.problems, seed=recipe.seed, split=recipe.split)]
+    (SPEC §7, §9); an InputError about ``tasks`` when a source cannot supply ``problems`` of
+    them (a task file's own error keeps its file and line) or there are none."""
+    try:
+        problems = [(spec, rec) for spec in recipe.task_specs
+                    for rec in tasks.load(spec, n=recipe.problems, seed=recipe.seed, split=recipe.split)]
+    except InputError as exc:
+        raise recipe.error("tasks", str(exc) if exc.path else exc.message) from None
     if not problems:
         raise recipe.error("tasks", f"no problems in {', '.join(recipe.task_specs)}")
     return problems
@@ -63,7 +69,8 @@ def check_prompt_lengths(recipe: Recipe, problems: Optional[list[tuple[str, dict
     trainer poses it (the system prompt, TRL's chat template with ``trl.chat_template_kwargs``:
     :func:`hista.train.rollouts.pose`), and the first whose tokens plus
     ``trl.max_completion_length`` pass ``max_position_embeddings`` is an InputError about
-    ``tasks`` naming it (``SPEC/ID``) and its token count; a prompt is never truncated.
+    ``tasks`` naming it (``SPEC/ID``) and its token count (with ``pool_filter.max_new_tokens``
+    instead when the pool filter measures with a larger cap); a prompt is never truncated.
     ``problems`` (:func:`load_problems`) and ``tokenizer`` are loaded when not given. A dry run
     calls it without problems: it checks those of the sources that load without a download
     (:data:`LOCAL_SOURCES`) and leaves the others to the run. Returns a note saying what was not
@@ -91,7 +98,9 @@ def check_prompt_lengths(recipe: Recipe, problems: Optional[list[tuple[str, dict
     if not getattr(tokenizer, "chat_template", None):
         return None  # TRL poses conversational prompts with the chat template only: such a run fails as it loads
     default = next(f.default for f in fields(GRPOConfig) if f.name == "max_completion_length")
-    cap = int(recipe.trl.get("max_completion_length", default))
+    cap, name = int(recipe.trl.get("max_completion_length", default)), "trl.max_completion_length"
+    if recipe.pool_filter and (recipe.pool_filter["max_new_tokens"] or 0) > cap:  # the pool's measurement
+        cap, name = recipe.pool_filter["max_new_tokens"], "pool_filter.max_new_tokens"
     options = recipe.trl.get("chat_template_kwargs") or {}
     for first in range(0, len(problems), 256):
         chunk = problems[first: first + 256]
@@ -99,25 +108,26 @@ def check_prompt_lengths(recipe: Recipe, problems: Optional[list[tuple[str, dict
         for (spec, rec), ids in zip(chunk, posed):
             if len(ids) + cap > context:
                 raise recipe.error("tasks", f"problem '{spec}/{rec['id']}' has a prompt of {len(ids)} tokens, which "
-                                            f"with {cap} new tokens (trl.max_completion_length) passes the context "
-                                            f"of {recipe.model}: {context} positions (max_position_embeddings); "
-                                            "shorten the problem, leave it out, or lower trl.max_completion_length")
+                                            f"with {cap} new tokens ({name}) passes the context of {recipe.model}: "
+                                            f"{context} positions (max_position_embeddings); shorten the problem, "
+                                            f"leave it out, or lower {name}")
     return None
 
 
-def filter_pool(recipe: Recipe, problems: list[tuple[str, dict]], config: Any) -> list[tuple[str, dict]]:
+def filter_pool(recipe: Recipe, problems: list[tuple[str, dict]],
+                config: Any) -> tuple[list[tuple[str, dict]], Optional[Path]]:
     """The recipe's problems that its ``pool_filter`` keeps (SPEC §9; :mod:`hista.train.pool`):
     measured with the base policy under the run's temperature and top-p, with
     ``pool_filter.max_new_tokens`` (default ``trl.max_completion_length``) new tokens, into
-    ``OUTPUT_DIR/pool/``, or read from there when it holds this pool."""
+    ``OUTPUT_DIR/pool.new/``, or read from ``pool/`` (or ``pool.new/``) when it holds this pool;
+    and the folder :class:`ReplaceEarlierRun` puts in place of ``pool/`` (None: none)."""
     from ..models import load
-    from .pool import filtered
 
     cfg = recipe.pool_filter
     lm = load(recipe.model, device="cpu")
-    return filtered(recipe, problems, lm, cfg, temperature=config.temperature, top_p=config.top_p,
-                    max_new_tokens=cfg["max_new_tokens"] or config.max_completion_length,
-                    folder=Path(recipe.output_dir) / "pool")
+    return pool.filtered(recipe, problems, lm, cfg, temperature=config.temperature, top_p=config.top_p,
+                         max_new_tokens=cfg["max_new_tokens"] or config.max_completion_length,
+                         folder=Path(recipe.output_dir) / "pool")
 
 
 def correct(completions: list, answer: list, verifier: list, **_: Any) -> list[float]:
@@ -224,7 +234,10 @@ def check_output_dir(recipe: Recipe, overwrite: bool = False) -> list[Path]:
     """Check that a run of ``recipe`` may write to its ``output_dir`` and return what of an
     earlier run it will replace (SPEC §9): an output_dir (or a folder above it) that is a file,
     that lies under /proc, /sys or /dev, or that cannot be written, is an error; so is a recipe
-    or task file that is one of the files a run writes there. An earlier run there
+    or task file that is one of the files a run writes there or lies in one of its folders
+    (:func:`check_inputs_outside`), and a ``README.md`` there that is not the model card TRL
+    writes over it at each checkpoint (a user's file: the folder is likely not meant as a run
+    folder). An earlier run there
     (``metrics.jsonl``, ``checkpoint-N``, ``final``, ``eval``) is continued with ``resume: true``
     from its newest complete checkpoint (:mod:`hista.train.checkpoints`; the recipe must be the
     same run's, :func:`check_same_run`) or, with no complete checkpoint, started afresh and
@@ -241,8 +254,11 @@ def check_output_dir(recipe: Recipe, overwrite: bool = False) -> list[Path]:
     if Path(os.path.realpath(recipe.source)) == Path(os.path.realpath(out / "recipe.yaml")):
         raise recipe.error("output_dir", f"the recipe {recipe.source} is the run's own recipe.yaml, which the run "
                                          "rewrites: copy it out of the run folder and train with the copy")
-    inputs = [recipe.source, *tasks.input_files(recipe.task_specs)]
-    check_not_inputs([out / "recipe.yaml", out / "metrics.jsonl"], inputs)
+    check_inputs_outside(recipe, out)
+    readme = out / "README.md"
+    if (readme.exists() or readme.is_symlink()) and not _is_model_card(readme):
+        raise recipe.error("output_dir", f"{readme} is not the model card TRL writes there, and the run would "
+                                         f"replace it with one: move it out of {out} or choose another output_dir")
     for folder in (out, *out.parents):
         if folder.exists() or folder.is_symlink():
             if not folder.is_dir():
@@ -267,6 +283,46 @@ def check_output_dir(recipe: Recipe, overwrite: bool = False) -> list[Path]:
     return found
 
 
+#: what a run writes in ``output_dir``: files, and folders all of whose files are the run's (and checkpoint-N/)
+OWN_FILES = ("recipe.yaml", "metrics.jsonl", "README.md")
+OWN_FOLDERS = ("pool", STAGED, "final", "eval")
+
+
+def check_inputs_outside(recipe: Recipe, out: Path) -> None:
+    """Refuse an input of the run (the recipe, its task files and those of its ``eval`` suites)
+    that is a file the run writes in ``out`` (:data:`OWN_FILES`, by name after following
+    symlinks or by inode) or lies in a folder it writes (:data:`OWN_FOLDERS`, ``checkpoint-N``):
+    the run would overwrite or remove it (SPEC §11): an InputError naming the output file, or
+    about ``output_dir``."""
+    from ..evaluation.run import task_files
+    from .evaluate import parse
+
+    inputs = [recipe.source, *tasks.input_files(recipe.task_specs),
+              *(task_files(parse(recipe.eval).config.suites) if recipe.eval is not None else ())]
+    check_not_inputs([out / name for name in OWN_FILES], inputs)
+    root = Path(os.path.realpath(out))
+    for path in inputs:
+        real = Path(os.path.realpath(path))
+        first = real.relative_to(root).parts[0] if root in real.parents else ""
+        if first in OWN_FOLDERS or CHECKPOINT.match(first):
+            raise recipe.error("output_dir", f"the input {path} lies in {out / first}, which the run writes and "
+                                             "replaces: move it out of the run folder")
+
+
+def _is_model_card(path: Path) -> bool:
+    """Whether ``path`` is a model card a TRL trainer wrote: YAML front matter tagged ``trl``."""
+    try:
+        text = read_input(path, "README.md").decode("utf-8", errors="replace")
+    except InputError:
+        return False
+    head, sep, _ = text.removeprefix("---\n").partition("\n---")
+    try:
+        meta = yaml.safe_load(head) if text.startswith("---\n") and sep else None
+    except yaml.YAMLError:
+        return False
+    return isinstance(meta, dict) and isinstance(meta.get("tags"), list) and "trl" in meta["tags"]
+
+
 def state_files(recipe: Recipe) -> tuple[str, ...]:
     """The files of hista's state a complete checkpoint of this recipe's run holds besides
     TRL's (SPEC §9): process 0's ``estimator-0.pt`` when the estimator keeps a state (the
@@ -282,12 +338,14 @@ def state_files(recipe: Recipe) -> tuple[str, ...]:
 
 
 class ReplaceEarlierRun(TrainerCallback):
-    """Removes an earlier run's files (``check_output_dir(..., overwrite=True)``) when the new
-    run begins, after the model, data and trainer are ready, so that a run that fails to start
-    leaves them as they were (SPEC §9)."""
+    """Removes an earlier run's files (``check_output_dir(..., overwrite=True)``) and puts the
+    pool measured for the new run (``pool.new/``, :func:`hista.train.pool.filtered`) in place of
+    ``pool/`` when the new run begins, after the model, data and trainer are ready, so that a run
+    that fails to start leaves them as they were (SPEC §9)."""
 
-    def __init__(self, paths: list[Path]):
+    def __init__(self, paths: list[Path], pool: Optional[Path] = None):
         self.paths = list(paths)
+        self.pool = pool
 
     def on_train_begin(self, args, state, control, **kwargs):
         if not state.is_world_process_zero:
@@ -300,6 +358,8 @@ class ReplaceEarlierRun(TrainerCallback):
         if self.paths:
             print(f"replaced the earlier run in {self.paths[0].parent}: removed "
                   f"{', '.join(p.name for p in self.paths)}", flush=True)
+        if self.pool is not None:
+            pool.place(self.pool, self.pool.with_name("pool"))
 
 
 def train(recipe: Recipe, overwrite: bool = False) -> dict:
@@ -326,9 +386,9 @@ def train(recipe: Recipe, overwrite: bool = False) -> dict:
         return _finished(recipe, out, checkpoint)
     problems = load_problems(recipe)
     plan = parse_eval(recipe.eval) if recipe.eval is not None else None
-    dataset = _dataset(recipe, problems, plan, config)
+    dataset, staged_pool = _dataset(recipe, problems, plan, config)
     model, tokenizer, policy = load_policy(recipe)
-    callbacks = [ReplaceEarlierRun(replaced), MetricsLog(out / "metrics.jsonl")]
+    callbacks = [ReplaceEarlierRun(replaced, staged_pool), MetricsLog(out / "metrics.jsonl")]
     evaluation = None if plan is None else EvaluateDuringTraining(plan, out, recipe.system_prompt, policy)
     if evaluation is not None:
         callbacks.append(evaluation)  # after ReplaceEarlierRun: its step-0 row goes into the new metrics.jsonl
@@ -348,10 +408,11 @@ def train(recipe: Recipe, overwrite: bool = False) -> dict:
     return _train_to_end(trainer, out, checkpoint)
 
 
-def _dataset(recipe: Recipe, problems: list[tuple[str, dict]], plan: Any, config: Any):
+def _dataset(recipe: Recipe, problems: list[tuple[str, dict]], plan: Any, config: Any) -> tuple[Any, Optional[Path]]:
     """The training dataset, once every problem of the evaluation ``plan`` loads and every prompt
-    fits the context, filtered by the pool filter when the recipe sets one: all before anything
-    is written."""
+    fits the context, filtered by the pool filter when the recipe sets one (only its measurement
+    is written, into ``pool.new/``), and the pool folder to put in place when training begins
+    (:func:`filter_pool`)."""
     if plan is not None:  # every problem it evaluates loads now, before anything is written
         from ..evaluation import check_suites
 
@@ -359,9 +420,10 @@ def _dataset(recipe: Recipe, problems: list[tuple[str, dict]], plan: Any, config
     note = check_prompt_lengths(recipe, problems)  # every prompt fits the context with the cap
     if note:
         print(note, flush=True)
+    staged = None
     if recipe.pool_filter:
-        problems = filter_pool(recipe, problems, config)
-    return build_dataset(recipe, problems)
+        problems, staged = filter_pool(recipe, problems, config)
+    return build_dataset(recipe, problems), staged
 
 
 def _write_start(recipe: Recipe, out: Path, checkpoint: Optional[tuple[int, Path]], trl_version: str) -> None:
