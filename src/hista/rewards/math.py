@@ -28,13 +28,17 @@ signs, thousands separators, ``\\text{...}`` units, a leading ``x =`` and a trai
 Time guards: math-verify uses ``signal.alarm`` timeouts, which raise outside the main
 thread.  The timeout (``SIGNAL_TIMEOUT_S``) is therefore passed only when called from the
 main thread (note that it cancels any ``alarm`` the caller had pending), and ``None``
-elsewhere.  In all threads the verifier's own guards apply: inputs are capped in length
-and expressions that are known to make sympy run for minutes (power towers such as
-``10^{10^{10}}``, exponents above 10^6, factorials/binomials of 5+ digit numbers) are not
-handed to sympy at all (numeric fallback only).  The verifier's own work is linear in the
-completion (one pass finds the boxes, and only the chosen box's content is copied); math-verify
-is only ever handed the last ``FALLBACK_TAIL_CHARS`` characters or an answer of at most
-``MAX_EXPR_CHARS`` (the gold answer aside), so its cost is bounded whatever the length.
+elsewhere; no timeout stops a big-integer computation anyway.  In all threads the verifier's
+own guards apply: inputs are capped in length, and math-verify is never handed a text whose
+numbers :func:`_digits` estimates at more than ``MAX_DIGITS`` digits: powers (digits of the
+base times the exponent, so ``9^{999999 \\cdot 999999}`` and ``(9^{9})^{999999}`` count as
+what they compute), factorials, binomials, ``1E+9999999`` (which math-verify's parser computes
+itself), towers such as ``10^{10^{10}}`` and factorials of computed numbers such as
+``{9999!}!``.  The numeric reading computes nothing larger than its 200-character input with an
+exponent of 3 digits.  The verifier's own work is linear in the completion (one pass finds the
+boxes, and only the chosen box's content is copied); math-verify is only ever handed the last
+``FALLBACK_TAIL_CHARS`` characters or an answer of at most ``MAX_EXPR_CHARS`` (the gold answer
+aside), so its cost is bounded whatever the length.
 
 A verifier never raises on model output: every failure is a 0.0 with a reason.
 """
@@ -71,6 +75,11 @@ SIGNAL_TIMEOUT_S: Optional[int] = 5
 FALLBACK_TAIL_CHARS = 2000
 #: longest answer string handed to sympy.
 MAX_EXPR_CHARS = 1000
+#: most digits of the numbers (powers, factorials, binomials, ``1E+k``) that a text handed to
+#: math-verify may make sympy compute, as ``_digits`` estimates them: sympy computes them exactly,
+#: and no timeout stops a big-integer computation.
+MAX_DIGITS = 100_000
+
 
 _BOX_RE = re.compile(r"\\(?:boxed|fbox)(?![A-Za-z])([ \t]*)")
 _BRACE_RE = re.compile(r"\\[\\{}]|[{}]")
@@ -188,7 +197,11 @@ def _mv():
 
 
 def _fallback_extract(text: str) -> tuple[list[Any], Optional[str]]:
-    """math-verify's extraction on text without a box: (parsed list, extracted string)."""
+    """math-verify's extraction on text without a box: (parsed list, extracted string); nothing
+    for a text whose numbers :func:`_digits` estimates above ``MAX_DIGITS`` digits (math-verify's
+    parser computes binomials and ``1E+9999999`` itself)."""
+    if _digits(text) > MAX_DIGITS:
+        return [], None
     mv = _mv()
     parsed = mv.parse(
         text,
@@ -247,45 +260,102 @@ def extract_math_answer(completion: str) -> tuple[Optional[str], str]:
 # --------------------------------------------------------------------------- guards
 
 
-def _group_after(s: str, i: int) -> str:
-    """The exponent that starts at s[i]: a braced group, a parenthesised group or a token."""
+def _brackets(s: str) -> dict[int, int]:
+    """Position of every matched bracket of ``s`` -> position of its partner, both ways (any
+    kinds pair, as in the interval ``[0, 1)``); one pass."""
+    partner: dict[int, int] = {}
+    stack: list[int] = []
+    for i, c in enumerate(s):
+        if c in "({[":
+            stack.append(i)
+        elif c in ")}]" and stack:
+            o = stack.pop()
+            partner[o], partner[i] = i, o
+    return partner
+
+
+def _operand_after(s: str, i: int, partner: dict[int, int]) -> tuple[str, int]:
+    """(text, end) of the operand that starts at s[i], after blanks: a bracketed group's content
+    (an unclosed one runs to the end) or a token."""
     while i < len(s) and s[i] == " ":
         i += 1
-    if i >= len(s):
-        return ""
-    if s[i] in "{(":
-        close = "}" if s[i] == "{" else ")"
-        depth = 0
-        for j in range(i, min(len(s), i + 400)):
-            if s[j] == s[i]:
-                depth += 1
-            elif s[j] == close:
-                depth -= 1
-                if depth == 0:
-                    return s[i + 1 : j]
-        return s[i + 1 : i + 400]
-    m = re.match(r"[-+]?[0-9A-Za-z.]+", s[i:])
-    return m.group(0) if m else ""
+    if i < len(s) and s[i] in "({[":
+        close = partner.get(i, len(s))
+        return s[i + 1 : close], close + 1
+    m = _TOKEN_AFTER_RE.match(s, i)
+    return (m.group(0), m.end()) if m else ("", i)
+
+
+def _operand_before(s: str, i: int, partner: dict[int, int]) -> tuple[int, str]:
+    """(start, text) of the operand that ends just before s[i], before blanks: a bracketed group
+    or a token (factorial signs included)."""
+    while i > 0 and s[i - 1] == " ":
+        i -= 1
+    if i > 0 and s[i - 1] in ")}]" and i - 1 in partner:
+        return partner[i - 1], s[partner[i - 1] : i]
+    k = i
+    while k > 0 and (s[k - 1].isalnum() or s[k - 1] in ".!"):
+        k -= 1
+    return k, s[k:i]
+
+
+def _group_start(s: str, i: int, partner: dict[int, int]) -> int:
+    """Where the content of the innermost bracketed group around s[i] starts (0 outside any)."""
+    j = i - 1
+    while j >= 0 and s[j] not in "({[":
+        j = partner[j] - 1 if j in partner else j - 1  # a group closed before i is skipped
+    return j + 1
+
+
+def _bound(s: str) -> int:
+    """An upper bound of any sum, product or quotient of the numbers written in ``s``."""
+    return math.prod(int(d) + 1 for d in re.findall(r"[0-9]+", s))
+
+
+_TOKEN_AFTER_RE = re.compile(r"[-+]?[0-9A-Za-z.]+")
+_POWER_RE = re.compile(r"\s*(?:\^|\*\*)")
+_COMPUTED_RE = re.compile(r"\^|\*\*|\\?!(?!=)|binom(?:ial)?|\\choose|(?<=[0-9.])[eE][+-]?[0-9]+")
+_NESTED_RE = re.compile(r"\^|\*\*|!|binom|choose")
+
+
+def _digits(s: str) -> float:
+    """An upper estimate of the digits sympy computes for the numbers of ``s``: ``a^b`` has
+    digits(a) * b digits, ``n!`` n * digits(n), ``\\binom{n}{k}`` n, ``1E+k`` k, where a, b and
+    n are bounded by :func:`_bound` and what is computed inside a base adds its own estimate to
+    the base's; ``inf`` for a tower (``2^{3^4}``, ``2^3^4``, ``2^{100!}``) and a factorial or
+    binomial of a computed number (``(10^9)!``, ``{9999!}!``, ``9999!!``)."""
+    partner = _brackets(s)
+    found: list[tuple[int, int]] = []  # (position, estimate) of each number computed so far
+    for m in _COMPUTED_RE.finditer(s):
+        op, at = m.group(0), m.start()
+        if op in ("^", "**"):
+            exponent, end = _operand_after(s, m.end(), partner)
+            if _NESTED_RE.search(exponent) or _POWER_RE.match(s, end):
+                return math.inf
+            start, base = _operand_before(s, at, partner)
+            inner = sum(d for where, d in found if where >= start)
+            found.append((at, (len(str(_bound(base))) + inner) * _bound(exponent)))
+            continue
+        if op[0] in "eE":
+            found.append((at, int(op.lstrip("eE+-"))))
+            continue
+        if op.endswith("!"):
+            n = _operand_before(s, at, partner)[1]
+        elif op == "\\choose":  # {n \choose k}
+            n = s[_group_start(s, at, partner) : at]
+        else:  # \binom{n}{k}, binomial(n, k)
+            n = _operand_after(s, m.end(), partner)[0]
+        if _NESTED_RE.search(n):
+            return math.inf
+        bound = _bound(n)
+        found.append((at, bound * len(str(bound)) if op.endswith("!") else bound))
+    return sum(d for _, d in found)
 
 
 def _too_expensive(s: str) -> bool:
-    """True for strings sympy may take minutes (or unbounded memory) to evaluate."""
-    if len(s) > MAX_EXPR_CHARS:
-        return True
-    for m in re.finditer(r"\^|\*\*", s):
-        exp = _group_after(s, m.end())
-        if "^" in exp or "**" in exp or "!" in exp:  # power towers, 2^{100!}
-            return True
-        rest = s[m.end() :].lstrip()
-        if rest.startswith(exp) and rest[len(exp) :].lstrip().startswith(("^", "**")):
-            return True  # unbraced chain a^b^c
-        if any(len(d.lstrip("0")) > 6 for d in re.findall(r"\d+", exp)):
-            return True  # exponent >= 10^6
-    if re.search(r"\d{5,}\s*(?:!|\\!)", s) or re.search(r"\)\s*!", s):
-        return True  # 123456!, (10^9)!
-    if re.search(r"binom|choose", s) and re.search(r"\d{5,}", s):
-        return True
-    return False
+    """True for strings sympy may take minutes (or unbounded memory) to evaluate: longer than
+    ``MAX_EXPR_CHARS``, or whose numbers :func:`_digits` estimates above ``MAX_DIGITS`` digits."""
+    return len(s) > MAX_EXPR_CHARS or _digits(s) > MAX_DIGITS
 
 
 # --------------------------------------------------------------------------- numbers
@@ -296,7 +366,9 @@ _TEXT_CMD_RE = re.compile(
 _FRAC_RE = re.compile(r"^([+-]?)\\frac\s*\{\s*([^{}]+?)\s*\}\s*\{\s*([^{}]+?)\s*\}$")
 _FRAC_SHORT_RE = re.compile(r"^([+-]?)\\frac\s*(\d)\s*(\d)$")
 _SLASH_RE = re.compile(r"^([+-]?\d+(?:\.\d+)?)\s*/\s*([+-]?\d+(?:\.\d+)?)$")
-_DECIMAL_RE = re.compile(r"^[+-]?(?:\d+\.?\d*|\.\d+)(?:[eE][+-]?\d+)?$")
+#: an exponent has at most 3 digits: ``Fraction`` computes 10**exponent exactly, and no timeout
+#: stops it (``1e999999999`` would take hours)
+_DECIMAL_RE = re.compile(r"^[+-]?(?:\d+\.?\d*|\.\d+)(?:[eE][+-]?\d{1,3})?$")
 _THOUSANDS_RE = re.compile(r"^[+-]?\d{1,3}(?:,\d{3})+(?:\.\d+)?$")
 _CURRENCY = "$€£¥₹"
 
@@ -317,10 +389,10 @@ def _plain_number(s: str) -> Optional[Fraction]:
 def to_number(s: Any) -> Optional[Fraction]:
     """Read an answer string as an exact number, or None (SPEC §6 numeric fallback).
 
-    Accepts integers, decimals, ``a/b``, ``\\frac{a}{b}`` (also ``\\dfrac``, ``\\tfrac``,
-    ``\\frac12``), thousands separators (``1,000``, ``1{,}000``), currency signs, ``%``,
-    degree signs, ``\\text{...}`` units or a trailing unit word (``5 dollars``), a leading
-    ``x =`` and a trailing period.
+    Accepts integers, decimals (an exponent of at most 3 digits: ``1e-3``, not ``1e9999``),
+    ``a/b``, ``\\frac{a}{b}`` (also ``\\dfrac``, ``\\tfrac``, ``\\frac12``), thousands separators
+    (``1,000``, ``1{,}000``), currency signs, ``%``, degree signs, ``\\text{...}`` units or a
+    trailing unit word (``5 dollars``), a leading ``x =`` and a trailing period.
     """
     if not isinstance(s, str) or len(s) > 200:
         return None

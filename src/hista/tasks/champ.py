@@ -10,8 +10,8 @@ CHAMP's answers are free-form ("239", "x=2, y=1", "No", "3 is the only possible 
 file loads (:func:`checkable`): it must be a mathematical expression as a whole (no word other
 than a function name such as ``sqrt``, or a product of the answer's own one-letter variables
 such as ``xy``), math-verify must read it as an expression rather than text, its boxed form
-must score 1 and a wrong number 0. The others (144 of the 270 in v0: yes/no answers, sentences,
-"..." patterns) are left out, and a warning says how many, once per process; the 126 kept are
+must score 1 and a wrong number 0. The others (143 of the 270 in v0: yes/no answers, sentences,
+"..." patterns) are left out, and a warning says how many, once per process; the 127 kept are
 the benchmark.
 
 A record's ``problem`` is CHAMP's text followed by a request for the final answer in
@@ -20,7 +20,7 @@ box or an ``<answer>`` tag: its fallback, the text's last number, pays for unfin
 that happen to end in the answer's digit), ``field`` the category in
 lower case (``number-theory``, ...), the id CHAMP's (``P_Combinatorics_1``). ``all`` is every kept
 problem in the file's order; ``train`` and ``test`` are a fixed split by position in the file
-(every fourth problem of the file, the 4th, 8th, ..., is ``test``: 28 kept problems; 98 are ``train``), so
+(every fourth problem of the file, the 4th, 8th, ..., is ``test``: 28 kept problems; 99 are ``train``), so
 training on ``champ:train`` and scoring ``champ:test`` never shares a problem. ``n`` takes the
 first problems; ``seed`` and the loader's ``split`` are not used.
 """
