@@ -14,6 +14,71 @@ import pytest
 from hista import rewards
 from hista.rewards.math import to_number
 
+#: (verifier, answer in a box, gold): paid 1.0 on cb60262, must score 0.0
+WRONG = [
+    # F6: an integer gold asks for that integer
+    ("math", "1000001", "1000000"),
+    ("math", "1048577", "1048576"),
+    ("math", "123456900", "123456789"),
+    ("math", "2000001999", "2000000000"),
+    ("math", "999999.9999999", "1000000"),
+    ("math-boxed", "2001001", "2001000"),  # CHAMP's P_Combinatorics_30
+    ("math-boxed", "2001002", "2001000"),
+    ("math-boxed", "2000998", "2001000"),
+    ("math", "0.0000000000001", "0"),
+    ("math", "1e-13", "0"),
+    ("math", "-1e-13", "0"),
+    # F6: a percent sign is dropped only for a whole-number gold
+    ("math", "0.5\\%", "0.5"),
+    ("math", "0.5\\%", "\\frac{1}{2}"),
+    ("math", "12.5%", "12.5"),
+    # a decimal for an exact fraction that has a finite decimal expansion is not a rounding of it
+    ("math", "0.25001", "\\frac{1}{4}"),
+    ("math", "0.3", "\\frac{1}{3}"),
+    ("math", "0.33333", "\\frac{1}{3}"),  # fewer than 6 significant digits
+    ("math", "0.333334", "\\frac{1}{3}"),  # neither rounded nor truncated
+    ("math", "\\frac{2}{7}", "0.3"),  # a gold with fewer than 3 significant digits is exact
+]
+
+#: (verifier, answer in a box, gold): right answers that stay 1.0
+RIGHT = [
+    ("math", "1000000", "1000000"),
+    ("math", "1000000.0", "1000000"),
+    ("math", "1,000,000", "1000000"),
+    ("math-boxed", "2001000", "2001000"),
+    ("math", "0", "0"),
+    ("math", "0.0", "0"),
+    ("math", "50\\%", "50"),
+    ("math", "25", "25\\%"),
+    ("math", "0.5\\%", "0.5\\%"),
+    ("math", "1e-3", "0.001"),
+    ("math", "\\frac{1}{2}", "0.5"),
+    ("math", "0.3333333333", "\\frac{1}{3}"),
+    ("math", "0.333333", "\\frac{1}{3}"),  # truncated
+    ("math", "0.666667", "2/3"),  # rounded
+    ("math", "0.666666", "2/3"),  # truncated
+    ("math", "-0.142857", "-\\frac{1}{7}"),
+    ("math", "\\frac{1}{3}", "0.333"),  # a gold that rounds
+    ("math", "\\frac{22}{7}", "3.14"),
+    # the factorial guard no longer refuses a factorial of a group (F7's false negatives)
+    ("math", "n \\cdot (n-1)!", "n!"),
+    ("math", "(n-1)!/2", "n!/(2n)"),
+    ("math", "\\frac{(2n)!}{2^n n!}", "(2n)!/(2^n*n!)"),
+    ("math", "2^{997}", "2^997"),
+    ("math", "\\binom{n+1}{2m+1}", "\\binom{n+1}{2m+1}"),
+]
+
+
+@pytest.mark.parametrize("verifier, answer, gold", WRONG)
+def test_wrong_answers_are_not_paid(verifier, answer, gold):
+    score, reason = rewards.verify_with_reason(verifier, "\\boxed{%s}" % answer, gold)
+    assert score == 0.0, reason
+
+
+@pytest.mark.parametrize("verifier, answer, gold", RIGHT)
+def test_right_answers_stay_paid(verifier, answer, gold):
+    assert rewards.verify_with_reason(verifier, "\\boxed{%s}" % answer, gold) == (1.0, "correct")
+
 
 def test_an_exponent_is_read_up_to_three_digits():
     assert to_number("1e999") == 10**999 and to_number("-2.5E-999") == Fraction(-25, 10**1000)

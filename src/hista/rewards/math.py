@@ -19,11 +19,20 @@ Extraction, in order:
    "The answer is 42. Check: 3 + 5 = 8" gives 8 (the "answer ... = X" pattern takes the value
    after the last ``=`` within 100 characters).
 
-Equivalence: ``math_verify.verify(gold, pred)`` on both parsed answers, then a numeric
-fallback: both strings read as exact fractions after removing currency signs, percent
-signs, thousands separators, ``\\text{...}`` units, a leading ``x =`` and a trailing period
-(``0.5`` = ``1/2`` = ``\\frac{1}{2}`` = ``\\dfrac12``, ``1,000`` = ``1000``,
-``$5`` = ``5 dollars`` = ``5.``), equal within a relative tolerance of 1e-6.
+Equivalence (:func:`math_equal`):
+
+- a gold that reads as a number asks for a number: both strings are read as exact fractions
+  after removing currency signs, percent signs, thousands separators, ``\\text{...}`` units, a
+  leading ``x =`` and a trailing period (``0.5`` = ``1/2`` = ``\\frac{1}{2}`` = ``\\dfrac12``,
+  ``1,000`` = ``1000``, ``$5`` = ``5 dollars`` = ``5.``; a decimal's exponent has at most 3
+  digits), and must be **equal**: no tolerance, so ``1000001`` is not 1000000 and ``1e-13`` is
+  not 0.  The one exception is a decimal for a number that has no finite decimal expansion,
+  which no decimal can equal: the decimal must be that number rounded or truncated at its last
+  digit, with at least 6 significant digits in an answer (``0.333333`` or ``0.3333333333`` for
+  ``1/3``, not ``0.333`` or ``0.333334``) and 3 in a gold (``\\frac13`` for ``0.333``,
+  ``22/7`` for ``3.14``; ``0.3`` or ``0.5`` are exact).  A percent sign only the answer carries
+  is dropped for a whole-number gold (``50\\%`` for 50, not ``0.5\\%`` for 0.5);
+- otherwise ``math_verify.verify(gold, pred)`` on both parsed answers.
 
 Time guards: math-verify uses ``signal.alarm`` timeouts, which raise outside the main
 thread.  The timeout (``SIGNAL_TIMEOUT_S``) is therefore passed only when called from the
@@ -51,7 +60,7 @@ import math
 import re
 import threading
 from fractions import Fraction
-from typing import Any, Callable, Optional
+from typing import Any, Callable, NamedTuple, Optional
 
 from . import register
 
@@ -369,8 +378,23 @@ _SLASH_RE = re.compile(r"^([+-]?\d+(?:\.\d+)?)\s*/\s*([+-]?\d+(?:\.\d+)?)$")
 #: an exponent has at most 3 digits: ``Fraction`` computes 10**exponent exactly, and no timeout
 #: stops it (``1e999999999`` would take hours)
 _DECIMAL_RE = re.compile(r"^[+-]?(?:\d+\.?\d*|\.\d+)(?:[eE][+-]?\d{1,3})?$")
+_PLACES_RE = re.compile(r"[+-]?[\d,]*\.(\d+)")
 _THOUSANDS_RE = re.compile(r"^[+-]?\d{1,3}(?:,\d{3})+(?:\.\d+)?$")
 _CURRENCY = "$€£¥₹"
+#: significant digits a decimal must show to stand for a number without a finite decimal expansion
+#: (:func:`_rounds`): an answer's 0.333333 for 1/3 (as precise as the former relative tolerance of
+#: 1e-6), a gold's 0.333 or 3.14 (fewer, as 0.5 or 0.33, are taken as exact)
+ROUNDED_ANSWER_DIGITS = 6
+ROUNDED_GOLD_DIGITS = 3
+
+
+class _Number(NamedTuple):
+    """An answer read as a number: its exact value, its decimal places when written as a decimal
+    with a point (``0.250``: 3; else None), and whether it carried a percent sign."""
+
+    value: Fraction
+    places: Optional[int]
+    percent: bool
 
 
 def _plain_number(s: str) -> Optional[Fraction]:
@@ -386,14 +410,8 @@ def _plain_number(s: str) -> Optional[Fraction]:
     return None
 
 
-def to_number(s: Any) -> Optional[Fraction]:
-    """Read an answer string as an exact number, or None (SPEC §6 numeric fallback).
-
-    Accepts integers, decimals (an exponent of at most 3 digits: ``1e-3``, not ``1e9999``),
-    ``a/b``, ``\\frac{a}{b}`` (also ``\\dfrac``, ``\\tfrac``, ``\\frac12``), thousands separators
-    (``1,000``, ``1{,}000``), currency signs, ``%``, degree signs, ``\\text{...}`` units or a
-    trailing unit word (``5 dollars``), a leading ``x =`` and a trailing period.
-    """
+def _read_number(s: Any) -> Optional[_Number]:
+    """:func:`to_number`'s reading, with the decimal places and the percent sign."""
     if not isinstance(s, str) or len(s) > 200:
         return None
     t = s.strip()
@@ -406,6 +424,7 @@ def to_number(s: Any) -> Optional[Fraction]:
     t = re.sub(r"\^\s*\{?\s*\\circ\s*\}?|°", "", t)
     t = t.strip().strip("$").strip()
     t = re.sub(r"^[A-Za-z][A-Za-z0-9_]*\s*=\s*", "", t)  # "x = 5"
+    percent = "%" in t
     t = t.replace("%", " ")
     for ch in _CURRENCY:
         t = t.replace(ch, " ")
@@ -418,29 +437,64 @@ def to_number(s: Any) -> Optional[Fraction]:
         return None
     try:
         v = _plain_number(t)
-        if v is not None:
-            return v
-        m = _FRAC_RE.match(t) or _FRAC_SHORT_RE.match(t)
-        if m:
+        if v is None:
+            m = _FRAC_RE.match(t) or _FRAC_SHORT_RE.match(t)
+            if not m:
+                return None
             num, den = _plain_number(m.group(2)), _plain_number(m.group(3))
             if num is None or not den:
                 return None
-            v = num / den
-            return -v if m.group(1) == "-" else v
+            v = -num / den if m.group(1) == "-" else num / den
     except (ValueError, ZeroDivisionError, ArithmeticError):
         return None
-    return None
+    places = _PLACES_RE.fullmatch(t)
+    return _Number(v, len(places.group(1)) if places else None, percent)
 
 
-def _numbers_equal(a: Optional[Fraction], b: Optional[Fraction]) -> bool:
-    if a is None or b is None:
+def to_number(s: Any) -> Optional[Fraction]:
+    """Read an answer string as an exact number, or None (SPEC §6 numeric fallback).
+
+    Accepts integers, decimals (an exponent of at most 3 digits: ``1e-3``, not ``1e9999``),
+    ``a/b``, ``\\frac{a}{b}`` (also ``\\dfrac``, ``\\tfrac``, ``\\frac12``), thousands separators
+    (``1,000``, ``1{,}000``), currency signs, ``%``, degree signs, ``\\text{...}`` units or a
+    trailing unit word (``5 dollars``), a leading ``x =`` and a trailing period.
+    """
+    number = _read_number(s)
+    return None if number is None else number.value
+
+
+def _terminates(x: Fraction) -> bool:
+    """Whether ``x`` has a finite decimal expansion (1/4 does, 1/3 does not)."""
+    d = x.denominator
+    for p in (2, 5):
+        while d % p == 0:
+            d //= p
+    return d == 1
+
+
+def _rounds(decimal: _Number, exact: Fraction, digits: int) -> bool:
+    """Whether ``decimal``, written with a point and at least ``digits`` significant digits, is
+    ``exact`` rounded or truncated at its last digit, ``exact`` having no finite decimal
+    expansion (so that no decimal equals it): 0.333333 and 0.3333333333 for 1/3, not 0.333334."""
+    if decimal.places is None or _terminates(exact):
         return False
-    if a == b:
-        return True
-    try:
-        return math.isclose(float(a), float(b), rel_tol=1e-6, abs_tol=1e-12)
-    except (OverflowError, ValueError):
+    scale = 10**decimal.places
+    shown = decimal.value * scale  # the digits as an integer: 0.3330 -> 3330
+    if len(str(abs(shown.numerator))) < digits:
         return False
+    return shown in (math.trunc(exact * scale), round(exact * scale))
+
+
+def _numbers_equal(gold: Optional[_Number], pred: Optional[_Number]) -> bool:
+    """Exact equality, except a decimal for a number it cannot write exactly (:func:`_rounds`); a
+    percent sign the gold does not carry is dropped only for a whole-number gold (``50\\%`` for 50,
+    not ``0.5\\%`` for 0.5)."""
+    if gold is None or pred is None:
+        return False
+    if pred.percent and not gold.percent and gold.value.denominator != 1:
+        return False
+    return (gold.value == pred.value or _rounds(pred, gold.value, ROUNDED_ANSWER_DIGITS)
+            or _rounds(gold, pred.value, ROUNDED_GOLD_DIGITS))
 
 
 # --------------------------------------------------------------------------- equivalence
@@ -468,19 +522,20 @@ def _clean(s: str) -> str:
 
 
 def math_equal(gold: str, pred: str, *, pred_parsed: Optional[list[Any]] = None) -> bool:
-    """Whether answer string ``pred`` equals ``gold``: the numeric reading of ``to_number``
-    within 1e-6 relative tolerance, else math-verify symbolic equivalence (SPEC §6). A gold
-    answer that is a number asks for a number: ``pred`` must read as one (``1 + 3`` or
-    ``2^2`` for 4 restates a computation instead of doing it, and is not equal).
+    """Whether answer string ``pred`` equals ``gold`` (SPEC §6; the module docstring). A gold
+    answer that is a number asks for a number: ``pred`` must read as one (``1 + 3`` or ``2^2``
+    for 4 restates a computation instead of doing it, and is not equal), equal to it exactly
+    but for a decimal that rounds a number without a finite decimal expansion (``0.333333`` for
+    ``1/3``). Otherwise math-verify's symbolic equivalence decides.
 
     ``pred_parsed`` is math-verify's parse of ``pred`` when the caller already has it.
     """
     gold, pred = _clean(gold), _clean(pred)
     if not gold or not pred:
         return False
-    number = to_number(gold)
+    number = _read_number(gold)
     if number is not None:
-        return _numbers_equal(number, to_number(pred))
+        return _numbers_equal(number, _read_number(pred))
     if _too_expensive(gold) or _too_expensive(pred):
         return False
     mv = _mv()
