@@ -38,6 +38,37 @@ WRONG = [
     ("math", "0.33333", "\\frac{1}{3}"),  # fewer than 6 significant digits
     ("math", "0.333334", "\\frac{1}{3}"),  # neither rounded nor truncated
     ("math", "\\frac{2}{7}", "0.3"),  # a gold with fewer than 3 significant digits is exact
+    # F7: CHAMP's systems, the values unnamed in another order (P_Number-Theory_4, _31,
+    # P_Polynomial_13, _21), a set, a tuple named in another order, a name twice, a value short
+    ("math-boxed", "(5, 6)", "x=6, y=5"),
+    ("math-boxed", "5, 6", "x=6, y=5"),
+    ("math-boxed", "\\{5, 6\\}", "x=6, y=5"),
+    ("math-boxed", "\\{6, 5\\}", "x=6, y=5"),
+    ("math-boxed", "(x, y) = (5, 6)", "x=6, y=5"),
+    ("math-boxed", "x=5, y=6", "x=6, y=5"),
+    ("math-boxed", "x=6, y=5, x=6", "x=6, y=5"),
+    ("math-boxed", "x=6", "x=6, y=5"),
+    ("math-boxed", "6", "x=6, y=5"),
+    ("math-boxed", "1, 2", "x=2, y=1"),
+    ("math-boxed", "(1, 2)", "x=2, y=1"),
+    ("math", "\\{1, 2\\}", "x=2, y=1"),
+    ("math-boxed", "(-4, 3)", "a=3, b=-4"),
+    ("math-boxed", "-4, 3", "a=3, b=-4"),
+    ("math-boxed", "(4, -7, 3)", "a=3, b=-7, c=4"),
+    ("math-boxed", "(3, 4, -7)", "a=3, b=-7, c=4"),
+    ("math-boxed", "\\{3, -7, 4\\}", "a=3, b=-7, c=4"),
+    ("math-boxed", "a=4, b=-7, c=3", "a=3, b=-7, c=4"),
+    ("math-boxed", "0", "x=y=0"),
+    # F7: a set is not an interval or a tuple, nor the other way round
+    ("math", "\\{1, 2\\}", "(1, 2)"),
+    ("math", "\\{-\\infty, 2\\}", "(-\\infty, 2)"),
+    ("math", "\\left\\{ 1, 2 \\right\\}", "(1, 2)"),
+    ("math", "(1, 2)", "\\{1, 2\\}"),
+    ("math", "[1, 2]", "\\{1, 2\\}"),
+    # F7: a letter in the other case
+    ("math", "a", "A"),
+    ("math", "2A", "2a"),
+    ("math", "\\pi R^2", "\\pi r^2"),
 ]
 
 #: (verifier, answer in a box, gold): right answers that stay 1.0
@@ -60,6 +91,35 @@ RIGHT = [
     ("math", "-0.142857", "-\\frac{1}{7}"),
     ("math", "\\frac{1}{3}", "0.333"),  # a gold that rounds
     ("math", "\\frac{22}{7}", "3.14"),
+    # a system: by name in any order, or its values in the gold's order
+    ("math-boxed", "x=6, y=5", "x=6, y=5"),
+    ("math-boxed", "y=5, x=6", "x=6, y=5"),
+    ("math-boxed", "x = 6,\\; y = 5", "x=6, y=5"),
+    ("math-boxed", "x = 6 \\text{ and } y = 5", "x=6, y=5"),
+    ("math-boxed", "(x, y) = (6, 5)", "x=6, y=5"),
+    ("math-boxed", "(6, 5)", "x=6, y=5"),
+    ("math-boxed", "\\left(6, 5\\right)", "x=6, y=5"),
+    ("math-boxed", "6, 5", "x=6, y=5"),
+    ("math-boxed", "x=\\frac{12}{2}, y=5.0", "x=6, y=5"),
+    ("math-boxed", "(3, -7, 4)", "a=3, b=-7, c=4"),
+    ("math-boxed", "c=4, a=3, b=-7", "a=3, b=-7, c=4"),
+    ("math-boxed", "x=y=0", "x=y=0"),
+    ("math-boxed", "x=0, y=0", "x=y=0"),
+    ("math-boxed", "(0, 0)", "x=y=0"),
+    # answers that are not systems are left to math-verify as before
+    ("math-boxed", "(8, 2), (2, 8)", "(x=8, y=2), (x=2, y=8)"),
+    ("math-boxed", "(2, 8), (8, 2)", "(x=8, y=2), (x=2, y=8)"),
+    ("math-boxed", "1, -1", "x=±1"),
+    ("math-boxed", "\\pm 1", "x=±1"),
+    ("math-boxed", "f(x)=0", "f(x)=0"),
+    ("math", "1, 2", "\\{1, 2\\}"),
+    ("math", "2, 1", "\\{1, 2\\}"),
+    ("math", "\\{2, 1\\}", "\\{1, 2\\}"),
+    ("math", "(1, 2)", "(1,2)"),
+    ("math", "[-1, 1]", "[-1, 1]"),
+    ("math", "A", "A"),
+    ("math", "2\\sqrt{2}", "\\sqrt{8}"),
+    ("math", "\\text{Evelyn}", "\\text{Evelyn}"),
     # the factorial guard no longer refuses a factorial of a group (F7's false negatives)
     ("math", "n \\cdot (n-1)!", "n!"),
     ("math", "(n-1)!/2", "n!/(2n)"),

@@ -32,7 +32,13 @@ Equivalence (:func:`math_equal`):
   ``1/3``, not ``0.333`` or ``0.333334``) and 3 in a gold (``\\frac13`` for ``0.333``,
   ``22/7`` for ``3.14``; ``0.3`` or ``0.5`` are exact).  A percent sign only the answer carries
   is dropped for a whole-number gold (``50\\%`` for 50, not ``0.5\\%`` for 0.5);
-- otherwise ``math_verify.verify(gold, pred)`` on both parsed answers.
+- a gold that names two or more values (``x=6, y=5``, ``x=y=0``, ``(x, y) = (6, 5)``) asks for
+  every value: named (in any order: ``y=5, x=6``), or unnamed as a tuple or list in the gold's
+  order (``(6, 5)``, ``6, 5``); a set, another order or fewer values are wrong (math-verify
+  compares unnamed values as a set: it paid ``(5, 6)`` for ``x=6, y=5``);
+- otherwise ``math_verify.verify(gold, pred)`` on both parsed answers, except that a set is not
+  a tuple or an interval (``\\{1, 2\\}`` for ``(1, 2)``) and a letter in the other case is
+  another letter (``a`` for ``A``), where math-verify says equal.
 
 Time guards: math-verify uses ``signal.alarm`` timeouts, which raise outside the main
 thread.  The timeout (``SIGNAL_TIMEOUT_S``) is therefore passed only when called from the
@@ -88,7 +94,6 @@ MAX_EXPR_CHARS = 1000
 #: math-verify may make sympy compute, as ``_digits`` estimates them: sympy computes them exactly,
 #: and no timeout stops a big-integer computation.
 MAX_DIGITS = 100_000
-
 
 _BOX_RE = re.compile(r"\\(?:boxed|fbox)(?![A-Za-z])([ \t]*)")
 _BRACE_RE = re.compile(r"\\[\\{}]|[{}]")
@@ -521,12 +526,92 @@ def _clean(s: str) -> str:
     return s
 
 
+_SPACING_RE = re.compile(r"\\[,;:! ]|\\q?quad\b|~")
+_AND_RE = re.compile(r"\\text\s*\{\s*and\s*\}|\band\b")
+_LEFT_RIGHT_RE = re.compile(r"\\(?:left|right)\b")
+_NAME_RE = re.compile(r"[A-Za-z](?:_\{?[A-Za-z0-9]+\}?)?")  # x, a_1, x_{12}
+
+
+def _parts(s: str) -> list[str]:
+    """``s`` split at its commas, semicolons and "and"s outside brackets, LaTeX spacing removed."""
+    s = _AND_RE.sub(",", _SPACING_RE.sub(" ", s))
+    parts, depth, last = [], 0, 0
+    for i, c in enumerate(s):
+        depth += (c in "({[") - (c in ")}]")
+        if c in ",;" and depth == 0:
+            parts.append(s[last:i].strip())
+            last = i + 1
+    return parts + [s[last:].strip()]
+
+
+def _inside(s: str) -> Optional[str]:
+    """What ``s`` holds when it is one group in parentheses or square brackets, else None."""
+    s = _LEFT_RIGHT_RE.sub("", s).strip()
+    return s[1:-1] if s[:1] in "([" and _brackets(s).get(0) == len(s) - 1 else None
+
+
+def _shape(s: str) -> Optional[str]:
+    """``"set"`` for ``\\{1, 2\\}``, ``"tuple"`` for ``(1, 2)`` or ``[1, 2)`` (a point or an
+    interval), else None (``1, 2``, ``(x+1)^2``)."""
+    t = _LEFT_RIGHT_RE.sub("", s).strip()
+    if t.startswith("\\{") and _brackets(t).get(1) == len(t) - 1:
+        return "set"
+    inside = _inside(t)
+    return "tuple" if inside is not None and len(_parts(inside)) > 1 else None
+
+
+def _system(s: str) -> Optional[list[tuple[str, str]]]:
+    """The (name, value) pairs of an answer that names its values (``x=6, y=5``, ``x=y=0``,
+    ``(x, y) = (6, 5)``), in order; None for any other answer."""
+    pairs: list[tuple[str, str]] = []
+    for part in _parts(s):
+        sides = [side.strip() for side in part.split("=")]
+        names = _inside(sides[0])
+        if len(sides) == 2 and names is not None:  # (x, y) = (6, 5)
+            names, values = _parts(names), _parts(_inside(sides[1]) or "")
+        else:
+            names, values = sides[:-1], sides[-1:] * (len(sides) - 1)
+        if not names or len(names) != len(values) or not all(_NAME_RE.fullmatch(n) for n in names):
+            return None
+        pairs += zip(names, values)
+    return pairs
+
+
+def _system_equal(gold: list[tuple[str, str]], pred: str) -> bool:
+    """Whether ``pred`` gives every value of the named ``gold``: by name, in any order, or as
+    a tuple or list of values in the gold's order. A set, values in another order, or fewer
+    values (``0`` for ``x=y=0``) say nothing of which name has which value."""
+    named = _system(pred)
+    if named is not None:
+        if sorted(name for name, _ in named) != sorted(name for name, _ in gold):
+            return False
+        values = [dict(named)[name] for name, _ in gold]
+    else:
+        inside = _inside(pred)
+        values = _parts(pred if inside is None else inside)
+    return len(values) == len(gold) and all(math_equal(g, p) for (_, g), p in zip(gold, values))
+
+
+def _letters(s: str) -> set[str]:
+    """The letters of ``s`` outside LaTeX command names and ``\\text{...}``-like groups."""
+    return set(re.findall(r"[A-Za-z]", re.sub(r"\\[A-Za-z]+", " ", _TEXT_CMD_RE.sub(" ", s))))
+
+
+def _other_case(gold: str, pred: str) -> bool:
+    """Whether ``pred`` writes a letter of ``gold`` in the other case only (math-verify pays
+    ``a`` for ``A``)."""
+    letters = _letters(gold)
+    return any(c not in letters and c.swapcase() in letters for c in _letters(pred))
+
+
 def math_equal(gold: str, pred: str, *, pred_parsed: Optional[list[Any]] = None) -> bool:
     """Whether answer string ``pred`` equals ``gold`` (SPEC §6; the module docstring). A gold
     answer that is a number asks for a number: ``pred`` must read as one (``1 + 3`` or ``2^2``
     for 4 restates a computation instead of doing it, and is not equal), equal to it exactly
     but for a decimal that rounds a number without a finite decimal expansion (``0.333333`` for
-    ``1/3``). Otherwise math-verify's symbolic equivalence decides.
+    ``1/3``). A gold that names its values (``x=6, y=5``) asks for them by name or in its order.
+    Otherwise math-verify's symbolic equivalence decides, but a set is not a tuple or an interval
+    and ``a`` is not ``A``.
 
     ``pred_parsed`` is math-verify's parse of ``pred`` when the caller already has it.
     """
@@ -537,6 +622,11 @@ def math_equal(gold: str, pred: str, *, pred_parsed: Optional[list[Any]] = None)
     if number is not None:
         return _numbers_equal(number, _read_number(pred))
     if _too_expensive(gold) or _too_expensive(pred):
+        return False
+    system = _system(gold)
+    if system is not None and len(system) > 1 and len({name for name, _ in system}) == len(system):
+        return _system_equal(system, pred)
+    if {_shape(gold), _shape(pred)} == {"set", "tuple"} or _other_case(gold, pred):
         return False
     mv = _mv()
     g = _parse_answer(gold)
