@@ -7,12 +7,16 @@ timed in tests/reliability/test_linear_time.py (``NUMBER_BOMBS``)."""
 
 from __future__ import annotations
 
+import importlib.util
 from fractions import Fraction
 
 import pytest
 
-from hista import rewards
+from hista import rewards, tasks
 from hista.rewards.math import to_number
+
+champ_only = pytest.mark.skipif(importlib.util.find_spec("champ_dataset") is None,
+                                reason="the gym extra (pip install 'hista[gym]') brings champ-dataset")
 
 #: (verifier, answer in a box, gold): paid 1.0 on cb60262, must score 0.0
 WRONG = [
@@ -164,3 +168,28 @@ def test_numbers_too_large_to_compute_are_refused(answer):
 def test_numbers_of_a_reasonable_size_are_checked(answer):
     score, reason = rewards.verify_with_reason("math", "\\boxed{%s}" % answer, "\\sqrt{2}")
     assert (score, reason) == (0.0, f"wrong answer: got {answer}")
+
+
+#: (CHAMP id, wrong answer) that cb60262 paid 1.0 under math-boxed (F6, F7)
+CHAMP_PAID = [("P_Combinatorics_30", "2001001"), ("P_Combinatorics_30", "2001002"),
+              ("P_Combinatorics_30", "2000998"), ("P_Number-Theory_4", "(5, 6)"),
+              ("P_Number-Theory_4", "\\{5, 6\\}"), ("P_Number-Theory_4", "(x, y) = (5, 6)"),
+              ("P_Number-Theory_31", "1, 2"), ("P_Number-Theory_31", "(1, 2)"),
+              ("P_Polynomial_13", "(-4, 3)"), ("P_Polynomial_13", "-4, 3"),
+              ("P_Polynomial_21", "(4, -7, 3)"), ("P_Polynomial_21", "(3, 4, -7)")]
+
+
+@champ_only
+def test_champ_pays_none_of_the_wrong_answers_found():
+    from hista.tasks.champ import wrong_answers
+
+    gold = {r["id"]: r["answer"] for r in tasks.load("champ:all")}
+    for pid, wrong in CHAMP_PAID:
+        assert rewards.verify("math-boxed", "\\boxed{%s}" % wrong, gold[pid]) == 0.0, (pid, wrong)
+    # the load-time probes hold the verifier to it: each gold's neighbour and reversed system
+    assert wrong_answers("2001000") == ["123456789", "2001001"]
+    assert wrong_answers("a=3, b=-7, c=4") == ["123456789", "(4, -7, 3)"]
+    assert wrong_answers("x=y=0") == ["123456789"]
+    for answer in gold.values():
+        for wrong in wrong_answers(answer):
+            assert rewards.verify("math-boxed", "\\boxed{%s}" % wrong, answer) == 0.0, (answer, wrong)
