@@ -193,3 +193,12 @@ def test_champ_pays_none_of_the_wrong_answers_found():
     for answer in gold.values():
         for wrong in wrong_answers(answer):
             assert rewards.verify("math-boxed", "\\boxed{%s}" % wrong, answer) == 0.0, (answer, wrong)
+
+
+@pytest.mark.parametrize("completion", [
+    "**Step 1:** add **40** and **2**. The answer is 42", "**Final answer:** 42", "Yes!! The answer is 42",
+    "So **x = 6** and **y = 7**; the answer is 42", "Wow! 5! is 120. The answer is 42", "^_^ the answer is 42"])
+def test_prose_is_no_number_to_compute(completion):
+    """The guard on the fallback's text reads Markdown's ``**bold**`` as no power and ``!!`` after
+    a word as no factorial, so these completions are still read."""
+    assert rewards.verify_with_reason("math", completion, "42") == (1.0, "correct")

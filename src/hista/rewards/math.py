@@ -328,7 +328,10 @@ def _bound(s: str) -> int:
 
 _TOKEN_AFTER_RE = re.compile(r"[-+]?[0-9A-Za-z.]+")
 _POWER_RE = re.compile(r"\s*(?:\^|\*\*)")
-_COMPUTED_RE = re.compile(r"\^|\*\*|\\?!(?!=)|binom(?:ial)?|\\choose|(?<=[0-9.])[eE][+-]?[0-9]+")
+#: a power (``**`` with blanks on both sides or none, unlike Markdown's ``**bold**``), a factorial,
+#: a binomial, a number's exponent
+_COMPUTED_RE = re.compile(
+    r"\^|(?<=\S)\*\*(?=\S)|(?<=\s)\*\*(?=\s)|\\?!(?!=)|binom(?:ial)?|\\choose|(?<=[0-9.])[eE][+-]?[0-9]+")
 _NESTED_RE = re.compile(r"\^|\*\*|!|binom|choose")
 
 
@@ -337,16 +340,20 @@ def _digits(s: str) -> float:
     digits(a) * b digits, ``n!`` n * digits(n), ``\\binom{n}{k}`` n, ``1E+k`` k, where a, b and
     n are bounded by :func:`_bound` and what is computed inside a base adds its own estimate to
     the base's; ``inf`` for a tower (``2^{3^4}``, ``2^3^4``, ``2^{100!}``) and a factorial or
-    binomial of a computed number (``(10^9)!``, ``{9999!}!``, ``9999!!``)."""
+    binomial of a computed number (``(10^9)!``, ``{9999!}!``, ``9999!!``). Text is no number:
+    Markdown's ``**42**`` or a ``^`` without a base or an exponent is no power, and ``Wow!!``
+    no factorial."""
     partner = _brackets(s)
     found: list[tuple[int, int]] = []  # (position, estimate) of each number computed so far
     for m in _COMPUTED_RE.finditer(s):
         op, at = m.group(0), m.start()
         if op in ("^", "**"):
             exponent, end = _operand_after(s, m.end(), partner)
+            start, base = _operand_before(s, at, partner)
+            if not base or not exponent:
+                continue
             if _NESTED_RE.search(exponent) or _POWER_RE.match(s, end):
                 return math.inf
-            start, base = _operand_before(s, at, partner)
             inner = sum(d for where, d in found if where >= start)
             found.append((at, (len(str(_bound(base))) + inner) * _bound(exponent)))
             continue
@@ -359,7 +366,7 @@ def _digits(s: str) -> float:
             n = s[_group_start(s, at, partner) : at]
         else:  # \binom{n}{k}, binomial(n, k)
             n = _operand_after(s, m.end(), partner)[0]
-        if _NESTED_RE.search(n):
+        if _NESTED_RE.search(n) and re.search(r"[0-9]", n):
             return math.inf
         bound = _bound(n)
         found.append((at, bound * len(str(bound)) if op.endswith("!") else bound))
