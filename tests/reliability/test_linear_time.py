@@ -243,14 +243,16 @@ def test_math_verify_sees_a_bounded_window(monkeypatch):
 
 
 #: short answers whose numbers are huge (issue 62): the numeric reading computed 10**exponent
-#: exactly (``1e999999999``: hours), and sympy evaluates powers, factorials and binomials exactly,
-#: with no timeout outside the main thread (``9^{999999 \cdot 999999}``: > 200 s in a worker thread)
+#: exactly (``1e999999999``: hours), and sympy evaluates powers, factorials, Γ, gcd and binomials
+#: exactly, with no timeout outside the main thread (``9^{999999 \cdot 999999}``: > 200 s in a
+#: worker thread), math-verify's parser some of them even before its answer is checked
 NUMBER_BOMBS = [
     "1e999999999", "1E+9999999", "1e-999999999", "\\frac{1e9999999}{2}", "-1e9999999\\%",
     "9^{999999 \\cdot 999999}", "999999^{999999}", "(9^{9})^{999999}", "2^{999999 \\cdot 99}",
     "9^{99 \\cdot 99 \\cdot 99 \\cdot 99}", "((9^{99})^{99})^{99}", "10^{10^{10}}", "2^3^4^5",
     "{9999!}!", "(10^{9})!", "9999!!", "(999 \\cdot 999)!", "\\binom{99999 \\cdot 9}{5000}",
-    "{999999 \\choose 500000}", "9^{99999} + 9^{99999}",
+    "{999999 \\choose 500000}", "9^{99999} + 9^{99999}", "\\Gamma(999999)", "\\gcd(10^{999999}, 6)",
+    "\\operatorname{lcm}(10^{99999}, 7)",
 ]
 
 #: where a verifier reads a bomb (``{}``; ``FILLER`` is 64k characters), against which gold

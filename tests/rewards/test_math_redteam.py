@@ -155,7 +155,7 @@ def test_an_exponent_is_read_up_to_three_digits():
 @pytest.mark.parametrize("answer", [
     "9^{999999 \\cdot 999999}", "999999^{999999}", "(9^{9})^{999999}", "2^{999999 \\cdot 99}",
     "{9999!}!", "(10^{9})!", "9999!!", "(999 \\cdot 999)!", "\\binom{99999 \\cdot 9}{5000}",
-    "{999999 \\choose 500000}", "1E+9999999", "10^{10^{10}}", "2^3^4"])
+    "{999999 \\choose 500000}", "1E+9999999", "10^{10^{10}}", "2^3^4", "\\Gamma(999999)"])
 def test_numbers_too_large_to_compute_are_refused(answer):
     """F10: the guard estimates the digits of powers, factorials and binomials (products of short
     numbers included), so sympy is never handed them."""
@@ -197,8 +197,11 @@ def test_champ_pays_none_of_the_wrong_answers_found():
 
 @pytest.mark.parametrize("completion", [
     "**Step 1:** add **40** and **2**. The answer is 42", "**Final answer:** 42", "Yes!! The answer is 42",
-    "So **x = 6** and **y = 7**; the answer is 42", "Wow! 5! is 120. The answer is 42", "^_^ the answer is 42"])
+    "So **x = 6** and **y = 7**; the answer is 42", "Wow! 5! is 120. The answer is 42", "^_^ the answer is 42",
+    "We earned 250000! The answer is 42", "Wow 100000!! The answer is 42", "2^{1000000} is huge; the answer is 42",
+    "So the answer is 42!"])
 def test_prose_is_no_number_to_compute(completion):
     """The guard on the fallback's text reads Markdown's ``**bold**`` as no power and ``!!`` after
-    a word as no factorial, so these completions are still read."""
+    a word as no factorial, and it holds back only texts with what math-verify's parser computes
+    itself (binomials, Γ, gcd, lcm, ``1E+k``), so these completions are still read."""
     assert rewards.verify_with_reason("math", completion, "42") == (1.0, "correct")

@@ -44,12 +44,13 @@ Time guards: math-verify uses ``signal.alarm`` timeouts, which raise outside the
 thread.  The timeout (``SIGNAL_TIMEOUT_S``) is therefore passed only when called from the
 main thread (note that it cancels any ``alarm`` the caller had pending), and ``None``
 elsewhere; no timeout stops a big-integer computation anyway.  In all threads the verifier's
-own guards apply: inputs are capped in length, and math-verify is never handed a text whose
+own guards apply: inputs are capped in length, and no answer is handed to math-verify whose
 numbers :func:`_digits` estimates at more than ``MAX_DIGITS`` digits: powers (digits of the
 base times the exponent, so ``9^{999999 \\cdot 999999}`` and ``(9^{9})^{999999}`` count as
-what they compute), factorials, binomials, ``1E+9999999`` (which math-verify's parser computes
-itself), towers such as ``10^{10^{10}}`` and factorials of computed numbers such as
-``{9999!}!``.  The numeric reading computes nothing larger than its 200-character input with an
+what they compute), factorials, Γ, binomials, ``1E+9999999``, towers such as
+``10^{10^{10}}`` and factorials of computed numbers such as ``{9999!}!``; nor a text without a
+box of that size that holds what math-verify's parser computes itself (a binomial, Γ, gcd,
+lcm, ``1E+k``).  The numeric reading computes nothing larger than its 200-character input with an
 exponent of 3 digits.  The verifier's own work is linear in the completion (one pass finds the
 boxes, and only the chosen box's content is copied); math-verify is only ever handed the last
 ``FALLBACK_TAIL_CHARS`` characters or an answer of at most ``MAX_EXPR_CHARS`` (the gold answer
@@ -90,7 +91,7 @@ SIGNAL_TIMEOUT_S: Optional[int] = 5
 FALLBACK_TAIL_CHARS = 2000
 #: longest answer string handed to sympy.
 MAX_EXPR_CHARS = 1000
-#: most digits of the numbers (powers, factorials, binomials, ``1E+k``) that a text handed to
+#: most digits of the numbers (powers, factorials, Γ, binomials, ``1E+k``) that a text handed to
 #: math-verify may make sympy compute, as ``_digits`` estimates them: sympy computes them exactly,
 #: and no timeout stops a big-integer computation.
 MAX_DIGITS = 100_000
@@ -212,9 +213,11 @@ def _mv():
 
 def _fallback_extract(text: str) -> tuple[list[Any], Optional[str]]:
     """math-verify's extraction on text without a box: (parsed list, extracted string); nothing
-    for a text whose numbers :func:`_digits` estimates above ``MAX_DIGITS`` digits (math-verify's
-    parser computes binomials and ``1E+9999999`` itself)."""
-    if _digits(text) > MAX_DIGITS:
+    for a text that holds what math-verify's parser computes (a binomial, Γ, gcd, lcm, ``1E+k``)
+    and whose numbers :func:`_digits` estimates above ``MAX_DIGITS`` digits. (Its answer is
+    checked by :func:`math_equal`'s guard: a text's other numbers, such as "250000!", are no
+    reason to read no answer.)"""
+    if _PARSER_COMPUTES_RE.search(text) and _digits(text) > MAX_DIGITS:
         return [], None
     mv = _mv()
     parsed = mv.parse(
@@ -329,20 +332,23 @@ def _bound(s: str) -> int:
 _TOKEN_AFTER_RE = re.compile(r"[-+]?[0-9A-Za-z.]+")
 _POWER_RE = re.compile(r"\s*(?:\^|\*\*)")
 #: a power (``**`` with blanks on both sides or none, unlike Markdown's ``**bold**``), a factorial,
-#: a binomial, a number's exponent
-_COMPUTED_RE = re.compile(
-    r"\^|(?<=\S)\*\*(?=\S)|(?<=\s)\*\*(?=\s)|\\?!(?!=)|binom(?:ial)?|\\choose|(?<=[0-9.])[eE][+-]?[0-9]+")
+#: Γ, a binomial, a number's exponent
+_COMPUTED_RE = re.compile(r"\^|(?<=\S)\*\*(?=\S)|(?<=\s)\*\*(?=\s)|\\?!(?!=)|\\[Gg]amma|binom(?:ial)?|\\choose"
+                          r"|(?<=[0-9.])[eE][+-]?[0-9]+")
+#: what math-verify's LaTeX parser computes itself, before any check of hista's: binomials, Γ,
+#: gcd and lcm (of their arguments' values) and a number's exponent (``1E+9999999`` as a Float)
+_PARSER_COMPUTES_RE = re.compile(r"binom|\\choose|\\[Gg]amma|gcd|lcm|[0-9.][eE][+-]?[0-9]")
 _NESTED_RE = re.compile(r"\^|\*\*|!|binom|choose")
 
 
 def _digits(s: str) -> float:
     """An upper estimate of the digits sympy computes for the numbers of ``s``: ``a^b`` has
-    digits(a) * b digits, ``n!`` n * digits(n), ``\\binom{n}{k}`` n, ``1E+k`` k, where a, b and
-    n are bounded by :func:`_bound` and what is computed inside a base adds its own estimate to
-    the base's; ``inf`` for a tower (``2^{3^4}``, ``2^3^4``, ``2^{100!}``) and a factorial or
-    binomial of a computed number (``(10^9)!``, ``{9999!}!``, ``9999!!``). Text is no number:
-    Markdown's ``**42**`` or a ``^`` without a base or an exponent is no power, and ``Wow!!``
-    no factorial."""
+    digits(a) * b digits, ``n!`` and ``\\Gamma(n)`` n * digits(n), ``\\binom{n}{k}`` n, ``1E+k``
+    k, where a, b and n are bounded by :func:`_bound` and what is computed inside a base adds its
+    own estimate to the base's; ``inf`` for a tower (``2^{3^4}``, ``2^3^4``, ``2^{100!}``) and a
+    factorial or binomial of a computed number (``(10^9)!``, ``{9999!}!``, ``9999!!``). Text is
+    no number: Markdown's ``**42**`` or a ``^`` without a base or an exponent is no power, and
+    ``Wow!!`` no factorial."""
     partner = _brackets(s)
     found: list[tuple[int, int]] = []  # (position, estimate) of each number computed so far
     for m in _COMPUTED_RE.finditer(s):
@@ -364,12 +370,12 @@ def _digits(s: str) -> float:
             n = _operand_before(s, at, partner)[1]
         elif op == "\\choose":  # {n \choose k}
             n = s[_group_start(s, at, partner) : at]
-        else:  # \binom{n}{k}, binomial(n, k)
+        else:  # \binom{n}{k}, binomial(n, k), \Gamma(n)
             n = _operand_after(s, m.end(), partner)[0]
         if _NESTED_RE.search(n) and re.search(r"[0-9]", n):
             return math.inf
         bound = _bound(n)
-        found.append((at, bound * len(str(bound)) if op.endswith("!") else bound))
+        found.append((at, bound if "binom" in op or op == "\\choose" else bound * len(str(bound))))
     return sum(d for _, d in found)
 
 
