@@ -19,7 +19,11 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import os
+import subprocess
+import sys
 import time
+from pathlib import Path
 
 import pytest
 from cputime import CpuClock
@@ -236,6 +240,86 @@ def test_math_verify_sees_a_bounded_window(monkeypatch):
         verify_math(FAMILIES[name], "42")
         verify_math(FAMILIES[name] + " \\boxed{" + FAMILIES[name][:5000] + "}", "42")
     assert lengths and max(lengths) <= _window_bound()
+
+
+#: short answers whose numbers are huge (issue 62): the numeric reading computed 10**exponent
+#: exactly (``1e999999999``: hours), and sympy evaluates powers, factorials, Γ, gcd and binomials
+#: exactly, with no timeout outside the main thread (``9^{999999 \cdot 999999}``: > 200 s in a
+#: worker thread), math-verify's parser some of them even before its answer is checked
+NUMBER_BOMBS = [
+    "1e999999999", "1E+9999999", "1e-999999999", "\\frac{1e9999999}{2}", "-1e9999999\\%",
+    "9^{999999 \\cdot 999999}", "999999^{999999}", "(9^{9})^{999999}", "2^{999999 \\cdot 99}",
+    "9^{99 \\cdot 99 \\cdot 99 \\cdot 99}", "((9^{99})^{99})^{99}", "10^{10^{10}}", "2^3^4^5",
+    "{9999!}!", "(10^{9})!", "9999!!", "(999 \\cdot 999)!", "\\binom{99999 \\cdot 9}{5000}",
+    "{999999 \\choose 500000}", "9^{99999} + 9^{99999}", "\\Gamma(999999)", "\\gcd(10^{999999}, 6)",
+    "\\operatorname{lcm}(10^{99999}, 7)",
+]
+
+#: where a verifier reads a bomb (``{}``; ``FILLER`` is 64k characters), against which gold
+BOMB_PLACES = [
+    ("math", "\\boxed{{{}}}", "5"),
+    ("math", "\\boxed{{{}}}", "\\sqrt{2}"),
+    ("math", "FILLER \\boxed{{{}}}", "\\sqrt{2}"),
+    ("math", "<answer>{}</answer>", "\\sqrt{2}"),
+    ("math", "so the answer is ${}$", "\\sqrt{2}"),
+    ("math-boxed", "\\boxed{{{}}}", "239"),
+    ("math-parts", "\\boxed{{{}}} \\boxed{{5}}", "3; 5"),
+    ("math-parts", "1. {}\n2. 5", "x^2; 5"),
+]
+
+#: the child of test_number_readings_are_bounded: every bomb in every place, in the main thread
+#: and in a worker thread; one JSON line per call: its CPU time (math-verify's included) and score
+_BOMB_CHILD = """
+import json, resource, sys, threading, time
+resource.setrlimit(resource.RLIMIT_AS, (2 << 30, 2 << 30))  # a regression fails, it does not swap
+from hista.rewards import verify_with_reason
+bombs, places = json.loads(sys.argv[1]), json.loads(sys.argv[2])
+filler = " ".join(str(i) for i in range(65536))[:65536]
+verify_with_reason("math", "so it is $x+1$", "\\\\sqrt{3}")  # imports and first-call set-up
+
+def call(verifier, completion, gold, out):
+    start = time.process_time()
+    out["score"] = verify_with_reason(verifier, completion, gold)[0]
+    out["cpu"] = time.process_time() - start
+
+for bomb in bombs:
+    for verifier, place, gold in places:
+        completion = place.replace("FILLER", filler).format(bomb)
+        for thread in (False, True):
+            out = dict(bomb=bomb, verifier=verifier, place=place, gold=gold, thread=thread)
+            if thread:
+                worker = threading.Thread(target=call, args=(verifier, completion, gold, out))
+                worker.start()
+                worker.join()
+            else:
+                call(verifier, completion, gold, out)
+            print(json.dumps(out), flush=True)
+"""
+
+
+def test_number_readings_are_bounded():
+    """A number the answer only writes down (``1e999999999``, ``9^{999999 \\cdot 999999}``,
+    ``{9999!}!``) is never computed: each of NUMBER_BOMBS, wherever a verifier reads it, scores 0
+    within LIMIT_S of CPU time, math-verify's included, in the main thread and in a worker thread
+    (where no timeout applies). Run in a child process, killed after 120 s: a computation of
+    10**999999999 cannot be interrupted from Python (nor a thread's ``join``)."""
+    import hista
+
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(Path(hista.__file__).parents[1]),
+                                                       os.environ.get("PYTHONPATH", "")]))
+    try:
+        done = subprocess.run([sys.executable, "-c", _BOMB_CHILD, json.dumps(NUMBER_BOMBS), json.dumps(BOMB_PLACES)],
+                              capture_output=True, text=True, timeout=120, env=env)
+    except subprocess.TimeoutExpired as exc:
+        calls = (exc.stdout or b"").decode().splitlines()
+        pytest.fail(f"stalled after {len(calls)} calls; the last one done: {calls[-1] if calls else None}")
+    assert done.returncode == 0, done.stderr[-2000:]
+    calls = [json.loads(line) for line in done.stdout.splitlines()]
+    assert len(calls) == len(NUMBER_BOMBS) * len(BOMB_PLACES) * 2
+    slow = [call for call in calls if call["cpu"] >= LIMIT_S]
+    assert not slow, f"over {LIMIT_S} s of CPU time on {len(slow)} calls: {slow[:5]}"
+    paid = [call for call in calls if call["score"] != 0.0]
+    assert not paid, paid[:5]
 
 
 def test_choice_extraction_is_linear():

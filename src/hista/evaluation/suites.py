@@ -144,7 +144,7 @@ PRESETS = {
         tuple(Benchmark(name, (spec,), category, problems=GYM_PROBLEMS) for name, spec, category in _GYM_TASKS),
         max_new_tokens=256),
     "champ": Preset(
-        "offline: CHAMP's 126 competition problems whose answers math-verify can check, greedy "
+        "offline: CHAMP's 127 competition problems whose answers math-verify can check, greedy "
         "(pip install 'hista[gym]')",
         (Benchmark("CHAMP", ("champ:all",), "math"),), max_new_tokens=1024),
     "paper-math": Preset(

@@ -19,22 +19,42 @@ Extraction, in order:
    "The answer is 42. Check: 3 + 5 = 8" gives 8 (the "answer ... = X" pattern takes the value
    after the last ``=`` within 100 characters).
 
-Equivalence: ``math_verify.verify(gold, pred)`` on both parsed answers, then a numeric
-fallback: both strings read as exact fractions after removing currency signs, percent
-signs, thousands separators, ``\\text{...}`` units, a leading ``x =`` and a trailing period
-(``0.5`` = ``1/2`` = ``\\frac{1}{2}`` = ``\\dfrac12``, ``1,000`` = ``1000``,
-``$5`` = ``5 dollars`` = ``5.``), equal within a relative tolerance of 1e-6.
+Equivalence (:func:`math_equal`):
+
+- a gold that reads as a number asks for a number: both strings are read as exact fractions
+  after removing currency signs, percent signs, thousands separators, ``\\text{...}`` units, a
+  leading ``x =`` and a trailing period (``0.5`` = ``1/2`` = ``\\frac{1}{2}`` = ``\\dfrac12``,
+  ``1,000`` = ``1000``, ``$5`` = ``5 dollars`` = ``5.``; a decimal's exponent has at most 3
+  digits), and must be **equal**: no tolerance, so ``1000001`` is not 1000000 and ``1e-13`` is
+  not 0.  The one exception is a decimal for a number that has no finite decimal expansion,
+  which no decimal can equal: the decimal must be that number rounded or truncated at its last
+  digit, with at least 6 significant digits in an answer (``0.333333`` or ``0.3333333333`` for
+  ``1/3``, not ``0.333`` or ``0.333334``) and 3 in a gold (``\\frac13`` for ``0.333``,
+  ``22/7`` for ``3.14``; ``0.3`` or ``0.5`` are exact).  A percent sign only the answer carries
+  is dropped for a whole-number gold (``50\\%`` for 50, not ``0.5\\%`` for 0.5);
+- a gold that names two or more values (``x=6, y=5``, ``x=y=0``, ``(x, y) = (6, 5)``) asks for
+  every value: named (in any order: ``y=5, x=6``), or unnamed as a tuple or list in the gold's
+  order (``(6, 5)``, ``6, 5``); a set, another order or fewer values are wrong (math-verify
+  compares unnamed values as a set: it paid ``(5, 6)`` for ``x=6, y=5``);
+- otherwise ``math_verify.verify(gold, pred)`` on both parsed answers, except that a set is not
+  a tuple or an interval (``\\{1, 2\\}`` for ``(1, 2)``) and a letter in the other case is
+  another letter (``a`` for ``A``), where math-verify says equal.
 
 Time guards: math-verify uses ``signal.alarm`` timeouts, which raise outside the main
 thread.  The timeout (``SIGNAL_TIMEOUT_S``) is therefore passed only when called from the
 main thread (note that it cancels any ``alarm`` the caller had pending), and ``None``
-elsewhere.  In all threads the verifier's own guards apply: inputs are capped in length
-and expressions that are known to make sympy run for minutes (power towers such as
-``10^{10^{10}}``, exponents above 10^6, factorials/binomials of 5+ digit numbers) are not
-handed to sympy at all (numeric fallback only).  The verifier's own work is linear in the
-completion (one pass finds the boxes, and only the chosen box's content is copied); math-verify
-is only ever handed the last ``FALLBACK_TAIL_CHARS`` characters or an answer of at most
-``MAX_EXPR_CHARS`` (the gold answer aside), so its cost is bounded whatever the length.
+elsewhere; no timeout stops a big-integer computation anyway.  In all threads the verifier's
+own guards apply: inputs are capped in length, and no answer is handed to math-verify whose
+numbers :func:`_digits` estimates at more than ``MAX_DIGITS`` digits: powers (digits of the
+base times the exponent, so ``9^{999999 \\cdot 999999}`` and ``(9^{9})^{999999}`` count as
+what they compute), factorials, Γ, binomials, ``1E+9999999``, towers such as
+``10^{10^{10}}`` and factorials of computed numbers such as ``{9999!}!``; nor a text without a
+box of that size that holds what math-verify's parser computes itself (a binomial, Γ, gcd,
+lcm, ``1E+k``).  The numeric reading computes nothing larger than its 200-character input with an
+exponent of 3 digits.  The verifier's own work is linear in the completion (one pass finds the
+boxes, and only the chosen box's content is copied); math-verify is only ever handed the last
+``FALLBACK_TAIL_CHARS`` characters or an answer of at most ``MAX_EXPR_CHARS`` (the gold answer
+aside), so its cost is bounded whatever the length.
 
 A verifier never raises on model output: every failure is a 0.0 with a reason.
 """
@@ -47,7 +67,7 @@ import math
 import re
 import threading
 from fractions import Fraction
-from typing import Any, Callable, Optional
+from typing import Any, Callable, NamedTuple, Optional
 
 from . import register
 
@@ -71,6 +91,10 @@ SIGNAL_TIMEOUT_S: Optional[int] = 5
 FALLBACK_TAIL_CHARS = 2000
 #: longest answer string handed to sympy.
 MAX_EXPR_CHARS = 1000
+#: most digits of the numbers (powers, factorials, Γ, binomials, ``1E+k``) that a text handed to
+#: math-verify may make sympy compute, as ``_digits`` estimates them: sympy computes them exactly,
+#: and no timeout stops a big-integer computation.
+MAX_DIGITS = 100_000
 
 _BOX_RE = re.compile(r"\\(?:boxed|fbox)(?![A-Za-z])([ \t]*)")
 _BRACE_RE = re.compile(r"\\[\\{}]|[{}]")
@@ -188,7 +212,13 @@ def _mv():
 
 
 def _fallback_extract(text: str) -> tuple[list[Any], Optional[str]]:
-    """math-verify's extraction on text without a box: (parsed list, extracted string)."""
+    """math-verify's extraction on text without a box: (parsed list, extracted string); nothing
+    for a text that holds what math-verify's parser computes (a binomial, Γ, gcd, lcm, ``1E+k``)
+    and whose numbers :func:`_digits` estimates above ``MAX_DIGITS`` digits. (Its answer is
+    checked by :func:`math_equal`'s guard: a text's other numbers, such as "250000!", are no
+    reason to read no answer.)"""
+    if _PARSER_COMPUTES_RE.search(text) and _digits(text) > MAX_DIGITS:
+        return [], None
     mv = _mv()
     parsed = mv.parse(
         text,
@@ -247,45 +277,112 @@ def extract_math_answer(completion: str) -> tuple[Optional[str], str]:
 # --------------------------------------------------------------------------- guards
 
 
-def _group_after(s: str, i: int) -> str:
-    """The exponent that starts at s[i]: a braced group, a parenthesised group or a token."""
+def _brackets(s: str) -> dict[int, int]:
+    """Position of every matched bracket of ``s`` -> position of its partner, both ways (any
+    kinds pair, as in the interval ``[0, 1)``); one pass."""
+    partner: dict[int, int] = {}
+    stack: list[int] = []
+    for i, c in enumerate(s):
+        if c in "({[":
+            stack.append(i)
+        elif c in ")}]" and stack:
+            o = stack.pop()
+            partner[o], partner[i] = i, o
+    return partner
+
+
+def _operand_after(s: str, i: int, partner: dict[int, int]) -> tuple[str, int]:
+    """(text, end) of the operand that starts at s[i], after blanks: a bracketed group's content
+    (an unclosed one runs to the end) or a token."""
     while i < len(s) and s[i] == " ":
         i += 1
-    if i >= len(s):
-        return ""
-    if s[i] in "{(":
-        close = "}" if s[i] == "{" else ")"
-        depth = 0
-        for j in range(i, min(len(s), i + 400)):
-            if s[j] == s[i]:
-                depth += 1
-            elif s[j] == close:
-                depth -= 1
-                if depth == 0:
-                    return s[i + 1 : j]
-        return s[i + 1 : i + 400]
-    m = re.match(r"[-+]?[0-9A-Za-z.]+", s[i:])
-    return m.group(0) if m else ""
+    if i < len(s) and s[i] in "({[":
+        close = partner.get(i, len(s))
+        return s[i + 1 : close], close + 1
+    m = _TOKEN_AFTER_RE.match(s, i)
+    return (m.group(0), m.end()) if m else ("", i)
+
+
+def _operand_before(s: str, i: int, partner: dict[int, int]) -> tuple[int, str]:
+    """(start, text) of the operand that ends just before s[i], before blanks: a bracketed group
+    or a token (factorial signs included)."""
+    while i > 0 and s[i - 1] == " ":
+        i -= 1
+    if i > 0 and s[i - 1] in ")}]" and i - 1 in partner:
+        return partner[i - 1], s[partner[i - 1] : i]
+    k = i
+    while k > 0 and (s[k - 1].isalnum() or s[k - 1] in ".!"):
+        k -= 1
+    return k, s[k:i]
+
+
+def _group_start(s: str, i: int, partner: dict[int, int]) -> int:
+    """Where the content of the innermost bracketed group around s[i] starts (0 outside any)."""
+    j = i - 1
+    while j >= 0 and s[j] not in "({[":
+        j = partner[j] - 1 if j in partner else j - 1  # a group closed before i is skipped
+    return j + 1
+
+
+def _bound(s: str) -> int:
+    """An upper bound of any sum, product or quotient of the numbers written in ``s``."""
+    return math.prod(int(d) + 1 for d in re.findall(r"[0-9]+", s))
+
+
+_TOKEN_AFTER_RE = re.compile(r"[-+]?[0-9A-Za-z.]+")
+_POWER_RE = re.compile(r"\s*(?:\^|\*\*)")
+#: a power (``**`` with blanks on both sides or none, unlike Markdown's ``**bold**``), a factorial,
+#: Γ, a binomial, a number's exponent
+_COMPUTED_RE = re.compile(r"\^|(?<=\S)\*\*(?=\S)|(?<=\s)\*\*(?=\s)|\\?!(?!=)|\\[Gg]amma|binom(?:ial)?|\\choose"
+                          r"|(?<=[0-9.])[eE][+-]?[0-9]+")
+#: what math-verify's LaTeX parser computes itself, before any check of hista's: binomials, Γ,
+#: gcd and lcm (of their arguments' values) and a number's exponent (``1E+9999999`` as a Float)
+_PARSER_COMPUTES_RE = re.compile(r"binom|\\choose|\\[Gg]amma|gcd|lcm|[0-9.][eE][+-]?[0-9]")
+_NESTED_RE = re.compile(r"\^|\*\*|!|binom|choose")
+
+
+def _digits(s: str) -> float:
+    """An upper estimate of the digits sympy computes for the numbers of ``s``: ``a^b`` has
+    digits(a) * b digits, ``n!`` and ``\\Gamma(n)`` n * digits(n), ``\\binom{n}{k}`` n, ``1E+k``
+    k, where a, b and n are bounded by :func:`_bound` and what is computed inside a base adds its
+    own estimate to the base's; ``inf`` for a tower (``2^{3^4}``, ``2^3^4``, ``2^{100!}``) and a
+    factorial or binomial of a computed number (``(10^9)!``, ``{9999!}!``, ``9999!!``). Text is
+    no number: Markdown's ``**42**`` or a ``^`` without a base or an exponent is no power, and
+    ``Wow!!`` no factorial."""
+    partner = _brackets(s)
+    found: list[tuple[int, int]] = []  # (position, estimate) of each number computed so far
+    for m in _COMPUTED_RE.finditer(s):
+        op, at = m.group(0), m.start()
+        if op in ("^", "**"):
+            exponent, end = _operand_after(s, m.end(), partner)
+            start, base = _operand_before(s, at, partner)
+            if not base or not exponent:
+                continue
+            if _NESTED_RE.search(exponent) or _POWER_RE.match(s, end):
+                return math.inf
+            inner = sum(d for where, d in found if where >= start)
+            found.append((at, (len(str(_bound(base))) + inner) * _bound(exponent)))
+            continue
+        if op[0] in "eE":
+            found.append((at, int(op.lstrip("eE+-"))))
+            continue
+        if op.endswith("!"):
+            n = _operand_before(s, at, partner)[1]
+        elif op == "\\choose":  # {n \choose k}
+            n = s[_group_start(s, at, partner) : at]
+        else:  # \binom{n}{k}, binomial(n, k), \Gamma(n)
+            n = _operand_after(s, m.end(), partner)[0]
+        if _NESTED_RE.search(n) and re.search(r"[0-9]", n):
+            return math.inf
+        bound = _bound(n)
+        found.append((at, bound if "binom" in op or op == "\\choose" else bound * len(str(bound))))
+    return sum(d for _, d in found)
 
 
 def _too_expensive(s: str) -> bool:
-    """True for strings sympy may take minutes (or unbounded memory) to evaluate."""
-    if len(s) > MAX_EXPR_CHARS:
-        return True
-    for m in re.finditer(r"\^|\*\*", s):
-        exp = _group_after(s, m.end())
-        if "^" in exp or "**" in exp or "!" in exp:  # power towers, 2^{100!}
-            return True
-        rest = s[m.end() :].lstrip()
-        if rest.startswith(exp) and rest[len(exp) :].lstrip().startswith(("^", "**")):
-            return True  # unbraced chain a^b^c
-        if any(len(d.lstrip("0")) > 6 for d in re.findall(r"\d+", exp)):
-            return True  # exponent >= 10^6
-    if re.search(r"\d{5,}\s*(?:!|\\!)", s) or re.search(r"\)\s*!", s):
-        return True  # 123456!, (10^9)!
-    if re.search(r"binom|choose", s) and re.search(r"\d{5,}", s):
-        return True
-    return False
+    """True for strings sympy may take minutes (or unbounded memory) to evaluate: longer than
+    ``MAX_EXPR_CHARS``, or whose numbers :func:`_digits` estimates above ``MAX_DIGITS`` digits."""
+    return len(s) > MAX_EXPR_CHARS or _digits(s) > MAX_DIGITS
 
 
 # --------------------------------------------------------------------------- numbers
@@ -296,9 +393,26 @@ _TEXT_CMD_RE = re.compile(
 _FRAC_RE = re.compile(r"^([+-]?)\\frac\s*\{\s*([^{}]+?)\s*\}\s*\{\s*([^{}]+?)\s*\}$")
 _FRAC_SHORT_RE = re.compile(r"^([+-]?)\\frac\s*(\d)\s*(\d)$")
 _SLASH_RE = re.compile(r"^([+-]?\d+(?:\.\d+)?)\s*/\s*([+-]?\d+(?:\.\d+)?)$")
-_DECIMAL_RE = re.compile(r"^[+-]?(?:\d+\.?\d*|\.\d+)(?:[eE][+-]?\d+)?$")
+#: an exponent has at most 3 digits: ``Fraction`` computes 10**exponent exactly, and no timeout
+#: stops it (``1e999999999`` would take hours)
+_DECIMAL_RE = re.compile(r"^[+-]?(?:\d+\.?\d*|\.\d+)(?:[eE][+-]?\d{1,3})?$")
+_PLACES_RE = re.compile(r"[+-]?[\d,]*\.(\d+)")
 _THOUSANDS_RE = re.compile(r"^[+-]?\d{1,3}(?:,\d{3})+(?:\.\d+)?$")
 _CURRENCY = "$€£¥₹"
+#: significant digits a decimal must show to stand for a number without a finite decimal expansion
+#: (:func:`_rounds`): an answer's 0.333333 for 1/3 (as precise as the former relative tolerance of
+#: 1e-6), a gold's 0.333 or 3.14 (fewer, as 0.5 or 0.33, are taken as exact)
+ROUNDED_ANSWER_DIGITS = 6
+ROUNDED_GOLD_DIGITS = 3
+
+
+class _Number(NamedTuple):
+    """An answer read as a number: its exact value, its decimal places when written as a decimal
+    with a point (``0.250``: 3; else None), and whether it carried a percent sign."""
+
+    value: Fraction
+    places: Optional[int]
+    percent: bool
 
 
 def _plain_number(s: str) -> Optional[Fraction]:
@@ -314,14 +428,8 @@ def _plain_number(s: str) -> Optional[Fraction]:
     return None
 
 
-def to_number(s: Any) -> Optional[Fraction]:
-    """Read an answer string as an exact number, or None (SPEC §6 numeric fallback).
-
-    Accepts integers, decimals, ``a/b``, ``\\frac{a}{b}`` (also ``\\dfrac``, ``\\tfrac``,
-    ``\\frac12``), thousands separators (``1,000``, ``1{,}000``), currency signs, ``%``,
-    degree signs, ``\\text{...}`` units or a trailing unit word (``5 dollars``), a leading
-    ``x =`` and a trailing period.
-    """
+def _read_number(s: Any) -> Optional[_Number]:
+    """:func:`to_number`'s reading, with the decimal places and the percent sign."""
     if not isinstance(s, str) or len(s) > 200:
         return None
     t = s.strip()
@@ -334,6 +442,7 @@ def to_number(s: Any) -> Optional[Fraction]:
     t = re.sub(r"\^\s*\{?\s*\\circ\s*\}?|°", "", t)
     t = t.strip().strip("$").strip()
     t = re.sub(r"^[A-Za-z][A-Za-z0-9_]*\s*=\s*", "", t)  # "x = 5"
+    percent = "%" in t
     t = t.replace("%", " ")
     for ch in _CURRENCY:
         t = t.replace(ch, " ")
@@ -346,29 +455,64 @@ def to_number(s: Any) -> Optional[Fraction]:
         return None
     try:
         v = _plain_number(t)
-        if v is not None:
-            return v
-        m = _FRAC_RE.match(t) or _FRAC_SHORT_RE.match(t)
-        if m:
+        if v is None:
+            m = _FRAC_RE.match(t) or _FRAC_SHORT_RE.match(t)
+            if not m:
+                return None
             num, den = _plain_number(m.group(2)), _plain_number(m.group(3))
             if num is None or not den:
                 return None
-            v = num / den
-            return -v if m.group(1) == "-" else v
+            v = -num / den if m.group(1) == "-" else num / den
     except (ValueError, ZeroDivisionError, ArithmeticError):
         return None
-    return None
+    places = _PLACES_RE.fullmatch(t)
+    return _Number(v, len(places.group(1)) if places else None, percent)
 
 
-def _numbers_equal(a: Optional[Fraction], b: Optional[Fraction]) -> bool:
-    if a is None or b is None:
+def to_number(s: Any) -> Optional[Fraction]:
+    """Read an answer string as an exact number, or None (SPEC §6 numeric fallback).
+
+    Accepts integers, decimals (an exponent of at most 3 digits: ``1e-3``, not ``1e9999``),
+    ``a/b``, ``\\frac{a}{b}`` (also ``\\dfrac``, ``\\tfrac``, ``\\frac12``), thousands separators
+    (``1,000``, ``1{,}000``), currency signs, ``%``, degree signs, ``\\text{...}`` units or a
+    trailing unit word (``5 dollars``), a leading ``x =`` and a trailing period.
+    """
+    number = _read_number(s)
+    return None if number is None else number.value
+
+
+def _terminates(x: Fraction) -> bool:
+    """Whether ``x`` has a finite decimal expansion (1/4 does, 1/3 does not)."""
+    d = x.denominator
+    for p in (2, 5):
+        while d % p == 0:
+            d //= p
+    return d == 1
+
+
+def _rounds(decimal: _Number, exact: Fraction, digits: int) -> bool:
+    """Whether ``decimal``, written with a point and at least ``digits`` significant digits, is
+    ``exact`` rounded or truncated at its last digit, ``exact`` having no finite decimal
+    expansion (so that no decimal equals it): 0.333333 and 0.3333333333 for 1/3, not 0.333334."""
+    if decimal.places is None or _terminates(exact):
         return False
-    if a == b:
-        return True
-    try:
-        return math.isclose(float(a), float(b), rel_tol=1e-6, abs_tol=1e-12)
-    except (OverflowError, ValueError):
+    scale = 10**decimal.places
+    shown = decimal.value * scale  # the digits as an integer: 0.3330 -> 3330
+    if len(str(abs(shown.numerator))) < digits:
         return False
+    return shown in (math.trunc(exact * scale), round(exact * scale))
+
+
+def _numbers_equal(gold: Optional[_Number], pred: Optional[_Number]) -> bool:
+    """Exact equality, except a decimal for a number it cannot write exactly (:func:`_rounds`); a
+    percent sign the gold does not carry is dropped only for a whole-number gold (``50\\%`` for 50,
+    not ``0.5\\%`` for 0.5)."""
+    if gold is None or pred is None:
+        return False
+    if pred.percent and not gold.percent and gold.value.denominator != 1:
+        return False
+    return (gold.value == pred.value or _rounds(pred, gold.value, ROUNDED_ANSWER_DIGITS)
+            or _rounds(gold, pred.value, ROUNDED_GOLD_DIGITS))
 
 
 # --------------------------------------------------------------------------- equivalence
@@ -395,21 +539,107 @@ def _clean(s: str) -> str:
     return s
 
 
+_SPACING_RE = re.compile(r"\\[,;:! ]|\\q?quad\b|~")
+_AND_RE = re.compile(r"\\text\s*\{\s*and\s*\}|\band\b")
+_LEFT_RIGHT_RE = re.compile(r"\\(?:left|right)\b")
+_NAME_RE = re.compile(r"[A-Za-z](?:_\{?[A-Za-z0-9]+\}?)?")  # x, a_1, x_{12}
+
+
+def _parts(s: str) -> list[str]:
+    """``s`` split at its commas, semicolons and "and"s outside brackets, LaTeX spacing removed."""
+    s = _AND_RE.sub(",", _SPACING_RE.sub(" ", s))
+    parts, depth, last = [], 0, 0
+    for i, c in enumerate(s):
+        depth += (c in "({[") - (c in ")}]")
+        if c in ",;" and depth == 0:
+            parts.append(s[last:i].strip())
+            last = i + 1
+    return parts + [s[last:].strip()]
+
+
+def _inside(s: str) -> Optional[str]:
+    """What ``s`` holds when it is one group in parentheses or square brackets, else None."""
+    s = _LEFT_RIGHT_RE.sub("", s).strip()
+    return s[1:-1] if s[:1] in "([" and _brackets(s).get(0) == len(s) - 1 else None
+
+
+def _shape(s: str) -> Optional[str]:
+    """``"set"`` for ``\\{1, 2\\}``, ``"tuple"`` for ``(1, 2)`` or ``[1, 2)`` (a point or an
+    interval), else None (``1, 2``, ``(x+1)^2``)."""
+    t = _LEFT_RIGHT_RE.sub("", s).strip()
+    if t.startswith("\\{") and _brackets(t).get(1) == len(t) - 1:
+        return "set"
+    inside = _inside(t)
+    return "tuple" if inside is not None and len(_parts(inside)) > 1 else None
+
+
+def _system(s: str) -> Optional[list[tuple[str, str]]]:
+    """The (name, value) pairs of an answer that names its values (``x=6, y=5``, ``x=y=0``,
+    ``(x, y) = (6, 5)``), in order; None for any other answer."""
+    pairs: list[tuple[str, str]] = []
+    for part in _parts(s):
+        sides = [side.strip() for side in part.split("=")]
+        names = _inside(sides[0])
+        if len(sides) == 2 and names is not None:  # (x, y) = (6, 5)
+            names, values = _parts(names), _parts(_inside(sides[1]) or "")
+        else:
+            names, values = sides[:-1], sides[-1:] * (len(sides) - 1)
+        if not names or len(names) != len(values) or not all(_NAME_RE.fullmatch(n) for n in names):
+            return None
+        pairs += zip(names, values)
+    return pairs
+
+
+def _system_equal(gold: list[tuple[str, str]], pred: str) -> bool:
+    """Whether ``pred`` gives every value of the named ``gold``: by name, in any order, or as
+    a tuple or list of values in the gold's order. A set, values in another order, or fewer
+    values (``0`` for ``x=y=0``) say nothing of which name has which value."""
+    named = _system(pred)
+    if named is not None:
+        if sorted(name for name, _ in named) != sorted(name for name, _ in gold):
+            return False
+        values = [dict(named)[name] for name, _ in gold]
+    else:
+        inside = _inside(pred)
+        values = _parts(pred if inside is None else inside)
+    return len(values) == len(gold) and all(math_equal(g, p) for (_, g), p in zip(gold, values))
+
+
+def _letters(s: str) -> set[str]:
+    """The letters of ``s`` outside LaTeX command names and ``\\text{...}``-like groups."""
+    return set(re.findall(r"[A-Za-z]", re.sub(r"\\[A-Za-z]+", " ", _TEXT_CMD_RE.sub(" ", s))))
+
+
+def _other_case(gold: str, pred: str) -> bool:
+    """Whether ``pred`` writes a letter of ``gold`` in the other case only (math-verify pays
+    ``a`` for ``A``)."""
+    letters = _letters(gold)
+    return any(c not in letters and c.swapcase() in letters for c in _letters(pred))
+
+
 def math_equal(gold: str, pred: str, *, pred_parsed: Optional[list[Any]] = None) -> bool:
-    """Whether answer string ``pred`` equals ``gold``: the numeric reading of ``to_number``
-    within 1e-6 relative tolerance, else math-verify symbolic equivalence (SPEC §6). A gold
-    answer that is a number asks for a number: ``pred`` must read as one (``1 + 3`` or
-    ``2^2`` for 4 restates a computation instead of doing it, and is not equal).
+    """Whether answer string ``pred`` equals ``gold`` (SPEC §6; the module docstring). A gold
+    answer that is a number asks for a number: ``pred`` must read as one (``1 + 3`` or ``2^2``
+    for 4 restates a computation instead of doing it, and is not equal), equal to it exactly
+    but for a decimal that rounds a number without a finite decimal expansion (``0.333333`` for
+    ``1/3``). A gold that names its values (``x=6, y=5``) asks for them by name or in its order.
+    Otherwise math-verify's symbolic equivalence decides, but a set is not a tuple or an interval
+    and ``a`` is not ``A``.
 
     ``pred_parsed`` is math-verify's parse of ``pred`` when the caller already has it.
     """
     gold, pred = _clean(gold), _clean(pred)
     if not gold or not pred:
         return False
-    number = to_number(gold)
+    number = _read_number(gold)
     if number is not None:
-        return _numbers_equal(number, to_number(pred))
+        return _numbers_equal(number, _read_number(pred))
     if _too_expensive(gold) or _too_expensive(pred):
+        return False
+    system = _system(gold)
+    if system is not None and len(system) > 1 and len({name for name, _ in system}) == len(system):
+        return _system_equal(system, pred)
+    if {_shape(gold), _shape(pred)} == {"set", "tuple"} or _other_case(gold, pred):
         return False
     mv = _mv()
     g = _parse_answer(gold)

@@ -10,9 +10,10 @@ CHAMP's answers are free-form ("239", "x=2, y=1", "No", "3 is the only possible 
 file loads (:func:`checkable`): it must be a mathematical expression as a whole (no word other
 than a function name such as ``sqrt``, or a product of the answer's own one-letter variables
 such as ``xy``), math-verify must read it as an expression rather than text, its boxed form
-must score 1 and a wrong number 0. The others (144 of the 270 in v0: yes/no answers, sentences,
-"..." patterns) are left out, and a warning says how many, once per process; the 126 kept are
-the benchmark.
+must score 1 and wrong answers 0 (:func:`wrong_answers`: a large number, a number's neighbour,
+a system's values unnamed in reverse order). The others (143 of the 270 in v0: yes/no answers, sentences, "..."
+patterns) are left out, and a warning says how many, once per process; the 127 kept are the
+benchmark.
 
 A record's ``problem`` is CHAMP's text followed by a request for the final answer in
 ``\\boxed{}``; ``answer`` is CHAMP's answer, ``verifier`` ``math-boxed`` (``math`` reading only a
@@ -20,7 +21,7 @@ box or an ``<answer>`` tag: its fallback, the text's last number, pays for unfin
 that happen to end in the answer's digit), ``field`` the category in
 lower case (``number-theory``, ...), the id CHAMP's (``P_Combinatorics_1``). ``all`` is every kept
 problem in the file's order; ``train`` and ``test`` are a fixed split by position in the file
-(every fourth problem of the file, the 4th, 8th, ..., is ``test``: 28 kept problems; 98 are ``train``), so
+(every fourth problem of the file, the 4th, 8th, ..., is ``test``: 28 kept problems; 99 are ``train``), so
 training on ``champ:train`` and scoring ``champ:test`` never shares a problem. ``n`` takes the
 first problems; ``seed`` and the loader's ``split`` are not used.
 """
@@ -36,6 +37,7 @@ from typing import Any, Optional
 from hista.errors import InputError
 from hista.jsonio import loads, read_input
 from hista.rewards import verify
+from hista.rewards.math import to_number
 from hista.tasks.base import register
 from hista.tasks.parts import PartsSource, packaged_file
 
@@ -47,6 +49,8 @@ ANSWER_TEXT = "\n\nSolve the problem, then give your final answer in \\boxed{}."
 #: letter runs an answer may hold besides its own one-letter variables
 FUNCTION_NAMES = frozenset({"sqrt", "sin", "cos", "tan", "log", "ln", "exp", "frac", "cdot", "infty", "pi"})
 _LETTERS = re.compile(r"[A-Za-z]+")
+#: an answer that names two or more values: "x=6, y=5"
+_SYSTEM = re.compile(r"[A-Za-z]\s*=[^,=]+(?:,\s*[A-Za-z]\s*=[^,=]+)+")
 
 
 def data_file() -> Path:
@@ -56,6 +60,21 @@ def data_file() -> Path:
     if path is None:
         raise InputError(f"champ: needs CHAMP's data file; {INSTALL}", field="spec")
     return path
+
+
+def wrong_answers(answer: str) -> list[str]:
+    """Wrong answers the ``math`` verifier must refuse for ``answer`` (SPEC §7): a large number,
+    a number's neighbour (a tolerance paid 2001001 for 2001000) and a system's values unnamed and
+    reversed (``(5, 6)`` for ``x=6, y=5``)."""
+    text = answer.strip().rstrip(".")
+    wrong = ["123456789"]
+    number = to_number(text)
+    if number is not None:
+        wrong.append(str(number + 1))
+    values = [value.strip() for value in re.findall(r"=([^,]+)", text)] if _SYSTEM.fullmatch(text) else []
+    if values != values[::-1]:
+        wrong.append("(" + ", ".join(reversed(values)) + ")")
+    return wrong
 
 
 def checkable(answer: str) -> Optional[str]:
@@ -72,7 +91,8 @@ def checkable(answer: str) -> Optional[str]:
     parsed = mv.parse(f"${text}$", extraction_config=[mv.LatexExtractionConfig(), mv.ExprExtractionConfig()])
     if not parsed or isinstance(parsed[0], str):
         return "math-verify does not read the answer as an expression"
-    if verify("math", f"\\boxed{{{text}}}", answer) != 1.0 or verify("math", "\\boxed{123456789}", answer) != 0.0:
+    if verify("math", f"\\boxed{{{text}}}", answer) != 1.0 or any(
+            verify("math", f"\\boxed{{{wrong}}}", answer) != 0.0 for wrong in wrong_answers(answer)):
         return "the math verifier does not tell the answer from a wrong one"
     return None
 
