@@ -179,6 +179,7 @@ def cases() -> list[Case]:
              {**valid_cases, "sweep/values.jsonl": b'{"kind": "sweep", "specs": ["grpo"]}\n'}),
         Case("tasks filter --lo 0.9 --hi 0.1", FILTER + ["--lo", "0.9", "--hi", "0.1"], ("--lo",)),
         Case("tasks filter --samples 0", _with(FILTER, "--samples", "0"), ("--samples",)),
+        Case("62 tasks filter --samples 10^14", _with(FILTER, "--samples", "100000000000000"), ("--samples", "1024")),
         Case("tasks preview -n -1", ["tasks", "preview", "builtin:arith", "-n", "-1"], ("-n",)),
         # 3. JSONL task files
         Case("jsonl task with a lone surrogate", ["tasks", "preview", "jsonl:t.jsonl"], ("t.jsonl:1", "surrogate"),

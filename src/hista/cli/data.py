@@ -8,7 +8,7 @@ import textwrap
 import time
 
 from ..errors import InputError
-from .options import FRACTION, POSITIVE, add_command, add_sampling_options, sampler, sampling_config
+from .options import FRACTION, POSITIVE, add_command, add_sampling_options, number, sampler, sampling_config
 
 #: each command's line in its parent's ``--help`` and the text its own ``--help`` opens with
 HELP = {
@@ -45,7 +45,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("action", nargs="?", default="list", choices=["list", "preview", "filter"], help="(default: list)")
     p.add_argument("spec", nargs="?", default="builtin:arith", help="task source (default: %(default)s)")
     p.add_argument("-n", type=POSITIVE, default=3, help="problems to preview or to filter (default: %(default)s)")
-    p.add_argument("--samples", type=POSITIVE, default=20, help="filter: samples per problem (default: %(default)s)")
+    # at most hista.train.pool.MAX_SAMPLES, as a recipe's pool_filter.samples
+    p.add_argument("--samples", type=number(int, 1, 1024, what="must be an integer in [1, 1024] (accuracies resolve "
+                                            "0.001 at 1024)"),
+                   default=20, help="filter: samples per problem, at most 1024 (default: %(default)s)")
     p.add_argument("--lo", type=FRACTION, default=0.1, help="filter: lowest accuracy kept (default: %(default)s)")
     p.add_argument("--hi", type=FRACTION, default=0.8, help="filter: highest accuracy kept (default: %(default)s)")
     p.add_argument("--out", default="runs/filtered.jsonl", help="filter: output JSONL (default: %(default)s)")
