@@ -180,6 +180,9 @@ def cases() -> list[Case]:
         Case("tasks filter --lo 0.9 --hi 0.1", FILTER + ["--lo", "0.9", "--hi", "0.1"], ("--lo",)),
         Case("tasks filter --samples 0", _with(FILTER, "--samples", "0"), ("--samples",)),
         Case("62 tasks filter --samples 10^14", _with(FILTER, "--samples", "100000000000000"), ("--samples", "1024")),
+        Case("62 tasks preview gym:chain_sum with 10^8 terms (hung the dry run)",
+             ["tasks", "preview", "gym:chain_sum?min_terms=100000000&max_terms=100000000", "-n", "1"],
+             ("spec", "MemoryError")),
         Case("tasks preview -n -1", ["tasks", "preview", "builtin:arith", "-n", "-1"], ("-n",)),
         # 3. JSONL task files
         Case("jsonl task with a lone surrogate", ["tasks", "preview", "jsonl:t.jsonl"], ("t.jsonl:1", "surrogate"),
