@@ -71,7 +71,7 @@ def test_what_a_scorer_runs_stays_in_its_sandbox(tmp_path, monkeypatch):
     from hista.rewards import gym
 
     entry = _entry(_record("spiral_matrix"))
-    gym._WORKER.stop()
+    gym.stop_service()  # started again below, after the secret is set
     monkeypatch.setenv("HISTA_TEST_SECRET", "dummy-secret")
     site = os.path.dirname(os.path.dirname(importlib.util.find_spec("reasoning_gym").origin))
 

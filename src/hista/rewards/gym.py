@@ -58,7 +58,7 @@ from . import gym_checks, gym_server, register, sandbox
 from .math import extract_math_answer, last_answer_tag, last_boxed, shown
 
 __all__ = ["INSTALL", "MAX_ANSWER_CHARS", "SCORE_TIMEOUT_S", "category", "config_values", "final_answer", "generate",
-           "option_defaults", "reasoning_gym", "score", "task_categories", "verify_gym"]
+           "option_defaults", "reasoning_gym", "score", "stop_service", "task_categories", "verify_gym"]
 
 logger = logging.getLogger(__name__)
 
@@ -193,6 +193,12 @@ class _Worker:
 
 _WORKER = _Worker()
 atexit.register(_WORKER.stop)  # the service would end at its stdin's EOF anyway; no process is left behind
+
+
+def stop_service() -> None:
+    """End this process's reasoning-gym service, if one runs (the next call starts a new one, with
+    the environment and settings of that moment)."""
+    _WORKER.stop()
 
 
 def _failure(reply: dict, timeout: float) -> Optional[str]:
