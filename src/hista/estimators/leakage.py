@@ -1,0 +1,34 @@
+"""How much a state's value reads its own rollout's outcome (issue 63, docs/estimators.md "Valid
+baselines"): a baseline for the state s_t of rollout i may use s_t and the other rollouts of the
+group, never R_i or rollout i's tokens after t. A value that moves with R_i credits the tokens
+after s_t with their own rollout's outcome, which a one-sample Monte-Carlo value does (cheap MAE
+in SVEB) and a training baseline must not (the advantage of every later token goes to zero)."""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Optional, Sequence
+
+import torch
+
+from ..types import RolloutGroup, State
+from .base import Estimator
+
+__all__ = ["reward_leak"]
+
+
+def reward_leak(est: Estimator, group: RolloutGroup, states: Optional[Sequence[State]] = None) -> torch.Tensor:
+    """|V(s) − V'(s)| for each state s = s_{i,t} of ``group``, where V' is the value with rollout
+    i's reward flipped (R_i → 1 − R_i; rewards in [0, 1]): 0 for a valid baseline, 1/G for the
+    group mean. ``states``: default every s_{i,t} with t < T_i. A float32 tensor [len(states)]."""
+    if states is None:
+        states = [State(rollout=i, t=t) for i, r in enumerate(group.rollouts) for t in range(len(r.completion_ids))]
+    base = est.state_values(group, states)
+    out = torch.zeros(len(states))
+    for i in sorted({s.rollout for s in states}):
+        rows = [k for k, s in enumerate(states) if s.rollout == i]
+        rollouts = list(group.rollouts)
+        rollouts[i] = dataclasses.replace(rollouts[i], reward=1.0 - rollouts[i].reward)
+        flipped = dataclasses.replace(group, rollouts=rollouts)
+        out[rows] = (est.state_values(flipped, [states[k] for k in rows]) - base[rows]).abs().float().cpu()
+    return out
