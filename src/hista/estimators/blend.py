@@ -22,7 +22,7 @@ import torch
 from ..types import RolloutGroup, State
 from . import register
 from .base import Estimator, EstimatorConfig
-from .gae import segment_gae
+from .gae import points_gae
 from .hista import LAYER_DEPTH, Hista
 from .numca import Numca
 
@@ -80,13 +80,4 @@ class Blend(Estimator):
         points = self.value_points(group)
         states = [State(rollout=i, t=c) for i, cs in enumerate(points) for c in cs]
         values = self.state_values(group, states) if states else torch.zeros(0)
-        device, values = values.device, values.cpu()
-        out = []
-        for cs, r, v in zip(points, group.rollouts, values.split([len(cs) for cs in points])):
-            length = len(r.completion_ids)
-            if length == 0:
-                out.append(torch.zeros(0))
-                continue
-            chain = torch.cat([v, torch.tensor([float(r.reward)])])
-            out.append(segment_gae([*cs, length], chain, length, gae_lambda).to(device))
-        return out
+        return points_gae(points, values, group, gae_lambda)

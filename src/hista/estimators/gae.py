@@ -8,6 +8,7 @@ from typing import Sequence
 
 import torch
 
+from ..types import RolloutGroup
 from .base import check_finite
 
 
@@ -37,6 +38,25 @@ def segment_gae(boundaries: Sequence[int], values: torch.Tensor, length: int, ga
         adv[j] = running
     sizes = bounds[1:] - bounds[:-1]
     return torch.repeat_interleave(adv, sizes)
+
+
+def points_gae(points: Sequence[Sequence[int]], values: torch.Tensor, group: RolloutGroup,
+               gae_lambda: float = 1.0) -> list[torch.Tensor]:
+    """Per-token advantages of every rollout of ``group`` from values at its value points:
+    ``points[i]``, the states of rollout i whose values the chain reads (0 first, each < T_i),
+    and ``values``, their values flat in that order (an estimator's ``value_points`` and its
+    ``state_values`` there). :func:`segment_gae` over [*points[i], T_i] with R_i after the
+    last; tensors on ``values``' device, an empty one for an empty completion."""
+    device, values = values.device, values.cpu()
+    out = []
+    for cs, r, v in zip(points, group.rollouts, values.split([len(cs) for cs in points])):
+        length = len(r.completion_ids)
+        if length == 0:
+            out.append(torch.zeros(0))
+            continue
+        chain = torch.cat([v, torch.tensor([float(r.reward)])])
+        out.append(segment_gae([*cs, length], chain, length, gae_lambda).to(device))
+    return out
 
 
 def gae_advantages(values: torch.Tensor, reward: float, lam: float) -> torch.Tensor:
