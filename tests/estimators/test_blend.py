@@ -60,8 +60,8 @@ def test_value_points_are_the_union_of_the_members():
 
 
 def test_numca_value_points_are_its_segment_starts():
-    """Numca's values change only at its points: 0, the milestones (here the first character of
-    every number but the last) and the answer's start."""
+    """Numca's values change only at its points: 0 and the milestones (the tokens that make a
+    number whole: here the word after it)."""
     group = _group()
     numca = get("numca")
     for i, (points, r) in enumerate(zip(numca.value_points(group), group.rollouts)):

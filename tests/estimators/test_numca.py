@@ -11,7 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from hista.estimators import get
-from hista.estimators.milestones import macro_path, merge_forward, parse_numbers, token_positions
+from hista.estimators.milestones import macro_path, merge_forward, parse_numbers, token_positions, whole_at
 from hista.estimators.numca import Numca, NumcaConfig
 from hista.estimators.numca_reference import NumcaReferenceConfig
 from hista.types import Rollout, RolloutGroup, State
@@ -69,6 +69,35 @@ def test_token_positions():
     assert token_positions([0], []) == [0]
 
 
+def test_a_number_is_whole_once_a_character_follows_that_no_number_goes_on_with():
+    text = "17 + 29 = 46. 3.5x 1,000 \\frac {1} {2}$ 7"
+    numbers = parse_numbers(text)
+    assert [n.key for n in numbers] == ["17", "29", "46", "7/2", "1000", "1/2", "7"]
+    # whole at "+", "=", then 46 only at the "x" (". 3.5" could still be part of numbers), at
+    # "\\" and "$"; the last 7 never is (the text ends)
+    assert whole_at(text, numbers) == [3, 8, 17, 17, 25, 38, None]
+    assert whole_at("٣4a", parse_numbers("٣4a", "digits"), "digits") == [2]  # any Unicode digit goes on
+
+
+PIECES = ["1", "2", "0", "46", ".", ",", "/", "-", "\u2212", " ", "{", "}", "\\frac", "\\dfrac", "x", "=", "$", "000"]
+
+
+@settings(max_examples=200, deadline=None)
+@given(pieces=st.lists(st.sampled_from(PIECES), max_size=16), parser=st.sampled_from(["default", "digits"]))
+def test_a_prefix_reads_the_whole_numbers_the_text_reads(pieces, parser):
+    """Issue 63: the numbers a prefix holds whole, by its own parse, are those of the whole text
+    that are whole by then, so Numca's state of s_t does not depend on the tokens after t."""
+    text = "".join(pieces)
+
+    def whole(prefix: str, end: int) -> list:
+        numbers = parse_numbers(prefix, parser)
+        return [(n.key, n.start) for n, c in zip(numbers, whole_at(prefix, numbers, parser))
+                if c is not None and c < end]
+
+    for end in range(len(text) + 1):
+        assert whole(text[:end], end) == whole(text, end)
+
+
 def test_merge_forward_uses_the_merged_next_position():
     # right to left: 5->9? 9-5=4 >= 3 keeps 5; 3->5 (2 < 3); 1 vs the merged 5: 4 >= 3 keeps 1
     assert merge_forward([1, 3, 5, 9], 3) == [1, 5, 5, 9]
@@ -90,11 +119,24 @@ def test_macro_path_repeats_and_merging():
 
 # ---- hand-computed example ------------------------------------------------------------------
 #
-# R0 (reward 1): x = 3 ; y = 5 ; ans 8   numbers 3 (token 2 -> p=3), 5 (token 6 -> p=7), 8 dropped
-# R1 (reward 0): x = 3 ; y = 4 ; ans 7   3 (p=3), 4 (p=7)
-# R2 (reward 1): y = 5 ; x = 3 ; 8       5 (p=3), 3 (p=7)            T = 9
+# R0 (reward 1): x = 3 ; y = 5 ; ans 8   numbers 3 (token 2), 5 (token 6), 8 dropped (drop_last)
+# R1 (reward 0): x = 3 ; y = 4 ; ans 7   3 (token 2), 4 (token 6)
+# R2 (reward 1): y = 5 ; x = 3 ; 8       5 (token 2), 3 (token 6)            T = 9
 # R3 (reward 0): no numbers              T = 2
-# Table: V(∅) = 2/4 = 0.5, V{3} = (1+0)/2 = 0.5, V{3,5} = (1+1)/2 = 1, V{3,4} = 0, V{5} = 1.
+# Table counts: ∅ 4 (rewards sum 2), {3} R0 R1, {3,5} R0 R2, {3,4} R1, {5} R2.
+#
+# Default (states="prefix", leave_one_out): a number counts once a character follows it, so the
+# milestones are the ";" after it: p = 4 and 8. A state of rollout i is valued by the others:
+#   R0: V(∅) = 1/3, V{3} = 0 (R1), V{3,5} = 1 (R2)
+#   R1: V(∅) = 2/3, V{3} = 1 (R0), V{3,4} reached by no other -> falls back to V{3} = 1
+#   R2: V(∅) = 1/3, V{5} -> V(∅) = 1/3, V{3,5} = 1 (R0)
+#   R3: V(∅) = 2/3
+#
+# PATH, the rule before issue 63 (the reference's): milestones at a number's first token (p = 3
+# and 7), the final number dropped, the whole group in the table: V(∅) = 0.5, V{3} = 0.5,
+# V{3,5} = 1, V{3,4} = 0, V{5} = 1.
+
+PATH = {"states": "path", "leave_one_out": False, "drop_last": True}
 
 
 def _example_group():
@@ -116,39 +158,77 @@ def _segments(*parts):
 
 def test_hand_example_lambda_one_is_reward_minus_previous_value():
     adv = get("numca", merge_tokens=1).token_advantages(_example_group(), gae_lambda=1.0, scale="none")
-    # λ = 1: A_k = R − V(S_{k−1}) on segments [0,3), [3,7), [7,T)
-    torch.testing.assert_close(adv[0], _segments((1 - 0.5, 3), (1 - 0.5, 4), (1 - 1.0, 3)))
-    torch.testing.assert_close(adv[1], _segments((0 - 0.5, 3), (0 - 0.5, 4), (0 - 0.0, 3)))
-    torch.testing.assert_close(adv[2], _segments((1 - 0.5, 3), (1 - 1.0, 4), (1 - 1.0, 2)))
-    torch.testing.assert_close(adv[3], _segments((0 - 0.5, 2)))
+    # λ = 1: A_k = R − V(S_{k−1}) on segments [0,4), [4,8), [8,T)
+    torch.testing.assert_close(adv[0], _segments((1 - 1 / 3, 4), (1 - 0.0, 4), (1 - 1.0, 2)))
+    torch.testing.assert_close(adv[1], _segments((0 - 2 / 3, 4), (0 - 1.0, 4), (0 - 1.0, 2)))
+    torch.testing.assert_close(adv[2], _segments((1 - 1 / 3, 4), (1 - 1 / 3, 4), (1 - 1.0, 1)))
+    torch.testing.assert_close(adv[3], _segments((0 - 2 / 3, 2)))
     scaled = get("numca", merge_tokens=1).token_advantages(_example_group())
     torch.testing.assert_close(scaled[0], adv[0] / STD4)
+    path = get("numca", merge_tokens=1, **PATH).token_advantages(_example_group(), gae_lambda=1.0, scale="none")
+    torch.testing.assert_close(path[0], _segments((1 - 0.5, 3), (1 - 0.5, 4), (1 - 1.0, 3)))
+    torch.testing.assert_close(path[1], _segments((0 - 0.5, 3), (0 - 0.5, 4), (0 - 0.0, 3)))
+    torch.testing.assert_close(path[2], _segments((1 - 0.5, 3), (1 - 1.0, 4), (1 - 1.0, 2)))
+    torch.testing.assert_close(path[3], _segments((0 - 0.5, 2)))
 
 
 def test_hand_example_lambda_zero_and_half():
     est = get("numca", merge_tokens=1)
     adv = est.token_advantages(_example_group(), gae_lambda=0.0, scale="none")
     # λ = 0: A_k = δ_k = V(S_k) − V(S_{k−1}), last δ = R − V(S_last)
+    torch.testing.assert_close(adv[0], _segments((0.0 - 1 / 3, 4), (1.0 - 0.0, 4), (1 - 1.0, 2)))
+    torch.testing.assert_close(adv[1], _segments((1.0 - 2 / 3, 4), (1.0 - 1.0, 4), (0 - 1.0, 2)))
+    torch.testing.assert_close(adv[2], _segments((1 / 3 - 1 / 3, 4), (1.0 - 1 / 3, 4), (1 - 1.0, 1)))
+    half = est.token_advantages(_example_group(), gae_lambda=0.5, scale="none")
+    # R1: A_3 = −1, A_2 = 0 + 0.5·(−1) = −0.5, A_1 = 1/3 + 0.5·(−0.5) = 1/12
+    torch.testing.assert_close(half[1], _segments((1 / 12, 4), (-0.5, 4), (-1.0, 2)))
+    path = get("numca", merge_tokens=1, **PATH)
+    adv = path.token_advantages(_example_group(), gae_lambda=0.0, scale="none")
     torch.testing.assert_close(adv[0], _segments((0.5 - 0.5, 3), (1.0 - 0.5, 4), (1 - 1.0, 3)))
     torch.testing.assert_close(adv[1], _segments((0.5 - 0.5, 3), (0.0 - 0.5, 4), (0 - 0.0, 3)))
     torch.testing.assert_close(adv[2], _segments((1.0 - 0.5, 3), (1.0 - 1.0, 4), (1 - 1.0, 2)))
-    half = est.token_advantages(_example_group(), gae_lambda=0.5, scale="none")
-    # R1: A_3 = 0, A_2 = −0.5 + 0.5·0 = −0.5, A_1 = 0 + 0.5·(−0.5) = −0.25
+    half = path.token_advantages(_example_group(), gae_lambda=0.5, scale="none")
     torch.testing.assert_close(half[1], _segments((-0.25, 3), (-0.5, 4), (0.0, 3)))
 
 
 def test_hand_example_merging():
-    # merge_tokens = 5: R0's milestone at p=3 is 4 < 5 before p=7 -> merged: one segment [0,7)
-    # from ∅ straight to {3,5}; λ = 0 gives δ = V{3,5} − V(∅) = 0.5 there.
+    # merge_tokens = 5: R0's milestone at p=4 is 4 < 5 before p=8 -> merged: one segment [0,8)
+    # from ∅ straight to {3,5}; λ = 0 gives δ = V{3,5} − V(∅) = 1 − 1/3 there.
     adv = get("numca", merge_tokens=5).token_advantages(_example_group(), gae_lambda=0.0, scale="none")
-    torch.testing.assert_close(adv[0], _segments((0.5, 7), (0.0, 3)))
-    torch.testing.assert_close(adv[1], _segments((-0.5, 7), (0.0, 3)))
-    # the default 50 merges every milestone of these short texts into the last one
-    assert torch.equal(get("numca").token_advantages(_example_group(), scale="none")[0][:7], torch.full((7,), 0.5))
+    torch.testing.assert_close(adv[0], _segments((2 / 3, 8), (0.0, 2)))
+    torch.testing.assert_close(adv[1], _segments((1 - 2 / 3, 8), (-1.0, 2)))
+    # the default merges nothing (a merge looks ahead): λ = 1 gives R − V(∅), then R − V{3}
+    default = get("numca").token_advantages(_example_group(), scale="none")[0]
+    torch.testing.assert_close(default[:8], _segments((2 / 3, 4), (1.0, 4)))
+    # merge_tokens = 50 merges every milestone of these short texts into the last one
+    merged = get("numca", merge_tokens=50).token_advantages(_example_group(), scale="none")[0]
+    torch.testing.assert_close(merged[:8], torch.full((8,), 2 / 3))
 
 
 def test_hand_example_state_values_and_fallback():
     est, g = get("numca", merge_tokens=1), _example_group()
+    # R0 at t = 0, 2, 3 ("x=3": the 3 may go on), 4 ("x=3;": {3}), 7, 8 ({3,5}), 10 (the end: 8
+    # may go on); R1 at 8: {3,4}, reached by no other, falls back to {3}; R3 at 2: ∅
+    states = [State(0, 0), State(0, 2), State(0, 3), State(0, 4), State(0, 7), State(0, 8), State(0, 10),
+              State(1, 8), State(3, 2)]
+    torch.testing.assert_close(est.state_values(g, states),
+                               torch.tensor([1 / 3, 1 / 3, 1 / 3, 0.0, 0.0, 1.0, 1.0, 1.0, 2 / 3]))
+    # external prefixes are valued alike, from the whole group's table: {5, 9} -> {5} = 1;
+    # {4} -> ∅ = 0.5; {3, 4} is known = 0
+    prefixes = [["y", "=", "5", ";", "9", ";"], ["y", "=", "4", ";"], ["x", "=", "3", ";", "y", "=", "4", ";"]]
+    ext = [State(prefix=_rollout(p)) for p in prefixes]
+    torch.testing.assert_close(est.state_values(g, ext), torch.tensor([1.0, 0.5, 0.0]))
+    # the first t tokens of a prefix: "y=5" -> ∅ (the 5 may go on), "y=5;" -> {5} = 1
+    firsts = [State(t=t, prefix=_rollout(prefixes[0])) for t in (3, 4)]
+    torch.testing.assert_close(est.state_values(g, firsts), torch.tensor([0.5, 1.0]))
+    zero = get("numca", merge_tokens=1, unreached="zero")
+    torch.testing.assert_close(zero.state_values(g, ext), torch.tensor([0.0, 0.0, 0.0]))
+    with pytest.raises(ValueError, match="outside"):
+        est.state_values(g, [State(0, 11)])
+
+
+def test_hand_example_path_state_values():
+    est, g = get("numca", merge_tokens=1, **PATH), _example_group()
     states = [State(0, 0), State(0, 2), State(0, 3), State(0, 6), State(0, 7), State(0, 10), State(1, 8), State(3, 2)]
     torch.testing.assert_close(est.state_values(g, states), torch.tensor([0.5, 0.5, 0.5, 0.5, 1.0, 1.0, 0.0, 0.5]))
     # external prefixes: every number counts (no final-answer drop); an unreached state falls
@@ -158,10 +238,29 @@ def test_hand_example_state_values_and_fallback():
     torch.testing.assert_close(est.state_values(g, ext), torch.tensor([1.0, 0.5, 0.0]))
     # the first t tokens of a prefix: "y = 5" -> {5} = 1 (not the last number of R: kept)
     torch.testing.assert_close(est.state_values(g, [State(t=3, prefix=_rollout(prefixes[0]))]), torch.tensor([1.0]))
-    zero = get("numca", merge_tokens=1, unreached="zero")
+    zero = get("numca", merge_tokens=1, unreached="zero", **PATH)
     torch.testing.assert_close(zero.state_values(g, ext), torch.tensor([0.0, 0.0, 0.0]))
-    with pytest.raises(ValueError, match="outside"):
-        est.state_values(g, [State(0, 11)])
+
+
+def test_a_state_is_valued_by_the_other_rollouts_from_its_own_tokens():
+    """Issue 63: V_i(s_t) reads neither R_i nor rollout i's tokens after t. Flipping R0 leaves
+    R0's values alone; R0's numbers count only where its tokens complete them ("4" may become
+    "46"), and a state no other rollout reached falls back along its chain."""
+    est, g = get("numca"), _example_group()
+    states = [State(0, t) for t in range(11)]
+    flipped = RolloutGroup([_rollout(["x", "=", "3", ";", "y", "=", "5", ";", "ans", "8"], 0.0), *g.rollouts[1:]])
+    assert torch.equal(est.state_values(g, states), est.state_values(flipped, states))
+    g = RolloutGroup([_rollout(["x", "=", "4", ";", " then", " 5"], 1.0),
+                      _rollout(["x", "=", "4", "6", ";", " then", " 5"], 1.0),
+                      _rollout(["x", "=", "4", "1", ";", " then", " 5"], 0.0),
+                      _rollout(["x", "=", "4", "6", ";", " then", " 7"], 0.0)])
+    # rollout 1: "x=4" and "x=46" hold no complete number yet (∅: the others' mean 1/3), "x=46;"
+    # holds {46}, which rollout 3 reached (0); rollout 2's {41} no other reached: ∅ = 2/3
+    torch.testing.assert_close(est.state_values(g, [State(1, 3), State(1, 4), State(1, 5), State(2, 5)]),
+                               torch.tensor([1 / 3, 1 / 3, 0.0, 2 / 3]))
+    # a group of one has no other rollout: its states are worth its reward (advantage 0)
+    alone = RolloutGroup([_rollout(["1", " 2"], 1.0)])
+    assert est.state_values(alone, [State(0, 0), State(0, 2)]).tolist() == [1.0, 1.0]
 
 
 # ---- configuration --------------------------------------------------------------------------
@@ -185,7 +284,7 @@ def test_reference_quirks_live_in_the_reference_config():
     ref = get("numca", profile="reference", group_padding=False, state_value_rule="macro")
     assert isinstance(ref, Numca) and isinstance(ref.config, NumcaReferenceConfig) and ref.needs_text
     # without its two quirks the reference profile is the default code with the reference preset
-    same = get("numca", parser="digits", persist=True, merge_repeats=True, unreached="zero")
+    same = get("numca", parser="digits", persist=True, merge_repeats=True, unreached="zero", merge_tokens=50, **PATH)
     g, states = _example_group(), [State(i, t) for i in range(4) for t in range(3)]
     for a, b in zip(ref.token_advantages(g, gae_lambda=0.5), same.token_advantages(g, gae_lambda=0.5)):
         assert torch.equal(a, b)
@@ -213,16 +312,17 @@ def test_persist_accumulates_and_reset_clears():
     other = RolloutGroup([_rollout(["e"], 0.0), _rollout(["f"], 0.0)], prompt_id="q")
     est.token_advantages(step1, scale="none")
     est.token_advantages(other, scale="none")
-    # step 2 sees V(∅) = (1 + 1 + 0 + 1) / 4 = 0.75 (prompt "q" is kept apart)
+    # step 2 sees rewards 1, 1, 0, 1 (prompt "q" is kept apart), each rollout without its own:
+    # V(∅) = 3/3 for "c", 2/3 for "d"
     adv = est.token_advantages(step2, scale="none")
-    torch.testing.assert_close(torch.cat(adv), torch.tensor([-0.75, 0.25]))
-    assert est.state_values(step2, [State(0, 1)]).item() == pytest.approx(0.75)
+    torch.testing.assert_close(torch.cat(adv), torch.tensor([-1.0, 1 / 3]))
+    assert est.state_values(step2, [State(0, 1)]).item() == pytest.approx(1.0)
     assert set(est.tables) == {"p", "q"} and len(est.tables["p"]) == 1
     est.reset("q")
     assert set(est.tables) == {"p"}
     est.reset()
     assert est.tables == {}
-    torch.testing.assert_close(torch.cat(est.token_advantages(step2, scale="none")), torch.tensor([-0.5, 0.5]))
+    torch.testing.assert_close(torch.cat(est.token_advantages(step2, scale="none")), torch.tensor([-1.0, 1.0]))
     # non-persistent estimators keep nothing
     plain = get("numca")
     plain.token_advantages(step1)
@@ -282,8 +382,8 @@ def test_reference_last_milestone_on_final_token_of_longest():
     # "1 2 3" as tokens ["1 ", "2 3"]: numbers 1 (p=1), 2 (p=2), 3 dropped; merged -> {1,2} at p=2 = T.
     # "2 1 5" as one token: {1,2} at p=1 = T. V(∅) = V{1,2} = 0.5.
     g = RolloutGroup([_rollout(["1 ", "2 3"], 1.0), _rollout(["2 1 5"], 0.0)], prompt_id="p")
-    default = get("numca", parser="digits").token_advantages(g, scale="none")
-    # default: the last segment [T, T) is empty but its δ = R − V{1,2} still flows back (λ = 1)
+    default = get("numca", parser="digits", merge_tokens=50, **PATH).token_advantages(g, scale="none")
+    # the default code: no value point before T after the merging, one segment R − V(∅)
     torch.testing.assert_close(default[0], torch.tensor([0.5, 0.5]))
     reference = get("numca", profile="reference").token_advantages(g, scale="none")
     # reference: padded to the longest completion (2): rollout 0 ends exactly there, so it has
@@ -308,18 +408,20 @@ def test_reference_sveb_state_value_rule():
     values = get("numca", profile="reference").state_values(g, [State(0, 0), State(0, 1), State(0, 2), State(0, 3)])
     torch.testing.assert_close(values, torch.tensor([2 / 3, 2 / 3, 0.5, 0.0]))
     # the macro rule: V of the macro state at t (tokens; milestone {4,5} at token 2 after merging)
-    macro = get("numca", parser="digits", answered="table")
+    macro = get("numca", parser="digits", merge_tokens=50, **PATH)
     torch.testing.assert_close(macro.state_values(g, [State(0, 1), State(0, 2), State(0, 3)]),
                                torch.tensor([2 / 3, 0.5, 0.5]))
-    # the default: once the final number ("6", token 3) has begun, the rollout's reward (0)
-    default = get("numca", parser="digits").state_values(g, [State(0, 1), State(0, 2), State(0, 3)])
-    torch.testing.assert_close(default, torch.tensor([2 / 3, 0.5, 0.0]))
+    # answered="reward": once the final number ("6", token 3) has begun, the rollout's reward (0)
+    reward = get("numca", parser="digits", merge_tokens=50, answered="reward", **PATH)
+    torch.testing.assert_close(reward.state_values(g, [State(0, 1), State(0, 2), State(0, 3)]),
+                               torch.tensor([2 / 3, 0.5, 0.0]))
     # an external prefix keeps its final number in the path: answered does not apply
     prefix = State(prefix=_rollout(["4", " and 5", " then 6"], 0.0))
-    torch.testing.assert_close(get("numca", parser="digits").state_values(g, [prefix]),
-                               macro.state_values(g, [prefix]))
+    torch.testing.assert_close(reward.state_values(g, [prefix]), macro.state_values(g, [prefix]))
     with pytest.raises(ValueError, match="answered"):
         get("numca", answered="maybe")
+    with pytest.raises(ValueError, match="drop_last=True"):
+        get("numca", answered="reward")
 
 
 # ---- properties -----------------------------------------------------------------------------
@@ -362,9 +464,11 @@ def test_all_equal_rewards_give_zero(spec, reward):
                                st.sampled_from([0.0, 1.0])), min_size=1, max_size=6),
        lam=st.sampled_from([0.0, 0.9, 1.0]))
 def test_without_numbers_numca_is_grpo(spec, lam):
+    """Without numbers Numca is GRPO: with the leave-one-out mean by default, GRPO's group mean
+    (the rollout's own reward in it) in the reference profile."""
     g = _group(spec)
-    grpo = get("grpo").token_advantages(g)
     for kw in PROFILE_KW:
+        grpo = get("grpo", leave_one_out=kw.get("profile") != "reference").token_advantages(g)
         for a, b in zip(get("numca", **kw).token_advantages(g, gae_lambda=lam), grpo):
             torch.testing.assert_close(a, b)
 

@@ -21,6 +21,9 @@ from hista.types import Rollout, RolloutGroup, State
 #: (name, profile) -> why it may read R_i; everything else must not
 EXCEPTIONS = {
     ("grpo", "default"): "the group mean holds R_i with weight 1/G: it only rescales the advantage by (G-1)/G",
+    ("numca", "reference"): "reproduces the public reference (tests/data/numca_reference_golden.json): its table "
+                            "counts rollout i itself (a macro state reached by rollout i alone is valued at R_i) and "
+                            "its state of s_t is the whole completion's milestone path",
 }
 #: (name, profile) -> how it leaks today: defects of issue 63, each to be fixed and then dropped
 #: from here (the test fails when one stops leaking, so that this list stays true)
@@ -29,11 +32,8 @@ DEFECTS = {
                           "(include_self)",
     ("hista", "paper"): "the default profile's rule",
     ("hista", "reference"): "the reference's rule: own nodes among the neighbours at the clamped distance",
-    ("numca", "default"): "answered='reward' values a prefix holding the answer's start at R_i; the tables count "
-                          "rollout i's own macro states",
-    ("numca", "reference"): "a macro state reached by rollout i alone is valued at R_i",
     ("probe", "default"): "the probe's prediction is added to the group mean with R_i (offset='group_mean')",
-    ("blend", "default"): "half Numca, half Hista",
+    ("blend", "default"): "its Hista half, until Hista's fix lands (its Numca half is the valid default Numca)",
 }
 
 
@@ -105,6 +105,17 @@ def test_no_value_reads_its_own_rollouts_outcome(name, profile, seed, request):
         assert found is not None, f"{name}-{profile} is listed as leaking but does not: drop it from the list"
     else:
         assert found is None, f"{name}-{profile}: {found}"
+
+
+@pytest.mark.parametrize("option", [{"answered": "reward", "drop_last": True}, {"leave_one_out": False},
+                                    {"states": "path", "merge_tokens": 50, "drop_last": True}],
+                         ids=["answered=reward", "leave_one_out=False", "states=path"])
+def test_numcas_leaking_options_leak(option):
+    """Numca's options kept to reproduce earlier figures each break the rule (docs/estimators.md
+    "Numca"): the answer valued at R_i, a table that counts rollout i, the state of s_t from the
+    whole completion."""
+    est = estimators.get("numca", **option)
+    assert any(leaks(est, _group(est, _specs(seed), seed), seed) for seed in range(2))
 
 
 class _OwnReward(Estimator):

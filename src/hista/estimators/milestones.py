@@ -197,6 +197,28 @@ def parse_numbers(text: str, parser: str = "default") -> list[Number]:
     raise ValueError(f"unknown parser {parser!r}; valid: {', '.join(PARSERS)}")
 
 
+#: a character no number goes on with, by parser: the default parser reads ASCII digits, ``.``,
+#: ``,``, ``/``, signs, braces and spaces (``\\frac { 1 } { 2 }``) into its numbers (``\\frac``'s
+#: letters only after a backslash), ``digits`` only digits.
+_WHOLE = {"default": re.compile(r"[^0-9.,/{}\s\-\u2212]"), "digits": re.compile(r"\D")}
+
+
+def whole_at(text: str, numbers: Sequence[Number], parser: str = "default") -> list[Optional[int]]:
+    """For each of the ``numbers`` of ``text`` (:func:`parse_numbers` with ``parser``), the
+    position of the first character at or after its end that no number goes on with, or None
+    when the text ends first (issue 63). From that character on, a prefix of ``text`` holds the
+    number whole, and the prefix's own parse reads it so: every number the parser takes from a
+    prefix up to its last such character is one of the text's (the parser consumes no such
+    character but ``\\frac``'s letters, and a number cannot end inside those). Linear in the text."""
+    pattern, out, stop = _WHOLE[parser], [], -1
+    for n in numbers:
+        if stop < n.end:  # the numbers' ends do not decrease: each search reads new text
+            found = pattern.search(text, n.end)
+            stop = found.start() if found else len(text)
+        out.append(stop if stop < len(text) else None)
+    return out
+
+
 def token_positions(char_positions: Iterable[int], offsets: Sequence[tuple[int, int]]) -> list[int]:
     """Milestone positions p (SPEC §4.2): for each character position, 1 + the index of the
     first completion token whose span ends after it (the token that holds that character),
@@ -378,6 +400,12 @@ class ValueTable:
             return None
         return self._total[state] / n
 
+    def without(self, keys: Iterable[str], reward: float) -> "LeftOut":
+        """This table less one response it holds, the one with the numbers ``keys`` and
+        ``reward``: what a baseline for that response's states may read (leave-one-out; docs/
+        estimators.md "Valid baselines")."""
+        return LeftOut(self, keys, reward)
+
     def state_dict(self) -> dict:
         """The table as tensors and strings (SPEC §9: a checkpoint keeps Numca's persisted
         tables): its states in the order they were first reached, ∅ first, each as ``parent``
@@ -431,3 +459,23 @@ class ValueTable:
             if i:
                 table._parent[state_id] = (ids[up], key)
         return table
+
+
+class LeftOut:
+    """A :class:`ValueTable` less one of its responses (:meth:`ValueTable.without`). ``get`` gives
+    the mean reward of the *other* responses that reached a state (None if none did); with no
+    other response at all, ∅ is worth the left-out reward (an advantage of 0, as GRPO's
+    leave-one-out mean gives a group of one)."""
+
+    def __init__(self, table: ValueTable, keys: Iterable[str], reward: float) -> None:
+        self._table, self._own, self._reward = table, set(chain_states(keys)), float(reward)
+
+    def get(self, state: "StateId | frozenset") -> Optional[float]:
+        if not isinstance(state, tuple):
+            state = state_id(state)
+        count, total = self._table._count.get(state, 0.0), self._table._total.get(state, 0.0)
+        if state in self._own:
+            count, total = count - 1.0, total - self._reward
+        if count > 0:
+            return total / count
+        return self._reward if state == EMPTY else None

@@ -1,13 +1,16 @@
 """Numca, numerical-milestone credit assignment (SPEC §4.2; paper §5.1, Algorithm 1).
 
 A macro state is the set of distinct numbers a response has written so far (∅ at the start).
-V(S) is the mean final reward of the responses of the prompt that passed through S. A response
-is cut into segments at its milestones (the tokens holding a new number's first character),
-each segment's TD error is the change of V across it, and GAE over segments gives the
-per-token advantages. Number parsing lives in :mod:`hista.estimators.milestones`.
+V(S) is the mean final reward of the responses of the prompt that passed through S; a state of
+rollout i is valued by the *other* responses only (leave-one-out, issue 63), from the numbers its
+own first t tokens complete. A response is cut into segments at its milestones (the tokens that
+complete a new number), each segment's TD error is the change of V across it, and GAE over
+segments gives the per-token advantages. Number parsing lives in
+:mod:`hista.estimators.milestones`.
 
 This module is the default profile (SPEC §4.2); ``get("numca", profile="reference")`` is
-:mod:`hista.estimators.numca_reference`, which overrides the advantage and state-value rules.
+:mod:`hista.estimators.numca_reference`, which overrides the advantage and state-value rules and
+keeps the reference's leaks (``states="path"``, ``leave_one_out=False``).
 
 State: with ``persist=True`` the estimator keeps one value table per ``prompt_id`` across
 ``token_advantages`` calls (one call = one training step of that prompt), as the reference
@@ -18,8 +21,9 @@ is a pure function of the group.
 
 from __future__ import annotations
 
+import bisect
 import dataclasses
-from typing import Optional, Sequence
+from typing import Callable, Optional, Sequence
 
 import torch
 
@@ -27,11 +31,22 @@ from ..errors import InputError
 from ..types import Rollout, RolloutGroup, State
 from . import register
 from .base import Estimator, EstimatorConfig, state_field
-from .gae import segment_gae
-from .milestones import EMPTY, PARSERS, StateId, ValueTable, chain_states, parse_numbers, path_states, token_positions
+from .gae import points_gae
+from .milestones import (
+    PARSERS,
+    LeftOut,
+    StateId,
+    ValueTable,
+    chain_states,
+    parse_numbers,
+    path_states,
+    token_positions,
+    whole_at,
+)
 
 UNREACHED = ("fallback", "zero")
-ANSWERED = ("reward", "table")
+ANSWERED = ("table", "reward")
+STATES = ("prefix", "path")
 
 
 @dataclasses.dataclass
@@ -40,38 +55,55 @@ class NumcaConfig(EstimatorConfig):
 
     - ``parser``: ``"default"`` (integers, decimals, fractions, normalised) or ``"digits"``
       (maximal digit runs, the reference's rule); see :mod:`hista.estimators.milestones`.
-    - ``merge_tokens``: milestones less than this many tokens before the next are merged forward.
-    - ``drop_last``: drop the final number of each response (usually the answer).
+    - ``states``: how the macro state of s_{i,t} is found. ``"prefix"``: the numbers its first
+      t tokens hold whole (a number counts once a character follows that no number goes on
+      with: "4" may become "46", "3." may become "3.5"), its milestone the token holding that
+      character; s_t alone decides it. ``"path"`` (reference): the state of the whole
+      completion's merged milestone path at t, milestones at a number's first character; it
+      reads the tokens after t (the rest of the number, the merging, which number is the last).
+    - ``leave_one_out``: a state of rollout i is valued by the *other* responses (rollout i
+      left out of the table); False (reference): the table counts rollout i's own reward.
+    - ``merge_tokens``: milestones less than this many tokens before the next are merged forward
+      (0: none). With ``states="prefix"`` it only moves segment starts (which earlier state's
+      value a token's advantage reads), and that choice looks ahead.
+    - ``drop_last``: drop the final number of each response (usually the answer) from the table
+      and the milestones (with ``"prefix"`` a state still counts it, the others' tables do not).
     - ``persist``: keep the value tables per ``prompt_id`` across calls (see ``reset``).
     - ``merge_repeats``: repeated occurrences of a number also take part in the merging
       (reference quirk; by default only a number's first occurrence is a milestone).
     - ``unreached``: value of a macro state no response reached: ``"fallback"`` to the last
       known state on the path, or ``"zero"`` (reference).
-    - ``answered``: the value of a rollout's prefix that already holds the start of the
-      response's final number (the answer, dropped from the path by ``drop_last``):
-      ``"reward"``, the rollout's own reward (its continuation from there is a sample of that
-      state; the reference SVEB rule gives the reward at the end of the text), or ``"table"``,
-      the value of the macro state before the answer. Chosen by the SVEB study
-      (results/sveb-study) on its selection half. It holds for the state values and the
-      advantages alike: with ``"reward"`` the answer's start is one more segment boundary,
-      worth R.
+    - ``answered`` (with ``drop_last``): the value of a rollout's prefix that already holds the
+      milestone of the response's final number (the answer): ``"table"``, the value of the
+      macro state before the answer, or ``"reward"``, the rollout's own reward (the SVEB study's
+      choice before issue 63, results/sveb-study: it reads R_i). It holds for the state values
+      and the advantages alike: with ``"reward"`` the answer's milestone is one more segment
+      boundary, worth R.
+
+    The defaults make a valid baseline (docs/estimators.md "Valid baselines"): V_i(s_t) reads
+    neither R_i nor rollout i's tokens after t, and no token's advantage does either.
     """
 
     profile: str = "default"
     parser: str = "default"
-    merge_tokens: int = 50
-    drop_last: bool = True
+    states: str = "prefix"
+    leave_one_out: bool = True
+    merge_tokens: int = 0
+    drop_last: bool = False
     persist: bool = False
     merge_repeats: bool = False
     unreached: str = "fallback"
-    answered: str = "reward"
+    answered: str = "table"
 
     def __post_init__(self) -> None:
-        for name, valid in (("parser", PARSERS), ("unreached", UNREACHED), ("answered", ANSWERED)):
+        for name, valid in (("parser", PARSERS), ("unreached", UNREACHED), ("states", STATES),
+                            ("answered", ANSWERED)):
             if getattr(self, name) not in valid:
                 raise ValueError(f"unknown {name} {getattr(self, name)!r}; valid: {', '.join(valid)}")
         if self.merge_tokens < 0:
             raise ValueError(f"merge_tokens must be >= 0, got {self.merge_tokens}")
+        if self.answered == "reward" and not self.drop_last:
+            raise ValueError("answered='reward' values the final number that drop_last drops: set drop_last=True")
 
 
 @register("numca")
@@ -127,10 +159,17 @@ class Numca(Estimator):
     # -- parsing ----------------------------------------------------------------------------
 
     def _numbers(self, text: str, drop_last: bool) -> tuple[list[str], list[int]]:
+        """The keys of the numbers of ``text`` and the characters of their milestones:
+        ``states="prefix"``, the first character after the number that no number goes on with
+        (a number the text ends before that is left out: it is never whole); ``"path"``, its
+        first character."""
         numbers = parse_numbers(text, self.config.parser)
         if drop_last:
             numbers = numbers[:-1]
-        return [n.key for n in numbers], [n.start for n in numbers]
+        if self.config.states == "path":
+            return [n.key for n in numbers], [n.start for n in numbers]
+        whole = [(n.key, c) for n, c in zip(numbers, whole_at(text, numbers, self.config.parser)) if c is not None]
+        return [key for key, _ in whole], [c for _, c in whole]
 
     def _token_numbers(self, rollout: Rollout, where: str, drop_last: bool) -> tuple[list[str], list[int]]:
         """The keys of a completion's numbers and their milestone positions p (in tokens)."""
@@ -147,13 +186,30 @@ class Numca(Estimator):
 
     # -- value table ------------------------------------------------------------------------
 
+    def _table_keys(self, group: RolloutGroup) -> list[list[str]]:
+        """Each response's numbers as the value table counts them (the final one dropped with
+        ``drop_last``)."""
+        return [self._numbers(r.completion_text, self.config.drop_last)[0] for r in group.rollouts]
+
     def _group_table(self, group: RolloutGroup, keys: list[list[str]]) -> ValueTable:
         table = ValueTable()
         for k, r in zip(keys, group.rollouts):
             table.add(k, r.reward)
         return table
 
-    def _value(self, table: ValueTable, chain: list[StateId], j: int) -> float:
+    def _step_table(self, group: RolloutGroup, keys: list[list[str]]) -> ValueTable:
+        """The table of this step: the group's own, or (persist=True) the prompt's persisted
+        table after adding the group to it."""
+        if not self.config.persist:
+            return self._group_table(group, keys)
+        if not group.prompt_id:
+            raise ValueError("numca with persist=True keys its value tables by RolloutGroup.prompt_id; it is empty")
+        table = self._tables.setdefault(group.prompt_id, ValueTable())
+        for k, r in zip(keys, group.rollouts):
+            table.add(k, r.reward)
+        return table
+
+    def _value(self, table: ValueTable | LeftOut, chain: list[StateId], j: int) -> float:
         """V(chain[j]); an unreached state falls back along the chain (or is 0, ``"zero"``)."""
         value = table.get(chain[j])
         if value is not None or self.config.unreached == "zero":
@@ -164,97 +220,71 @@ class Numca(Estimator):
                 return value
         return 0.0  # an empty table (no rollout ever seen)
 
-    @staticmethod
-    def _known(table: ValueTable, state: StateId) -> float:
-        value = table.get(state)
-        return 0.0 if value is None else value  # the states of a recorded response are known
-
     # -- advantages -------------------------------------------------------------------------
 
-    def _parsed(self, rollout: Rollout, where: str) -> tuple[list[str], list[int], Optional[int]]:
-        """The keys and milestone positions of a completion's numbers (the final one dropped
-        with ``drop_last``) and, with ``answered="reward"``, the position of the dropped final
-        number (the answer; None otherwise or without numbers)."""
+    def _answer(self, rollout: Rollout, where: str) -> Optional[int]:
+        """With ``answered="reward"`` (and ``drop_last``), the milestone of the response's final
+        number, the answer (None without one, or, with ``states="prefix"``, when the text ends
+        before it is whole); None otherwise."""
+        if not (self.config.answered == "reward" and self.config.drop_last):
+            return None
+        kept, _ = self._token_numbers(rollout, where, True)
         keys, positions = self._token_numbers(rollout, where, False)
-        if not (self.config.drop_last and keys):
-            return keys, positions, None
-        answer = positions[-1] if self.config.answered == "reward" else None
-        return keys[:-1], positions[:-1], answer
+        return positions[-1] if len(keys) > len(kept) else None
 
     def value_points(self, group: RolloutGroup) -> list[list[int]]:
         """Per rollout, the starts of its segments before T: 0, the merged milestones p_1 … p_K
-        and, with ``answered="reward"``, the answer's start (the states whose values the GAE of
-        :meth:`_raw_advantages` reads; the value is constant between them)."""
+        (the final number's dropped with ``drop_last``) and, with ``answered="reward"``, the
+        answer's milestone: the states whose values the GAE of :meth:`_raw_advantages` reads (by
+        default the value changes only there)."""
         points = []
         for i, r in enumerate(group.rollouts):
             length = len(r.completion_ids)
-            keys, positions, answer = self._parsed(r, f"rollout {i}") if length else ([], [], None)
+            if not length:
+                points.append([])
+                continue
+            keys, positions = self._token_numbers(r, f"rollout {i}", self.config.drop_last)
+            answer = self._answer(r, f"rollout {i}")
             starts = {0, *(p for p, _ in self._path(keys, positions)), *([] if answer is None else [answer])}
             points.append(sorted(p for p in starts if p < length))
         return points
 
     def _raw_advantages(self, group: RolloutGroup, gae_lambda: float) -> list[torch.Tensor]:
-        """Segment GAE over each rollout's macro states (SPEC §4.2): boundaries 0, p_1 … p_K, T
-        with values V(∅), V(S_1) … V(S_K), R_i; with ``answered="reward"`` the answer's start
-        p_A is one more boundary, worth R_i (the value :meth:`state_values` gives there)."""
-        parsed = [self._parsed(r, f"rollout {i}") for i, r in enumerate(group.rollouts)]
-        table = self._step_table(group, [keys for keys, _, _ in parsed])
-        width = max(len(r.completion_ids) for r in group.rollouts)
-        return [self._rollout_advantages(self._path(keys, positions), len(r.completion_ids), width, table, r.reward,
-                                         gae_lambda, answer).to(torch.float32)
-                for (keys, positions, answer), r in zip(parsed, group.rollouts)]
-
-    def _rollout_advantages(self, path: list[tuple[int, StateId]], length: int, width: int, table: ValueTable,
-                            reward: float, gae_lambda: float, answer: Optional[int] = None) -> torch.Tensor:
-        """One rollout's advantages [T] from its merged macro path (SPEC §4.2): segments
-        [0, p_1), …, [p_K, T) with values V(∅), V(S_1) … V(S_K) and R at the end; ``answer``
-        (the answer's start p_A >= p_K, or None) splits the last segment at p_A with the value R
-        there, so that every token after the answer's first one gets δ = 0. ``width``, the
-        group's longest completion, is unused here (the reference pads to it)."""
-        bounds = [0, *(p for p, _ in path)]
-        values = [self._known(table, EMPTY), *(self._known(table, s) for _, s in path)]
-        if answer is not None:
-            bounds.append(answer)
-            values.append(reward)
-        bounds.append(length)
-        values.append(reward)
-        return segment_gae(bounds, torch.tensor(values, dtype=torch.float64), length, gae_lambda)
-
-    def _step_table(self, group: RolloutGroup, keys: list[list[str]]) -> ValueTable:
-        """The table this step's advantages use: the group's own, or (persist=True) the prompt's
-        persisted table after adding the group to it."""
-        if not self.config.persist:
-            return self._group_table(group, keys)
-        if not group.prompt_id:
-            raise ValueError("numca with persist=True keys its value tables by RolloutGroup.prompt_id; it is empty")
-        table = self._tables.setdefault(group.prompt_id, ValueTable())
-        for k, r in zip(keys, group.rollouts):
-            table.add(k, r.reward)
-        return table
+        """Segment GAE over each rollout's value points (SPEC §4.2): boundaries
+        :meth:`value_points` and T, values :meth:`state_values` there and R_i at the end (with
+        ``persist=True`` after adding the group to its prompt's table). With λ = 1 every token
+        gets R_i − V at the start of its segment."""
+        if self.config.persist:
+            self._step_table(group, self._table_keys(group))
+        points = self.value_points(group)
+        values = self.state_values(group, [State(rollout=i, t=c) for i, cs in enumerate(points) for c in cs])
+        return points_gae(points, values, group, gae_lambda)
 
     # -- state values -----------------------------------------------------------------------
 
-    def _table_for(self, group: RolloutGroup) -> ValueTable:
+    def _table_for(self, group: RolloutGroup, keys: list[list[str]]) -> ValueTable:
         """The stored table of the group's prompt (persist=True, after a token_advantages call),
         else the group's own table. Never writes."""
         if self.config.persist and group.prompt_id in self._tables:
             return self._tables[group.prompt_id]
-        keys = [self._numbers(r.completion_text, self.config.drop_last)[0] for r in group.rollouts]
         return self._group_table(group, keys)
 
     def state_values(self, group: RolloutGroup, states: Sequence[State]) -> torch.Tensor:
         """V of the macro state holding the first t completion tokens (SPEC §4.2).
 
-        ``State(rollout=i, t)``: the merged milestone path of rollout i (final number dropped),
-        the state S_k with the largest p_k ≤ t. ``State(prefix=r)``: the prefix's own numbers,
-        all of them (a prefix does not end with the answer), merged among themselves; the state
-        is the whole prefix, or its first ``t`` tokens when 0 < t < len. Values come from the
-        group's table (or the persisted one); an unreached state falls back to the last known
-        state of its chain.
+        ``states="prefix"``: the numbers those tokens hold whole, for ``State(rollout=i, t)``
+        and ``State(prefix=r)`` alike (the whole prefix, or its first ``t`` tokens when
+        0 < t < len). ``"path"``: for ``State(rollout=i, t)`` the state S_k of rollout i's merged
+        milestone path (final number dropped with ``drop_last``) with the largest p_k ≤ t; an external prefix keeps
+        all its numbers, merged among themselves. Values come from the group's table (or the
+        persisted one), for a state of rollout i without rollout i (``leave_one_out``); an
+        unreached state falls back to the last known state of its chain.
         """
         if len(group.rollouts) == 0:
             return torch.full((len(states),), float("nan"))
-        table = self._table_for(group)
+        keys = self._table_keys(group)
+        table = self._table_for(group, keys)
+        walks: dict[object, Callable[[int], float]] = {}  # per rollout or prefix: t -> V
         out = []
         for k, s in enumerate(states):
             rollout, external = self._state_rollout(group, s, k)
@@ -262,22 +292,36 @@ class Numca(Estimator):
             t = T if external and not 0 < s.t < T else s.t
             if not 0 <= t <= T:
                 raise ValueError(f"states[{k}]: t={t} outside [0, {T}]")
-            out.append(self._state_value(table, rollout, t, external, f"states[{k}]"))
+            key = id(s.prefix) if external else s.rollout
+            if key not in walks:
+                values = table
+                if self.config.leave_one_out and not external:
+                    values = table.without(keys[s.rollout], rollout.reward)
+                walks[key] = self._walk(values, rollout, external, f"states[{k}]")
+            out.append(walks[key](t))
         return torch.tensor(out, dtype=torch.float32)
 
-    def _state_value(self, table: ValueTable, rollout: Rollout, t: int, external: bool, where: str) -> float:
-        """V of the macro state holding the first t tokens of ``rollout`` (SPEC §4.2); an external
-        prefix keeps its final number. With ``answered="reward"``, a rollout's prefix that holds
-        the start of its final number is worth the rollout's reward."""
-        keys, pos = self._token_numbers(rollout, where, False)
-        if self.config.drop_last and not external and keys:
-            if self.config.answered == "reward" and pos[-1] <= t:  # the answer has begun inside the prefix
-                return float(rollout.reward)
-            keys, pos = keys[:-1], pos[:-1]
-        reached = [st for p, st in self._path(keys, pos) if p <= t]
-        current = reached[-1] if reached else EMPTY
+    def _walk(self, table: ValueTable | LeftOut, rollout: Rollout, external: bool,
+              where: str) -> Callable[[int], float]:
+        """t -> V of the macro state holding the first t tokens of ``rollout`` (SPEC §4.2), from
+        ``table`` (the group's without ``rollout`` for its own states, ``leave_one_out``). With
+        ``answered="reward"`` a rollout's prefix that holds the milestone of its final number
+        is worth the rollout's reward."""
+        path_rule = self.config.states == "path"
+        keys, pos = self._token_numbers(rollout, where, path_rule and self.config.drop_last and not external)
+        answer = None if external else self._answer(rollout, where)
+        path = path_states(keys, pos, self.config.merge_tokens if path_rule else 0, self.config.merge_repeats)
+        starts = [p for p, _ in path]
         chain = chain_states(keys)
-        return self._value(table, chain, chain.index(current))
+        index = {state: j for j, state in enumerate(chain)}
+
+        def value(t: int) -> float:
+            if answer is not None and answer <= t:  # the answer's milestone is inside the prefix
+                return float(rollout.reward)
+            reached = bisect.bisect_right(starts, t)
+            return self._value(table, chain, index[path[reached - 1][1]] if reached else 0)
+
+        return value
 
     def _state_rollout(self, group: RolloutGroup, s: State, k: int) -> tuple[Rollout, bool]:
         if s.prefix is not None:

@@ -7,11 +7,11 @@ difference from the default profile (:mod:`hista.estimators.numca`).
 from __future__ import annotations
 
 import dataclasses
-from typing import Optional
+from typing import Callable
 
 import torch
 
-from ..types import Rollout
+from ..types import Rollout, RolloutGroup
 from . import register
 from .milestones import ValueTable
 from .numca import Numca, NumcaConfig
@@ -22,7 +22,10 @@ STATE_VALUE_RULES = ("macro", "reference_sveb")
 @dataclasses.dataclass
 class NumcaReferenceConfig(NumcaConfig):
     """The reference preset of :class:`NumcaConfig` (SPEC §4.2; digit runs, persistent tables,
-    repeats merged, unreached states 0, ``answered="table"``) plus its two quirks:
+    milestones merged within 50 tokens, repeats included, the final number dropped, unreached
+    states 0, ``answered="table"``, and its two leaks, issue 63: the state of s_t from the whole
+    completion's milestone path, ``states="path"``, and a table that counts the rollout's own
+    reward, ``leave_one_out=False``) plus its two quirks:
 
     - ``group_padding``: the last segment runs to the group's longest completion, as in the
       reference trainer's padded batch (False: the default profile's segments).
@@ -34,6 +37,10 @@ class NumcaReferenceConfig(NumcaConfig):
     parser: str = "digits"
     persist: bool = True
     merge_repeats: bool = True
+    states: str = "path"
+    leave_one_out: bool = False
+    merge_tokens: int = 50
+    drop_last: bool = True
     unreached: str = "zero"
     answered: str = "table"
     group_padding: bool = True
@@ -108,19 +115,27 @@ class NumcaReference(Numca):
     config_class = NumcaReferenceConfig
     reproduces = "github.com/VOXXXX1874/Hista@56d9e7f (trainer and SVEB script)"
 
-    def _rollout_advantages(self, path: list[tuple[int, frozenset]], length: int, width: int, table: ValueTable,
-                            reward: float, gae_lambda: float, answer: Optional[int] = None) -> torch.Tensor:
+    def _raw_advantages(self, group: RolloutGroup, gae_lambda: float) -> list[torch.Tensor]:
         if not self.config.group_padding:
-            return super()._rollout_advantages(path, length, width, table, reward, gae_lambda, answer)
-        return reference_segment_advantages(path, width, table, reward, gae_lambda)[:length]
+            return super()._raw_advantages(group, gae_lambda)
+        numbers = [self._token_numbers(r, f"rollout {i}", self.config.drop_last) for i, r in enumerate(group.rollouts)]
+        table = self._step_table(group, [keys for keys, _ in numbers])
+        width = max(len(r.completion_ids) for r in group.rollouts)
+        return [reference_segment_advantages(self._path(keys, positions), width, table, r.reward,
+                                             gae_lambda)[: len(r.completion_ids)].to(torch.float32)
+                for (keys, positions), r in zip(numbers, group.rollouts)]
 
-    def _state_value(self, table: ValueTable, rollout: Rollout, t: int, external: bool, where: str) -> float:
+    def _walk(self, table: ValueTable, rollout: Rollout, external: bool, where: str) -> Callable[[int], float]:
         if self.config.state_value_rule == "macro":
-            return super()._state_value(table, rollout, t, external, where)
-        if rollout.offsets is None and t > 0:
-            raise ValueError(f"numca needs Rollout.offsets at {where} to find the state's character position")
+            return super()._walk(table, rollout, external, where)
         text = rollout.completion_text
         keys, chars = self._numbers(text, self.config.drop_last and not external)
-        c = rollout.offsets[t - 1][1] if t > 0 else 0
         path = self._path(keys, chars)  # reference SVEB: character positions, merged in characters
-        return reference_sveb_value(path, len(text), table, rollout.reward, c, terminal=not external)
+
+        def value(t: int) -> float:
+            if rollout.offsets is None and t > 0:
+                raise ValueError(f"numca needs Rollout.offsets at {where} to find the state's character position")
+            c = rollout.offsets[t - 1][1] if t > 0 else 0
+            return reference_sveb_value(path, len(text), table, rollout.reward, c, terminal=not external)
+
+        return value
