@@ -21,14 +21,14 @@ from hista.types import Rollout, RolloutGroup, State
 #: (name, profile) -> why it may read R_i; everything else must not
 EXCEPTIONS = {
     ("grpo", "default"): "the group mean holds R_i with weight 1/G: it only rescales the advantage by (G-1)/G",
+    ("hista", "paper"): "reproduces the paper's rule, which reads R_i: V(s_0) and the kNN fallback are the group "
+                        "mean, and rollout i's own earlier nodes, labelled R_i, are candidates (include_self)",
+    ("hista", "reference"): "reproduces the reference's rule, which reads R_i: rollout i's own nodes among the "
+                            "neighbours at the clamped distance (and its trainer's chain starts at the group mean)",
 }
 #: (name, profile) -> how it leaks today: defects of issue 63, each to be fixed and then dropped
 #: from here (the test fails when one stops leaking, so that this list stays true)
 DEFECTS = {
-    ("hista", "default"): "V(s_0) and the kNN fallback are the group mean with R_i; own earlier nodes labelled R_i "
-                          "(include_self)",
-    ("hista", "paper"): "the default profile's rule",
-    ("hista", "reference"): "the reference's rule: own nodes among the neighbours at the clamped distance",
     ("numca", "default"): "answered='reward' values a prefix holding the answer's start at R_i; the tables count "
                           "rollout i's own macro states",
     ("numca", "reference"): "a macro state reached by rollout i alone is valued at R_i",
