@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 
 from hista.estimators import get, min_distance
 from hista.estimators.hista import Hista, default_nodes
-from hista.estimators.hista_naive import knn_value, represent, state_value
+from hista.estimators.hista_naive import knn_value, represent, start_value, state_value
 from hista.estimators.hista_naive import min_distance as naive_min_distance
 from hista.estimators.hista_reference import HistaReference, reference_nodes
 from hista.types import Rollout, RolloutGroup, State
@@ -64,6 +64,7 @@ def hand_group() -> RolloutGroup:
 
 
 def test_hand_computed_node_values():
+    # include_self=True (the paper's rule, which reads R_i; the default's is below).
     # Query A@2 = [(0,0),(4,0),(4,3)]; candidates: all nodes of B, C, D and A@0, A@2.
     #   A@2 itself: 0 -> clamped to 0.5                                  (reward 1)
     #   B@2 = [(0,0),(4,0),(4,-3)], tie, over the query: 0 + 0 + 3 = 3 / 3 = 1   (reward 0)
@@ -72,13 +73,13 @@ def test_hand_computed_node_values():
     #   k = 2 nearest: A@2 (w = 2), B@2 (w = 1): V = (2·1 + 1·0) / 3 = 2/3.
     # B@2 mirrors it (itself w 2 reward 0, A@2 at 1 w 1 reward 1): V = 1/3; C@2 and D@2 likewise
     # (C@2 ~ D@2 at distance 1): V(C@2) = 2/3, V(D@2) = 1/3.
-    est = get("hista", **HAND_CONFIG)
+    est = get("hista", include_self=True, **HAND_CONFIG)
     values = est.state_values(hand_group(), [State(rollout=i, t=2) for i in range(4)])
     assert torch.allclose(values, torch.tensor([2 / 3, 1 / 3, 2 / 3, 1 / 3]), atol=1e-6)
 
 
 def test_hand_computed_states_between_nodes():
-    est = get("hista", **HAND_CONFIG)
+    est = get("hista", include_self=True, **HAND_CONFIG)
     group = hand_group()
     # A@1 = [(0,0),(4,0)]; own candidates only A@0 (c' <= 1). B@2 (longer, over B@2: 0+0+3) = 1,
     # then A@0, B@0, C@0, D@0 all at (0+4)/2 = 2 (rewards 1, 0, 1, 0) tied for the one place left:
@@ -90,16 +91,24 @@ def test_hand_computed_states_between_nodes():
 
 
 def test_hand_computed_leave_one_out():
-    # include_self=False: A@2's nearest are B@2 (1, reward 0) and C@2 ((4+√2)/3, reward 1):
-    # V = (1/d) / (1 + 1/d) = 1 / (1 + d) = 3 / (7 + √2).
-    est = get("hista", include_self=False, **HAND_CONFIG)
-    value = est.state_values(hand_group(), [State(0, 2)])
+    # The default (include_self=False): A@2's nearest are B@2 (1, reward 0) and C@2 ((4+√2)/3,
+    # reward 1): V = (1/d) / (1 + 1/d) = 1 / (1 + d) = 3 / (7 + √2). V(0) is the mean reward of
+    # the other three rollouts: 1/3 for A and C, 2/3 for B and D; so A's λ = 1 advantages are
+    # 1 − 1/3 on [0, 2) and 1 − V(A@2) on [2, 4).
+    est = get("hista", **HAND_CONFIG)
+    group = hand_group()
+    value = est.state_values(group, [State(0, 2)])
     assert value.item() == pytest.approx(3 / (7 + math.sqrt(2)), abs=1e-6)
+    starts = est.state_values(group, [State(i, 0) for i in range(4)])
+    assert torch.allclose(starts, torch.tensor([1 / 3, 2 / 3, 1 / 3, 2 / 3]), atol=1e-6)
+    adv = est.token_advantages(group, gae_lambda=1.0, scale="none")[0]
+    later = 1 - 3 / (7 + math.sqrt(2))
+    assert torch.allclose(adv, torch.tensor([2 / 3, 2 / 3, later, later]), atol=1e-6)
 
 
 def test_hand_computed_advantages():
-    # V_0 = group mean 0.5; V(2) from above; V(4) = R. Segments [0, 2) and [2, 4).
-    est = get("hista", **HAND_CONFIG)
+    # include_self=True: V_0 = group mean 0.5; V(2) from above; V(4) = R. Segments [0, 2), [2, 4).
+    est = get("hista", include_self=True, **HAND_CONFIG)
     group = hand_group()
     lam1 = est.token_advantages(group, gae_lambda=1.0, scale="none")  # A_j = R − V_{j−1}
     lam0 = est.token_advantages(group, gae_lambda=0.0, scale="none")  # A_j = V_j − V_{j−1}
@@ -194,12 +203,13 @@ def test_degenerate_inputs_give_finite_outputs(case, profile, poison):
 
 def test_nan_hidden_states_count_as_infinitely_far():
     # Rollout 2 turns NaN from its 10th completion token on: its later nodes weigh nothing, so
-    # it behaves as if those nodes were absent; its own queries after that fall back to the mean.
+    # it behaves as if those nodes were absent; its own queries after that fall back to V(0),
+    # the mean reward of the other rollouts.
     group = random_group(0, sizes=(30, 30, 30), rewards=[1.0, 0.0, 1.0])
     group.rollouts[2].hidden[7 + 10 :] = float("nan")
     est = get("hista", interval=5, max_k=4, min_k=2, min_distance=0.5)
     values = est.state_values(group, [State(2, 20), State(0, 20)])
-    assert values[0].item() == pytest.approx(2 / 3)  # every distance NaN -> the group mean
+    assert values[0].item() == pytest.approx(1 / 2)  # every distance NaN -> the others' mean
     assert 0.0 <= values[1].item() <= 1.0
 
 
@@ -236,7 +246,7 @@ def chain_values(est, group, i):
     A_j = V_j − V_{j−1}, so V_j = V_0 + Σ A over the segment starts."""
     nodes = default_nodes(len(group.rollouts[i].completion_ids), est.config.interval)
     adv = est.token_advantages(group, gae_lambda=0.0, scale="none")[i]
-    values = [float(group.rewards.mean())]
+    values = [start_value(group.rewards.tolist(), i, est.config.include_self)]
     for start in nodes[:-1]:
         values.append(values[-1] + float(adv[start]))
     return nodes, values
@@ -250,7 +260,8 @@ def test_state_values_at_nodes_equal_the_gae_chain(seed):
         nodes, values = chain_values(est, group, i)
         got = est.state_values(group, [State(i, c) for c in nodes])
         assert torch.allclose(got, torch.tensor(values), atol=1e-5), (i, nodes)
-        assert got[-1].item() == r.reward and got[0].item() == pytest.approx(float(group.rewards.mean()))
+        others = [o.reward for o in group.rollouts if o is not r]
+        assert got[-1].item() == r.reward and got[0].item() == pytest.approx(sum(others) / len(others))
 
 
 @FAST
@@ -343,7 +354,7 @@ def test_naive_knn_shares_tied_places():
     assert knn_value([math.inf, math.nan], [1.0, 0.0], 2, 0.5, 1.0, 0.25) == 0.25
 
 
-ORACLE_FLAGS = [{}, dict(include_self=False), dict(include_prompt=False), dict(normalise=False)]
+ORACLE_FLAGS = [{}, dict(include_self=True), dict(include_prompt=False), dict(normalise=False)]
 
 
 def oracle_case(seed: int, flags: dict) -> tuple[RolloutGroup, dict]:
@@ -367,26 +378,29 @@ def oracle_case(seed: int, flags: dict) -> tuple[RolloutGroup, dict]:
 
 
 def naive_values(group: RolloutGroup, cfg) -> tuple[dict[tuple[int, int], float], float]:
-    """V at every state (rollout i, c) by the oracle (V(0) = mean, V(T) = R_i), and V of rollout
-    0 as an external prefix whose k follows the last rollout's length."""
+    """V at every state (rollout i, c) by the oracle (V(0) and the fallback: ``start_value``,
+    V(T) = R_i), and V of rollout 0 as an external prefix whose k follows the last rollout's
+    length."""
     def rep(r: Rollout, c: int) -> list:
         return represent(r.hidden.tolist(), len(r.prompt_ids), c, cfg.alpha, cfg.stride, cfg.include_prompt)
 
-    mean = float(group.rewards.mean())
+    rewards = group.rewards.tolist()
     nodes = [(i, c, rep(r, c), r.reward) for i, r in enumerate(group.rollouts)
              for c in default_nodes(len(r.completion_ids), cfg.interval)]
     values = {}
     for i, r in enumerate(group.rollouts):
         length = len(r.completion_ids)
+        start = start_value(rewards, i, cfg.include_self)
         for c in range(length + 1):
-            values[i, c] = (r.reward if c == length else mean if c == 0
-                            else state_value(rep(r, c), i, c, length, nodes, cfg, mean))
+            values[i, c] = (r.reward if c == length else start if c == 0
+                            else state_value(rep(r, c), i, c, length, nodes, cfg, start))
     c, length = len(group.rollouts[0].completion_ids), len(group.rollouts[-1].completion_ids)
-    external = state_value(rep(group.rollouts[0], c), None, min(c, length), length, nodes, cfg, mean)
+    external = state_value(rep(group.rollouts[0], c), None, min(c, length), length, nodes, cfg,
+                           start_value(rewards, None, cfg.include_self))
     return values, external
 
 
-@pytest.mark.parametrize("flags", ORACLE_FLAGS, ids=["plain", "no_self", "no_prompt", "no_normalise"])
+@pytest.mark.parametrize("flags", ORACLE_FLAGS, ids=["plain", "self", "no_prompt", "no_normalise"])
 @pytest.mark.parametrize("seed", range(8))
 def test_default_profile_matches_the_naive_oracle(seed, flags):
     group, config = oracle_case(seed, flags)

@@ -24,16 +24,15 @@ EXCEPTIONS = {
     ("numca", "reference"): "reproduces the public reference (tests/data/numca_reference_golden.json): its table "
                             "counts rollout i itself (a macro state reached by rollout i alone is valued at R_i) and "
                             "its state of s_t is the whole completion's milestone path",
+    ("hista", "paper"): "reproduces the paper's rule, which reads R_i: V(s_0) and the kNN fallback are the group "
+                        "mean, and rollout i's own earlier nodes, labelled R_i, are candidates (include_self)",
+    ("hista", "reference"): "reproduces the reference's rule, which reads R_i: rollout i's own nodes among the "
+                            "neighbours at the clamped distance (and its trainer's chain starts at the group mean)",
 }
 #: (name, profile) -> how it leaks today: defects of issue 63, each to be fixed and then dropped
 #: from here (the test fails when one stops leaking, so that this list stays true)
 DEFECTS = {
-    ("hista", "default"): "V(s_0) and the kNN fallback are the group mean with R_i; own earlier nodes labelled R_i "
-                          "(include_self)",
-    ("hista", "paper"): "the default profile's rule",
-    ("hista", "reference"): "the reference's rule: own nodes among the neighbours at the clamped distance",
     ("probe", "default"): "the probe's prediction is added to the group mean with R_i (offset='group_mean')",
-    ("blend", "default"): "its Hista half, until Hista's fix lands (its Numca half is the valid default Numca)",
 }
 
 

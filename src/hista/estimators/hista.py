@@ -86,8 +86,11 @@ class HistaConfig(EstimatorConfig):
     reference ``mean_window``]. ``interval``: node grid spacing in tokens [δ, reference
     ``min_interval``]. ``min_distance``: distances are clamped below at this value [reference
     ``min_d``]. ``max_k`` / ``min_k``: number of nearest candidates at the first / last node.
-    ``power``: weights are d^(−power) [t]. ``include_self``: candidates include the scored
-    rollout's own nodes up to the query (False: leave-one-out). ``include_prompt``: the
+    ``power``: weights are d^(−power) [t]. ``include_self``: the scored rollout's own reward
+    enters its values, through its own nodes up to the query as candidates and the group mean
+    at t = 0 and as the fallback (the paper and reference profiles' rule); False (the default
+    profile): its values read the other rollouts only, V(i, 0) and the fallback being their mean
+    (a valid baseline, docs/estimators.md "Valid baselines"). ``include_prompt``: the
     representation starts at the first prompt token (False: at the first completion token).
     ``normalise``: divide MinDistance by the longer prefix's length. ``layer``: the hidden layer
     the caller puts into ``Rollout.hidden`` (HF ``hidden_states[layer]``, −1 = last, after the
@@ -107,7 +110,7 @@ class HistaConfig(EstimatorConfig):
     max_k: int = 66
     min_k: int = 6
     power: float = 1.0
-    include_self: bool = True
+    include_self: bool = False
     include_prompt: bool = True
     normalise: bool = True
     layer: Optional[int] = None
@@ -133,13 +136,15 @@ class HistaConfig(EstimatorConfig):
 @dataclasses.dataclass
 class HistaPaperConfig(HistaConfig):
     """The paper's published structure (SPEC §4.3; paper §6: the last layer, interval 50,
-    stride 5) and the reference's clamp (``min_d`` 5), computed with the default profile's
-    definitions: ``get("hista", profile="paper")``, the default profile before the structure
-    rule."""
+    stride 5), the reference's clamp (``min_d`` 5) and the paper's own nodes and group mean
+    (``include_self``, which reads R_i: kept for reproduction), computed with the default
+    profile's definitions: ``get("hista", profile="paper")``, the default profile before the
+    structure rule and issue 63's fix."""
 
     stride: Optional[int] = 5
     interval: Optional[int] = 50
     min_distance: float = 5.0
+    include_self: bool = True
     layer: Optional[int] = -1
     profile: str = "paper"
 
@@ -219,14 +224,15 @@ def vector_count(prompt_len: int, c: int, stride: int, include_prompt: bool) -> 
 
 
 def knn_average(dist: torch.Tensor, valid: torch.Tensor, rewards: torch.Tensor, k: torch.Tensor,
-                min_distance: float, power: float, fallback: float) -> torch.Tensor:
+                min_distance: float, power: float, fallback: torch.Tensor | float) -> torch.Tensor:
     """Estimate per query row (SPEC §4.3 step 5), ``dist``/``valid`` [Q, N], ``rewards`` [N],
     ``k`` [Q]: NaN distances count as +inf, distances are clamped below at ``min_distance``, the
     k nearest valid candidates (k capped at their number) get weights d^(−power) (0 at +inf),
-    V = Σ w r / Σ w, or ``fallback`` (the group mean) when every weight is 0. Candidates within a
-    relative ``TIE_RTOL`` of the k-th distance share the remaining places equally (the mean over
-    tie-breaking orders), so that the estimate does not depend on the order of the rollouts or on
-    rounding noise. Non-finite ``rewards`` raise ValueError naming ``rewards``."""
+    V = Σ w r / Σ w, or ``fallback`` ([Q] or one number: V(0) of the query's rollout) when every
+    weight is 0. Candidates within a relative ``TIE_RTOL`` of the k-th distance share the
+    remaining places equally (the mean over tie-breaking orders), so that the estimate does not
+    depend on the order of the rollouts or on rounding noise. Non-finite ``rewards`` raise
+    ValueError naming ``rewards``."""
     check_finite(rewards, "rewards")
     inf = torch.tensor(float("inf"), device=dist.device)
     d = torch.where(torch.isnan(dist), inf, dist).clamp_min(min_distance)
@@ -241,9 +247,10 @@ def knn_average(dist: torch.Tensor, valid: torch.Tensor, rewards: torch.Tensor, 
     chosen = (closer.to(d.dtype) + tied.to(d.dtype) * share) * valid
     weights = torch.where(torch.isfinite(d), d.pow(-power), torch.zeros_like(d)) * chosen
     total = weights.sum(dim=1)
+    fallback = torch.as_tensor(fallback, dtype=d.dtype, device=d.device).expand(d.shape[0])
     # centred on the fallback so that equal rewards give exactly that reward
-    spread = (weights * (rewards - fallback)).sum(dim=1) / total.clamp_min(torch.finfo(d.dtype).tiny)
-    return torch.where(total > 0, fallback + spread, torch.full_like(spread, fallback))
+    spread = (weights * (rewards - fallback[:, None])).sum(dim=1) / total.clamp_min(torch.finfo(d.dtype).tiny)
+    return torch.where(total > 0, fallback + spread, fallback)
 
 
 # --- 6-7. the estimator --------------------------------------------------------------------
@@ -260,7 +267,8 @@ class PreparedGroup:
     node_tokens: list[list[int]]  # nodes of each rollout in tokens c (the GAE segment bounds)
     node_vectors: list[list[int]]  # nodes of each rollout in vectors ℓ (prefix lengths)
     rewards: torch.Tensor  # [G] float32
-    mean: float  # group mean reward, V(0)
+    mean: float  # group mean reward: V(0) and the fallback of an external prefix
+    starts: torch.Tensor  # [G] V(i, 0): rollout i's chain start and the fallback of its queries
 
     @property
     def vector_counts(self) -> list[int]:
@@ -382,8 +390,19 @@ class Hista(Estimator):
         return [default_nodes(len(r.completion_ids), interval)[:-1] for r in group.rollouts]
 
     def _group_mean(self, rewards: torch.Tensor) -> float:
-        """V(0), the group mean; exactly r when every reward is r."""
+        """The group mean; exactly r when every reward is r."""
         return float(rewards[0] + (rewards - rewards[0]).mean())
+
+    def _start_values(self, rewards: torch.Tensor, mean: float) -> torch.Tensor:
+        """V(i, 0) of every rollout [G], its chain's start and the fallback of its queries: the
+        mean of the *other* rollouts' rewards (docs/estimators.md "Valid baselines"), or with
+        ``include_self`` the group ``mean``. A group of one, which has no others, keeps the
+        group mean, its own reward (advantage 0, as ``grpo?leave_one_out=true``). Exactly r
+        when every reward is r."""
+        if self.config.include_self or len(rewards) < 2:
+            return torch.full_like(rewards, mean)
+        centred = rewards - rewards[0]
+        return rewards[0] + (centred.sum() - centred) / (len(rewards) - 1)
 
     def _prepare(self, group: RolloutGroup) -> PreparedGroup:
         """Steps 1-3 for the whole group: its compressed vectors, node grids and mean reward,
@@ -405,8 +424,9 @@ class Hista(Estimator):
             node_tokens.append(tokens)
             node_vectors.append(counts)
         rewards = check_finite(group.rewards, "rewards").to(device)
-        return PreparedGroup(vectors, stride, stacked, node_tokens, node_vectors, rewards,
-                             self._group_mean(rewards))
+        mean = self._group_mean(rewards)
+        return PreparedGroup(vectors, stride, stacked, node_tokens, node_vectors, rewards, mean,
+                             self._start_values(rewards, mean))
 
     # --- step 5: estimates at nodes
 
@@ -439,10 +459,10 @@ class Hista(Estimator):
                     owners.append(i)
                     tokens.append(c)
                     ks.append(self._k(c, nodes[-1]))
+        owners_t = torch.as_tensor(owners, dtype=torch.long, device=table.device)
         values = knn_average(table[queries], self._candidates(prep, owners, tokens), prep.node_rewards(),
                              torch.as_tensor(ks, dtype=torch.long, device=table.device),
-                             self.config.min_distance, self.config.power, prep.mean)
-        owners_t = torch.as_tensor(owners, dtype=torch.long, device=table.device)
+                             self.config.min_distance, self.config.power, prep.starts[owners_t])
         return [values[owners_t == i] for i in range(len(prep.node_tokens))]
 
     # --- step 6: advantages
@@ -457,11 +477,11 @@ class Hista(Estimator):
 
     def _advantages(self, prep: PreparedGroup, i: int, values: torch.Tensor, length: int,
                     gae_lambda: float) -> torch.Tensor:
-        """Rollout i's advantages [T] from its interior node values: V_0 = group mean, the node
-        values, V_{K+1} = R_i, segment j = tokens [c_{j−1}, c_j) (SPEC §4.3 step 6)."""
+        """Rollout i's advantages [T] from its interior node values: V_0 = ``prep.starts[i]``,
+        the node values, V_{K+1} = R_i, segment j = tokens [c_{j−1}, c_j) (SPEC §4.3 step 6)."""
         if length == 0:
             return torch.zeros(0)
-        chain = torch.cat([torch.tensor([prep.mean]), values.cpu(), prep.rewards[i : i + 1].cpu()])
+        chain = torch.cat([prep.starts[i : i + 1].cpu(), values.cpu(), prep.rewards[i : i + 1].cpu()])
         return segment_gae(prep.node_tokens[i], chain, length, gae_lambda)
 
     # --- step 7: state values
@@ -475,9 +495,10 @@ class Hista(Estimator):
 
     def _state_values(self, group: RolloutGroup, prep: PreparedGroup, states: Sequence[State]) -> torch.Tensor:
         """The estimate at each state's exact prefix with the node rules (SPEC §4.3 step 7):
-        V(0) = group mean, V(T) = R_i, k(t) and candidates as for a node at t. An external
-        ``State.prefix`` is evaluated as a whole against every node of the group, with k from its
-        length relative to ``State.rollout``'s length (the group's mean length when that is None)."""
+        V(0) = ``prep.starts``, V(T) = R_i, k(t), candidates and fallback as for a node at t. An
+        external ``State.prefix`` is evaluated as a whole against every node of the group (the
+        group mean its fallback), with k from its length relative to ``State.rollout``'s length
+        (the group's mean length when that is None)."""
         out = torch.empty(len(states), device=prep.rewards.device)
         queries: dict[tuple, list[tuple[int, int]]] = {}  # (rollout, prefix id) -> [(state index, c)]
         prefixes: dict[int, State] = {}
@@ -495,7 +516,7 @@ class Hista(Estimator):
             if s.t == length:
                 out[s_index] = prep.rewards[s.rollout]
             elif s.t == 0:
-                out[s_index] = prep.mean
+                out[s_index] = prep.starts[s.rollout]
             else:
                 queries.setdefault((s.rollout, None), []).append((s_index, s.t))
         mean_length = sum(len(r.completion_ids) for r in group.rollouts) / len(group.rollouts)
@@ -515,7 +536,8 @@ class Hista(Estimator):
             ks = [self._k(min(c, length), length) for c in tokens]
             values = knn_average(dist, self._candidates(prep, [owner] * len(tokens), tokens),
                                  prep.node_rewards(), torch.as_tensor(ks, dtype=torch.long, device=dist.device),
-                                 self.config.min_distance, self.config.power, prep.mean)
+                                 self.config.min_distance, self.config.power,
+                                 prep.mean if owner is None else prep.starts[owner])
             for (s_index, _), v in zip(items, values):
                 out[s_index] = v
         return out

@@ -59,6 +59,16 @@ def knn_value(distances: Sequence[float], rewards: Sequence[float], k: int, min_
     return sum(w * r for w, r in zip(weights, rewards)) / total if total > 0 else fallback
 
 
+def start_value(rewards: Sequence[float], owner: Optional[int], include_self: bool) -> float:
+    """V of the state with no completion token of rollout ``owner`` (None: an external prefix),
+    also the estimate when every weight is 0 (docs/estimators.md "Valid baselines"): the mean
+    reward of the other rollouts, or with ``include_self`` (and where there is no other) of
+    all."""
+    others = [r for j, r in enumerate(rewards) if j != owner]
+    chosen = others if others and not include_self else rewards
+    return sum(chosen) / len(chosen)
+
+
 def state_value(query: Sequence[Vector], owner: Optional[int], c: int, length: int,
                 nodes: Sequence[tuple[int, int, Sequence[Vector], float]], config, fallback: float) -> float:
     """V of the state with c tokens of rollout ``owner`` (None: an external prefix), T =
