@@ -6,12 +6,13 @@ The exceptions are named with their reason; an estimator written to leak fails t
 
 from __future__ import annotations
 
+import dataclasses
 import random
 from typing import Optional, Sequence
 
 import pytest
 import torch
-from test_estimator_contract import IDS, METHODS, PIECES, _estimator, _group, critic  # noqa: F401
+from test_estimator_contract import IDS, METHODS, PIECES, _estimator, _group, _rollout, critic  # noqa: F401
 
 from hista import estimators
 from hista.estimators import Estimator
@@ -44,7 +45,7 @@ def _specs(seed: int) -> list[tuple[list[str], float]]:
 def _with_rollout(group: RolloutGroup, i: int, rollout: Rollout) -> RolloutGroup:
     rollouts = list(group.rollouts)
     rollouts[i] = rollout
-    return RolloutGroup(rollouts, prompt_id=group.prompt_id, continuations=dict(group.continuations))
+    return dataclasses.replace(group, rollouts=rollouts)
 
 
 def _rewritten_after(est, rollout: Rollout, t: int, seed: int) -> Rollout:
@@ -52,19 +53,11 @@ def _rewritten_after(est, rollout: Rollout, t: int, seed: int) -> Rollout:
     rng = random.Random(seed)
     pieces = [PIECES[i - 10] for i in rollout.completion_ids[:t]]
     pieces += [rng.choice([p for p in PIECES if PIECES.index(p) + 10 != old]) for old in rollout.completion_ids[t:]]
-    ids = [10 + PIECES.index(p) for p in pieces]
-    text, offsets = "", []
-    for p in pieces:
-        offsets.append((len(text), len(text) + len(p)))
-        text += p
-    hidden = None
-    if rollout.hidden is not None:
-        hidden = rollout.hidden.clone()
-        cut = len(rollout.prompt_ids) + t
-        gen = torch.Generator().manual_seed(seed)
-        hidden[cut:] = torch.randn(hidden.shape[0] - cut, hidden.shape[1], generator=gen)
-    return Rollout(rollout.prompt_ids, ids, rollout.reward, completion_text=text if est.needs_text else "",
-                   offsets=offsets if est.needs_text else None, hidden=hidden)
+    new = _rollout(est, pieces, rollout.reward, seed, prompt_len=len(rollout.prompt_ids))
+    if rollout.hidden is None:
+        return new
+    cut = len(rollout.prompt_ids) + t
+    return dataclasses.replace(new, hidden=torch.cat([rollout.hidden[:cut], new.hidden[cut:]]))
 
 
 def _fitted(est: Estimator, seed: int) -> Estimator:
