@@ -121,6 +121,7 @@ def generate(rest: str, n: int, seed: int, split: str) -> list[dict]:
     records: list[dict] = []
     seen: set[str] = set()
     dropped = misses = chunk = 0
+    field = gym.category(task)
     while len(records) < n:
         chunk_seed, start = _seed(task, options, seed, split, chunk), 0
         while start < CHUNK and len(records) < n:
@@ -146,7 +147,7 @@ def generate(rest: str, n: int, seed: int, split: str) -> list[dict]:
                 answer = json.dumps({"task": task, "options": options, "entry": entry, "partial": partial},
                                     ensure_ascii=False)
                 records.append({"id": f"{prefix}-{len(records):05d}", "problem": question + ANSWER_TEXT,
-                                "answer": answer, "verifier": "gym", "field": gym.category(task),
+                                "answer": answer, "verifier": "gym", "field": field,
                                 "meta": {"task": task, "gold": entry.get("answer")
                                          if isinstance(entry.get("answer"), str) else None}})
             if failure is not None and len(records) < n:
