@@ -14,6 +14,8 @@
 # Workers stopped midway leave their claims: remove runs/train-study-2/claims before starting again. SEEDS and ESTIMATORS override the lists ("strace": the strace
 # loss with GRPO advantages). The pool is the committed pool-K files (measured once by pool.py).
 # EXTRA adds recipe overrides (a check of the script: EXTRA="trl.max_steps=2 eval.every=1").
+# "numca-valid" is issue 63's repaired Numca arm (the valid rule's settings, spelled out); TAG
+# suffixes the run names (a reproduction check: SEEDS=0 ESTIMATORS=grpo TAG=-repro).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 setting=${1:?usage: run.sh SETTING}
@@ -43,7 +45,7 @@ if [[ ! -f $D/runs/s$setting-base/test-t07.json.gz ]] && claim s$setting-base; t
 fi
 for s in $seeds; do
   for e in $estimators; do
-    name=s$setting-$e-seed$s
+    name=s$setting-$e-seed$s${TAG:-}
     out=runs/train-study-2/$name
     keep=$D/runs/$name
     if [[ -f $keep/test-t07.json.gz ]]; then echo "$name: done"; continue; fi
@@ -53,7 +55,12 @@ for s in $seeds; do
     cp $D/pool-accuracy-$setting.jsonl "$out/pool/accuracy.jsonl"
     cp $D/pool-$setting.jsonl "$out/pool/pool.jsonl"
     args=(advantage_estimator.name=$e)
-    if [[ $e == strace ]]; then args=(advantage_estimator.name=grpo loss.name=strace); fi
+    case $e in
+      strace) args=(advantage_estimator.name=grpo loss.name=strace) ;;
+      numca-valid)  # issue 63's repaired arm: Numca's valid rule, spelled out (today's default)
+        args=(advantage_estimator.name=numca advantage_estimator.states=prefix advantage_estimator.leave_one_out=true
+              advantage_estimator.merge_tokens=0 advantage_estimator.drop_last=false advantage_estimator.answered=table) ;;
+    esac
     echo "$name: training ($(date -u +%H:%M:%S))"
     $H train "$recipe" "${args[@]}" seed=$s output_dir=$out resume=true ${EXTRA:-} >> runs/train-study-2/$name.log 2>&1 \
         || { echo "$name: training failed, see runs/train-study-2/$name.log"; exit 1; }
