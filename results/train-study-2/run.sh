@@ -14,8 +14,10 @@
 # Workers stopped midway leave their claims: remove runs/train-study-2/claims before starting again. SEEDS and ESTIMATORS override the lists ("strace": the strace
 # loss with GRPO advantages). The pool is the committed pool-K files (measured once by pool.py).
 # EXTRA adds recipe overrides (a check of the script: EXTRA="trl.max_steps=2 eval.every=1").
-# "numca-valid" is issue 63's repaired Numca arm (the valid rule's settings, spelled out); TAG
-# suffixes the run names (a reproduction check: SEEDS=0 ESTIMATORS=grpo TAG=-repro).
+# "numca-valid" is issue 63's repaired Numca arm (the valid rule's settings, spelled out) and
+# "grpo-rerun" its GRPO pair, run at the same commit (the study's GRPO runs do not reproduce bit for
+# bit there: ESTIMATORS="numca-valid grpo-rerun"); TAG suffixes the run names (a reproduction check:
+# SEEDS=0 ESTIMATORS=grpo TAG=-repro).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 setting=${1:?usage: run.sh SETTING}
@@ -57,6 +59,7 @@ for s in $seeds; do
     args=(advantage_estimator.name=$e)
     case $e in
       strace) args=(advantage_estimator.name=grpo loss.name=strace) ;;
+      grpo-rerun) args=(advantage_estimator.name=grpo) ;;  # GRPO again at issue 63's commit (the pair of numca-valid)
       numca-valid)  # issue 63's repaired arm: Numca's valid rule, spelled out (today's default)
         args=(advantage_estimator.name=numca advantage_estimator.states=prefix advantage_estimator.leave_one_out=true
               advantage_estimator.merge_tokens=0 advantage_estimator.drop_last=false advantage_estimator.answered=table) ;;
@@ -66,6 +69,7 @@ for s in $seeds; do
         || { echo "$name: training failed, see runs/train-study-2/$name.log"; exit 1; }
     echo "$name: evaluating ($(date -u +%H:%M:%S))"
     mkdir -p "$keep" && cp $out/metrics.jsonl "$keep/"
+    sed -n '/^### Framework versions/,/^## /p' $out/README.md | grep '^- ' > "$keep/versions.md" || true  # the library versions (TRL's card)
     finish $out/final $name
     rm -rf $out/checkpoint-* $out/final
     echo "$name: done ($(date -u +%H:%M:%S))"

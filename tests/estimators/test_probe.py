@@ -56,7 +56,9 @@ def test_data_weighs_each_rollout_once_and_targets_the_offset():
     probe = get("probe", alpha=0.0)
     data = probe.data(group)
     assert data.weight == pytest.approx(3.0)  # the one-token rollout has no state 0 < t < T
-    assert data.y == pytest.approx(-0.5)  # R − the mean 0.5 of the three rollouts: +0.5, −0.5, −0.5
+    # R_i − the mean of the other three rewards: 1 − 1/3, 0 − 2/3, 0 − 2/3 (the one-token rollout has no state)
+    assert data.y == pytest.approx(-2 / 3)
+    assert get("probe", alpha=0.0, offset="group_mean").data(group).y == pytest.approx(-0.5)  # R − 0.5
     x = features(group.rollouts[0].hidden, 3, 0.0)
     assert torch.equal(x[1], group.rollouts[0].hidden[3])  # state t=1 is read at its last token
     assert get("probe", offset="none").data(group).y == pytest.approx(1.0)
@@ -67,12 +69,13 @@ def test_unfitted_probe_is_grpo_and_values_follow_the_fit():
     group = _group(1, [1.0, 0.0, 1.0, 0.0], [6, 7, 5, 8])
     probe = get("probe", ridge=1.0, alpha=0.0)
     states = [State(rollout=i, t=t) for i in range(4) for t in (0, 2, len(group.rollouts[i].completion_ids))]
-    grpo = get("grpo").state_values(group, states)
+    grpo = get("grpo", leave_one_out=True).state_values(group, states)
     values = probe.state_values(group, states)
     assert torch.allclose(values[[0, 1, 3, 4, 6, 7, 9, 10]], grpo[[0, 1, 3, 4, 6, 7, 9, 10]])
     fitted = probe.fitted(total([probe.data(_group(s, [1.0, 0.0, 1.0, 0.0], [6, 7, 5, 8])) for s in (2, 3, 4)]))
     again = fitted.state_values(group, states)
-    assert again[0] == 0.5 and again[2] == 1.0  # t = 0: the group mean; t = T: the reward
+    # t = 0: the mean of the other rewards; t = T: the reward
+    assert again[0] == pytest.approx(1 / 3) and again[3] == pytest.approx(2 / 3) and again[2] == 1.0
     assert again[1] > 0.5 > again[4]  # the states carry their reward: the probe reads it
     assert ((again >= 0) & (again <= 1)).all()  # clamped to the fitted rewards' range
 

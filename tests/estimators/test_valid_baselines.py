@@ -32,9 +32,7 @@ EXCEPTIONS = {
 }
 #: (name, profile) -> how it leaks today: defects of issue 63, each to be fixed and then dropped
 #: from here (the test fails when one stops leaking, so that this list stays true)
-DEFECTS = {
-    ("probe", "default"): "the probe's prediction is added to the group mean with R_i (offset='group_mean')",
-}
+DEFECTS: dict = {}
 
 
 def _specs(seed: int) -> list[tuple[list[str], float]]:

@@ -120,7 +120,8 @@ def test_bad_grid_values_name_the_point():
 
 
 def test_sweep_values_equal_evaluate_with_one_forward_pass_per_problem(cases_path, tmp_path, tiny, forward_calls):
-    result = _sweep(cases_path, tmp_path / "s", tiny)
+    # the paper's protocol (the state's own reward shown): the tiny model's layers give different values
+    result = _sweep(cases_path, tmp_path / "s", tiny, protocol="paper")
     n = len(case_file.read(cases_path))
     # every layer of every point from one pass per group of rollouts (a problem's two states share it)
     assert forward_calls == [[-2, -1]] * (n // 2)
@@ -129,7 +130,7 @@ def test_sweep_values_equal_evaluate_with_one_forward_pass_per_problem(cases_pat
     lines = (tmp_path / "s" / "values.jsonl").read_text().splitlines()
     assert len(lines) == 1 + n and json.loads(lines[0])["specs"] == specs
     chosen = [specs[0], specs[-1]]  # layer -1 and layer -2
-    reference = evaluate(cases_path, chosen, lm=tiny, progress=False, n_boot=10)
+    reference = evaluate(cases_path, chosen, lm=tiny, progress=False, n_boot=10, protocol="paper")
     stored = [json.loads(line) for line in lines[1:]]
     for row, ref in zip(stored, reference["cases"]):
         assert row["case_id"] == ref["case_id"] and row["length"] == ref["length"] == 6

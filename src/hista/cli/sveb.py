@@ -141,6 +141,14 @@ def add_critic_option(p: argparse.ArgumentParser) -> None:
                         "methods ppo-1 and ppo-n read the critic of their mode and lam")
 
 
+def add_protocol_option(p: argparse.ArgumentParser) -> None:
+    """``--protocol``: how each case's group is shown to the methods (docs/sveb.md "Protocols")."""
+    p.add_argument("--protocol", choices=["leak-free", "paper"], default="leak-free",
+                   help="leak-free: the state's own rollout is shown without its reward (the mean of the others' "
+                        "in its place); paper: with its reward, as the paper's SVEB (and hista before issue 63) "
+                        "scored it (default: %(default)s)")
+
+
 def build_overrides(args: argparse.Namespace) -> dict:
     """The build settings given on the command line (None: left to the preset)."""
     out = {key: getattr(args, key) for key in BUILD_FIELDS if getattr(args, key) is not None}
@@ -221,6 +229,7 @@ def _add_eval(actions: argparse._SubParsersAction) -> None:
     q.add_argument("--model", "--eval-model", dest="model", default=None,
                    help="refuse unless the cases were built with this model")
     add_critic_option(q)
+    add_protocol_option(q)
     q.set_defaults(func=cmd_sveb_eval)
 
 
@@ -230,17 +239,20 @@ def cmd_sveb_eval(args: argparse.Namespace) -> int:
     from ..sveb.eval import evaluate
     from ..sveb.labels import report_labels
     from ..sveb.methods import from_results
-    from ..sveb.tables import markdown_table, paired_markdown
+    from ..sveb.tables import leak_table, markdown_table, paired_markdown
 
     check_not_inputs([args.out], [args.cases, *([args.methods_file] if args.methods_file else [])])
     check_output_file(args.out, "json")
-    results = evaluate(args.cases, method_specs(args), model=args.model, device=args.device, critics=args.critic)
+    results = evaluate(args.cases, method_specs(args), model=args.model, device=args.device, critics=args.critic,
+                       protocol=args.protocol)
     write_json_atomic(args.out, results)
     problems = results["summary"].get("n_problems")  # questions asked twice count once (docs/sveb.md)
     print(f"sveb eval: {len(results['cases'])} cases{f' of {problems} problems' if problems else ''} -> {args.out}")
     labels = report_labels(from_results(results))
     print(markdown_table(results["summary"], labels))
     print(paired_markdown(results["paired"], labels))
+    if "leak" in results:
+        print(leak_table(results["leak"], results["protocol"], labels))
     return 0
 
 
@@ -268,6 +280,7 @@ def _add_sweep(actions: argparse._SubParsersAction) -> None:
     q.add_argument("--device", type=device, default=None,
                    help="cpu or cuda for hidden states (default: cuda if available)")
     add_critic_option(q)
+    add_protocol_option(q)
     q.set_defaults(func=cmd_sveb_sweep)
 
 
@@ -280,7 +293,7 @@ def cmd_sveb_sweep(args: argparse.Namespace) -> int:
     specs = read_methods_file(args.specs) if args.specs is not None else None
     result = sweep(args.cases, args.out, base=args.base, grid=args.grid, specs=specs, folds=args.folds,
                    select_on=args.select_on, seed=args.seed, n_boot=args.n_boot, device=args.device,
-                   critics=args.critic)
+                   critics=args.critic, protocol=args.protocol)
     print("sveb sweep: " + summary_text(result))
     print("sveb sweep: " + ", ".join(str(p) for p in [Path(args.out) / VALUES, *result["paths"].values()]))
     return 0
@@ -334,6 +347,7 @@ def _add_run(actions: argparse._SubParsersAction) -> None:
                    help="also train the PPO critics (ppo-1 and ppo-n at lam 0.95 and 1.0, hista critic train's "
                         "defaults) into OUT/critics after the build, and evaluate the four ppo methods beside the "
                         "others")
+    add_protocol_option(q)
     q.set_defaults(func=cmd_sveb_run)
 
 
@@ -343,7 +357,7 @@ def cmd_sveb_run(args: argparse.Namespace) -> int:
     from ..sveb.tables import markdown_table
 
     result = run(args.preset, args.out, methods=method_specs(args), overrides=build_overrides(args),
-                 device=args.device, with_critic=args.with_critic)
+                 device=args.device, with_critic=args.with_critic, protocol=args.protocol)
     counts = result["counts"]
     print(f"sveb build: {counts['cases']} new cases, {counts['skipped']} problems skipped, "
           f"{counts['present']} records already present -> {result['cases']}")

@@ -44,6 +44,18 @@ def check_finite(values: torch.Tensor, name: str = "rewards") -> torch.Tensor:
     return values
 
 
+def others_mean(rewards: torch.Tensor) -> torch.Tensor:
+    """The mean of the *other* rollouts' rewards for each rollout [G] float64 (the leave-one-out
+    mean, docs/estimators.md "Valid baselines"): a baseline for rollout i that never reads R_i.
+    A group of one, which has no others, keeps its own reward (advantage 0, as
+    ``grpo?leave_one_out=true``). Exactly r when every reward is r."""
+    rewards = check_finite(rewards, "rewards").double()
+    if len(rewards) < 2:
+        return rewards.clone()
+    centred = rewards - rewards[0]
+    return rewards[0] + (centred.sum() - centred) / (len(rewards) - 1)
+
+
 def state_length(group: RolloutGroup, state: State, index: int) -> int:
     """The completion length T of the rollout that state ``index`` of a ``state_values`` call
     names (SPEC §3: a state s_{i,t} has 0 <= t <= T); a ValueError naming the state when it

@@ -12,9 +12,22 @@ from typing import Optional, Sequence
 import torch
 
 from ..types import RolloutGroup, State
-from .base import Estimator
+from .base import Estimator, others_mean
 
-__all__ = ["reward_leak"]
+__all__ = ["reward_leak", "without_reward"]
+
+
+def without_reward(group: RolloutGroup, i: int) -> RolloutGroup:
+    """``group`` with rollout i's reward replaced by the mean of the other rollouts' rewards, as a
+    baseline for a state of rollout i may see it (SVEB's leak-free protocol, docs/sveb.md
+    "Protocols"): an estimator that reads R_i reads nothing of rollout i's outcome. Rollout i's
+    tokens after the state stay in place (its terminal state, V(T) = R_i in Hista, the probe and
+    the critics, would otherwise be the state); that no estimator reads them is the contract test's
+    other half (tests/estimators/test_valid_baselines.py)."""
+    rewards = torch.tensor([r.reward for r in group.rollouts], dtype=torch.float64)
+    rollouts = list(group.rollouts)
+    rollouts[i] = dataclasses.replace(rollouts[i], reward=float(others_mean(rewards)[i]))
+    return dataclasses.replace(group, rollouts=rollouts)
 
 
 def reward_leak(est: Estimator, group: RolloutGroup, states: Optional[Sequence[State]] = None) -> torch.Tensor:

@@ -9,13 +9,14 @@ Reading order:
 2. ``ProbeData``     what a fit needs of some rollouts: weighted sums of features, their outer
                      products, rewards and their products (sufficient statistics), added up
 3. ``ridge``         the closed-form ridge solution on standardised features
-4. ``Probe``         V(i, t) = the group mean (+ the probe's prediction) at every state; per-token
+4. ``Probe``         V(i, t) = the others' mean (+ the probe's prediction) at every state; per-token
                      GAE over those values; ``for_batch`` fits each group of a training batch on
                      the others and a buffer of recent batches
 
 No rollout's own reward enters its own value: a fit never sees the group it scores (training:
 the other groups of the batch and earlier batches; SVEB: the other folds of problems,
-:mod:`hista.sveb.fits`). The group mean at t = 0 is GRPO's baseline, as for Numca and Hista.
+:mod:`hista.sveb.fits`), and the offset of rollout i is the mean of the *other* rewards (the
+leave-one-out baseline at t = 0, as for Numca and Hista).
 """
 
 from __future__ import annotations
@@ -30,11 +31,11 @@ from ..errors import InputError
 from ..schema import fields
 from ..types import RolloutGroup, State
 from . import register
-from .base import EstimatorConfig, LearnsAcrossGroups, check_finite, state_field, state_length
+from .base import EstimatorConfig, LearnsAcrossGroups, check_finite, others_mean, state_field, state_length
 from .gae import segment_gae
 from .hista import smooth
 
-OFFSETS = ("group_mean", "none")
+OFFSETS = ("others_mean", "group_mean", "none")
 #: relative depth of the default layer, chosen on the SVEB study's selection halves (SmolLM2: −12)
 PROBE_DEPTH = 19 / 30
 #: states per rollout a fit reads at most (evenly spaced), so that 4,096-token rollouts stay cheap
@@ -50,8 +51,11 @@ class ProbeConfig(EstimatorConfig):
     ``layer``: the hidden layer read (None: the structure rule's relative depth, as Hista).
     ``alpha``: EMA smoothing factor of the hidden states along the sequence (0: the raw state).
     ``ridge``: the ridge penalty on standardised features, in rollouts (a fit on n rollouts
-    shrinks by ridge / n). ``offset``: ``"group_mean"`` fits R − (the group's mean reward) and
-    adds the probe's prediction to the group mean; ``"none"`` fits R itself. ``buffer``: in
+    shrinks by ridge / n). ``offset``: ``"others_mean"`` fits R_i − (the mean of the other
+    rollouts' rewards) and adds the probe's prediction to that leave-one-out mean, so that
+    V_i(s_t) never reads R_i (docs/estimators.md "Valid baselines"); ``"group_mean"`` (before
+    issue 63; it reads R_i with weight 1/G) the same with the group's mean reward; ``"none"``
+    fits R itself. ``buffer``: in
     training, how many earlier generation batches a fit also reads. ``profile``: recorded. The
     defaults of ``layer`` (depth), ``alpha``, ``ridge`` and ``offset`` were chosen on the
     selection halves of the SVEB study (docs/estimators.md "Probe")."""
@@ -59,7 +63,7 @@ class ProbeConfig(EstimatorConfig):
     layer: Optional[int] = None
     alpha: float = 0.7
     ridge: float = 1000.0
-    offset: str = "group_mean"
+    offset: str = "others_mean"
     buffer: int = 4
     profile: str = "default"
 
@@ -224,12 +228,13 @@ def ridge(data: ProbeData, penalty: float) -> Optional[ProbeFit]:
 @register("probe")
 class Probe(LearnsAcrossGroups):
     """State values from a linear probe on the policy's hidden states (docs/estimators.md
-    "Probe"): V(i, 0) = the group mean, V(i, t) = group mean + b + w·x_{i,t} for 0 < t < T
-    (``offset="none"``: b + w·x_{i,t}), clamped to the range of the fitted rewards,
+    "Probe"): V(i, 0) = m_i, the mean of the other rollouts' rewards, V(i, t) = m_i + b + w·x_{i,t}
+    for 0 < t < T (``offset="none"``: b + w·x_{i,t}; ``"group_mean"``: m_i the group mean, as
+    before issue 63), clamped to the range of the fitted rewards,
     V(i, T) = R_i; per-token advantages by GAE over those values. The fit (``ProbeFit``) comes
     from other groups: :meth:`for_batch` in training, :meth:`fitted` from
     :class:`ProbeData` (SVEB, :mod:`hista.sveb.fits`). Unfitted, the values are the group
-    mean, i.e. GRPO."""
+    mean of the others, i.e. ``grpo?leave_one_out=true``."""
 
     label = "Probe"
     config_class = ProbeConfig
@@ -263,18 +268,26 @@ class Probe(LearnsAcrossGroups):
                              f"[{expected}, H] (prompt + completion tokens of one layer)")
         return features(r.hidden, len(r.prompt_ids), self.config.alpha)
 
-    @staticmethod
-    def _mean(group: RolloutGroup) -> float:
-        rewards = check_finite(group.rewards, "rewards")
-        return float(rewards[0] + (rewards - rewards[0]).mean())
+    def _starts(self, group: RolloutGroup) -> torch.Tensor:
+        """V(i, 0) of every rollout [G] float64, also the offset its prediction is added to: the
+        mean of the other rollouts' rewards, or with ``offset="group_mean"`` the group mean
+        (which reads R_i with weight 1/G). Exactly r when every reward is r."""
+        rewards = check_finite(group.rewards, "rewards").double()
+        if self.config.offset == "group_mean":
+            return torch.full_like(rewards, float(rewards[0] + (rewards - rewards[0]).mean()))
+        return others_mean(rewards)
+
+    def _offset(self, start: float) -> float:
+        return 0.0 if self.config.offset == "none" else start
 
     def data(self, group: RolloutGroup) -> ProbeData:
         """What a fit reads of ``group`` (docs/estimators.md "Probe"): its states 1 … T − 1 (at
         most MAX_FIT_STATES per rollout), each rollout weighing 1 in all, with target R_i, or
-        R_i − the group mean with ``offset="group_mean"``."""
+        R_i − its offset (the mean of the other rewards, or the group mean; R_i with
+        ``offset="none"``)."""
         if not group.rollouts:
             return ProbeData.empty()
-        mean = self._mean(group)
+        starts = self._starts(group)
         rows, weights, targets = [], [], []
         for i, r in enumerate(group.rollouts):
             states = _fit_states(len(r.completion_ids))
@@ -283,8 +296,8 @@ class Probe(LearnsAcrossGroups):
             x = self._features(group, i)
             rows.append(x[states.to(x.device)].double())
             weights.append(torch.full((states.numel(),), 1.0 / states.numel(), dtype=torch.float64))
-            targets.append(torch.full((states.numel(),), r.reward - (mean if self.config.offset == "group_mean"
-                                                                        else 0.0), dtype=torch.float64))
+            targets.append(torch.full((states.numel(),), r.reward - self._offset(float(starts[i])),
+                                      dtype=torch.float64))
         rewards = [r.reward for r in group.rollouts]
         if not rows:
             return ProbeData(0.0, None, None, 0.0, None, min(rewards), max(rewards))
@@ -306,7 +319,7 @@ class Probe(LearnsAcrossGroups):
 
     def fitted(self, data: ProbeData) -> "Probe":
         """A copy of this probe fitted on ``data`` (docs/estimators.md "Probe"), the rollouts of
-        other groups than those it will score; unfitted (the group mean) when ``data`` holds
+        other groups than those it will score; unfitted (its start values) when ``data`` holds
         no rollout."""
         out = type(self)(self.config)
         out.fit = ridge(data, self.config.ridge)
@@ -347,41 +360,42 @@ class Probe(LearnsAcrossGroups):
 
     # -- values and advantages
 
-    def _values(self, group: RolloutGroup, i: int, x: torch.Tensor, mean: float) -> torch.Tensor:
-        """V(i, t) for t = 0 … T_i − 1 (float64): the group mean at t = 0 and without a fit,
-        else the offset plus the probe's prediction, clamped to the fitted rewards' range."""
+    def _values(self, group: RolloutGroup, i: int, x: torch.Tensor, start: float) -> torch.Tensor:
+        """V(i, t) for t = 0 … T_i − 1 (float64): ``start`` (:meth:`_starts`) at t = 0 and
+        without a fit, else the offset plus the probe's prediction, clamped to the fitted
+        rewards' range."""
         length = len(group.rollouts[i].completion_ids)
-        values = torch.full((length,), mean, dtype=torch.float64)
+        values = torch.full((length,), start, dtype=torch.float64)
         if self.fit is None or length <= 1:
             return values
         predicted = x[1:length].double() @ self.fit.w.to(x.device) + self.fit.b
-        predicted = predicted.cpu() + (mean if self.config.offset == "group_mean" else 0.0)
-        predicted = torch.nan_to_num(predicted, nan=mean).clamp(self.fit.low, self.fit.high)
+        predicted = predicted.cpu() + self._offset(start)
+        predicted = torch.nan_to_num(predicted, nan=start).clamp(self.fit.low, self.fit.high)
         values[1:] = predicted
         return values
 
     def _raw_advantages(self, group: RolloutGroup, gae_lambda: float) -> list[torch.Tensor]:
         """Per-token GAE over V(i, 0) … V(i, T − 1) and V(i, T) = R_i (docs/estimators.md
         "Probe"); the base class scales them."""
-        mean = self._mean(group)
+        starts = self._starts(group)
         out = []
         for i, r in enumerate(group.rollouts):
             length = len(r.completion_ids)
             if length == 0:  # a rollout left out of the loss (overlong filtering) has no tokens
                 out.append(torch.zeros(0, dtype=torch.float32))
                 continue
-            values = self._values(group, i, self._features(group, i), mean)
+            values = self._values(group, i, self._features(group, i), float(starts[i]))
             chain = torch.cat([values, torch.tensor([r.reward], dtype=torch.float64)])
             out.append(segment_gae(list(range(length + 1)), chain, length, gae_lambda))
         return out
 
     def state_values(self, group: RolloutGroup, states: Sequence[State]) -> torch.Tensor:
-        """V at each state (docs/estimators.md "Probe"): the group mean at t = 0, R_i at t = T,
+        """V at each state (docs/estimators.md "Probe"): the others' mean at t = 0, R_i at t = T,
         the probe's value in between; a float32 tensor [len(states)]. External prefixes are
         not supported (a ValueError)."""
         if not group.rollouts:
             raise ValueError("probe state values need a non-empty group")
-        mean = self._mean(group)
+        starts = self._starts(group)
         cache: dict[int, torch.Tensor] = {}
         out = []
         for k, s in enumerate(states):
@@ -393,6 +407,7 @@ class Probe(LearnsAcrossGroups):
                 out.append(group.rollouts[s.rollout].reward)
                 continue
             if s.rollout not in cache:
-                cache[s.rollout] = self._values(group, s.rollout, self._features(group, s.rollout), mean)
+                cache[s.rollout] = self._values(group, s.rollout, self._features(group, s.rollout),
+                                                float(starts[s.rollout]))
             out.append(float(cache[s.rollout][s.t]))
         return torch.tensor(out, dtype=torch.float32)

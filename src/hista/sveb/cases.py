@@ -22,9 +22,15 @@ from typing import Any, Iterator, Optional, Sequence
 import numpy as np
 
 from ..errors import InputError
+from ..estimators.leakage import without_reward
 from ..jsonio import append_text, complete_lines, loads, read_input_unzipped
 from ..schema import Where, is_int, is_unit, kind, require, short, text
 from ..types import Rollout, RolloutGroup
+
+#: How a case's group is shown to the estimators (docs/sveb.md "Protocols"): ``"leak-free"`` (the
+#: default since issue 63) shows the state's own rollout without its reward; ``"paper"`` with it,
+#: as the paper's SVEB does.
+PROTOCOLS = ("leak-free", "paper")
 
 #: How far a case's ``target`` may be from the mean of its continuation rewards.
 TARGET_TOLERANCE = 1e-9
@@ -304,14 +310,19 @@ def read_cases(path: str | Path, model: Optional[str] = None) -> CaseFile:
     return CaseFile(path, records, recorded, revision)
 
 
-def group_of(record: dict, hidden: Optional[list] = None) -> RolloutGroup:
+def group_of(record: dict, hidden: Optional[list] = None, *, protocol: str = "paper") -> RolloutGroup:
     """The group of rollouts of a case record (SPEC §8): its stored rollouts (ids, text,
     offsets, reward) with ``hidden`` (one tensor per rollout, or None), and the state's stored
-    continuation rewards (for estimators that need continuations)."""
+    continuation rewards (for estimators that need continuations). ``protocol``: ``"paper"``
+    every rollout with its reward, ``"leak-free"`` the state's own rollout without its reward
+    (:func:`hista.estimators.leakage.without_reward`), as a baseline for the state may see it."""
+    if protocol not in PROTOCOLS:
+        raise ValueError(f"unknown protocol {protocol!r}; valid: {', '.join(PROTOCOLS)}")
     prompt, stored = record["prompt_ids"], record["rollouts"]
     hidden = hidden or [None] * len(stored)
     rollouts = [Rollout(prompt, r["completion_ids"], r["reward"], completion_text=r["completion_text"],
                         offsets=[tuple(o) for o in r["offsets"]], hidden=h) for r, h in zip(stored, hidden)]
     state = (record["state"]["rollout"], record["state"]["t"])
-    return RolloutGroup(rollouts, prompt_id=record["key"], problem=record["problem"],
-                        continuations={state: list(record["continuations"])})
+    group = RolloutGroup(rollouts, prompt_id=record["key"], problem=record["problem"],
+                         continuations={state: list(record["continuations"])})
+    return without_reward(group, state[0]) if protocol == "leak-free" else group

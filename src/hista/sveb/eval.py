@@ -16,6 +16,7 @@ from .. import __version__
 from ..errors import InputError
 from ..models import LoadedModel, hidden_states, load
 from ..models.forward import hidden_state_count
+from ..estimators.leakage import reward_leak
 from ..types import State
 from . import cases, fits, metrics, paired, ranks
 from .methods import Method, build_methods
@@ -38,6 +39,7 @@ class Setup:
     layers: dict[str, int] = dataclasses.field(default_factory=dict)
     critics: dict = dataclasses.field(default_factory=dict)
     fits: dict = dataclasses.field(default_factory=dict)
+    protocol: str = "leak-free"
 
     def hidden_layers(self) -> list[int]:
         """The hidden layers the methods read, sorted (empty when none reads any)."""
@@ -69,17 +71,20 @@ def open_model(chosen: dict[str, Method], case_file: cases.CaseFile, *, lm: Opti
 
 def prepare(chosen: dict[str, Method], case_file: cases.CaseFile, *, critics: Optional[Sequence[str | Path]] = None,
             bound: Optional[dict] = None, lm: Optional[LoadedModel] = None, device: Optional[str] = None,
-            memo: Optional[dict] = None, progress: bool = True) -> Setup:
+            memo: Optional[dict] = None, progress: bool = True, protocol: str = "leak-free") -> Setup:
     """The :class:`Setup` of ``chosen`` on the cases of ``case_file`` (SPEC §8): critics
     matched from the ``critics`` folders (``bound``: matched already, by
     :func:`open_critics`), the model loaded and layers resolved
     (:func:`open_model`), and every cross-fitted method fitted over the folds of the cases'
     problems (:func:`hista.sveb.fits.open_fits`, one forward pass per problem, kept in
-    ``memo`` for the first case). Raises what those raise."""
+    ``memo`` for the first case); ``protocol``, how each case's group is shown to the methods
+    (:data:`hista.sveb.cases.PROTOCOLS`). Raises what those raise."""
+    if protocol not in cases.PROTOCOLS:
+        raise InputError(f"unknown protocol {protocol!r}; valid: {', '.join(cases.PROTOCOLS)}", field="--protocol")
     if bound is None:
         bound = open_critics(chosen, critics, case_file, device=device)
     lm, layers = open_model(chosen, case_file, lm=lm, device=device)
-    setup = Setup(case_file, chosen, lm, layers, bound)
+    setup = Setup(case_file, chosen, lm, layers, bound, protocol=protocol)
     estimators = {m: method.estimator for m, method in chosen.items()}
     setup.fits = fits.open_fits(estimators, layers, case_file,
                                 lambda record, wanted: _hidden(record, lm, wanted, case_file.path, memo),
@@ -117,10 +122,14 @@ def open_critics(chosen: dict[str, Method], folders: Optional[Sequence[str | Pat
 
 def evaluate_case(record: dict, setup: Setup, memo: Optional[dict] = None) -> dict:
     """The result row of one case (SPEC §8): ``case_id``, ``problem`` (the case file's problem of
-    the case, :func:`hista.sveb.cases.problems_of`), ``field``, ``target``, ``group_mean``,
-    ``continuations``, ``state``, ``length`` (completion tokens of the state's rollout),
-    ``values`` (method -> value at the state) and, for methods that resolve their structure per
-    group (Hista's default profile), ``structure`` (method -> the values used, e.g.
+    the case, :func:`hista.sveb.cases.problems_of`), ``field``, ``target``, ``group_mean`` (of
+    the group as the protocol shows it: under ``"leak-free"`` the mean of the other rollouts'
+    rewards), ``continuations``, ``state``, ``length`` (completion tokens of the state's
+    rollout), ``values`` (method -> value at the state, the group shown as ``setup.protocol``
+    says, :func:`hista.sveb.cases.group_of`), ``leak`` (method -> |ΔV| at the state when its own
+    rollout's reward is flipped, the whole group shown: 0 for a valid baseline, 1/G for the group
+    mean; :func:`hista.estimators.leakage.reward_leak`) and, for methods that resolve their
+    structure per group (Hista's default profile), ``structure`` (method -> the values used, e.g.
     ``{"interval": 10, "stride": 1}``). The hidden states of every layer the methods need
     come from one forward pass; given a ``memo`` dict (empty at first, then passed to each call
     in turn), consecutive cases of the same group of rollouts (the states of one problem) share
@@ -129,19 +138,21 @@ def evaluate_case(record: dict, setup: Setup, memo: Optional[dict] = None) -> di
     InputError names a method that fails or gives a value beyond what a results file holds."""
     path, layers = setup.case_file.path, setup.hidden_layers()
     hidden = _hidden(record, setup.lm, layers, path, memo) if layers else {}
-    # one group per hidden layer in use (None: without hidden states)
-    groups = {None: cases.group_of(record, None)}
-    groups.update({layer: cases.group_of(record, hidden[layer]) for layer in layers})
+    # per hidden layer in use (None: without hidden states): the group shown and the whole group
+    shown = {layer: cases.group_of(record, hidden.get(layer), protocol=setup.protocol)
+             for layer in [None, *layers]}
+    whole = {layer: cases.group_of(record, hidden.get(layer)) for layer in [None, *layers]}
     state = State(rollout=record["state"]["rollout"], t=record["state"]["t"])
-    values, structure = {}, {}
+    values, leak, structure = {}, {}, {}
     for m, method in setup.methods.items():
-        group = groups[setup.layers.get(m)]
+        layer = setup.layers.get(m)
         try:
             est = setup.fits[m].for_case(record) if m in setup.fits else method.estimator
             if m in setup.critics:
                 est.use_critic(setup.critics[m].for_case(record))
-            values[m] = float(est.state_values(group, [state])[0])
-            resolved = est.resolved(group)
+            values[m] = float(est.state_values(shown[layer], [state])[0])
+            leak[m] = float(reward_leak(est, whole[layer], [state])[0])
+            resolved = est.resolved(shown[layer])
             if resolved:
                 structure[m] = resolved
         except Exception as exc:  # any failure of a method is the method's, named as such
@@ -152,19 +163,23 @@ def evaluate_case(record: dict, setup: Setup, memo: Optional[dict] = None) -> di
                              f"the {MAX_VALUE:g} a results file holds", path=str(path), field="methods")
     rollout = record["rollouts"][record["state"]["rollout"]]
     return {"case_id": record["key"], "problem": setup.case_file.problem(record), "field": record["field"],
-            "target": record["target"], "group_mean": float(groups[None].rewards.mean()),
+            "target": record["target"], "group_mean": float(shown[None].rewards.mean()),
             "continuations": record["continuations"], "state": record["state"],
-            "length": len(rollout["completion_ids"]), "values": values,
+            "length": len(rollout["completion_ids"]), "values": values, "leak": leak,
             **({"structure": structure} if structure else {})}
 
 
 def evaluate(path: str | Path, methods: Sequence[str] = DEFAULT_METHODS, *, model: Optional[str] = None,
              lm: Optional[LoadedModel] = None, device: Optional[str] = None, progress: bool = True,
-             n_boot: int = 2000, critics: Optional[Sequence[str | Path]] = None) -> dict:
-    """Evaluate ``methods`` on every case of the file ``path`` (SPEC §8); returns the results dict
-    (settings, ``methods``: spec -> :meth:`hista.sveb.methods.Method.record`, ``labels``,
+             n_boot: int = 2000, critics: Optional[Sequence[str | Path]] = None,
+             protocol: str = "leak-free") -> dict:
+    """Evaluate ``methods`` on every case of the file ``path`` (SPEC §8), each case's group shown
+    as ``protocol`` says (:data:`hista.sveb.cases.PROTOCOLS`; ``"paper"`` reproduces tables made
+    before issue 63); returns the results dict (``protocol``, settings, ``methods``: spec ->
+    :meth:`hista.sveb.methods.Method.record`, ``labels``,
     per-case rows of :func:`evaluate_case`, the per-field ``summary`` and the ``paired``
-    comparison with GRPO of :func:`hista.sveb.paired.paired_summary`, the rank metrics of
+    comparison with GRPO of :func:`hista.sveb.paired.paired_summary`, ``leak`` (method -> the
+    mean over cases of the row's ``leak``), the rank metrics of
     :func:`hista.sveb.ranks.rank_summary` (``ranks``); ``critics``, method ->
     the critic it read, when a method reads one;
     ``layers``, method -> the hidden layer it read; ``fits``, method -> its folds, for a
@@ -178,7 +193,8 @@ def evaluate(path: str | Path, methods: Sequence[str] = DEFAULT_METHODS, *, mode
     methods = list(methods)
     chosen = build_methods(methods, critics=bool(critics))
     memo: dict = {}
-    setup = prepare(chosen, case_file, critics=critics, lm=lm, device=device, memo=memo, progress=progress)
+    setup = prepare(chosen, case_file, critics=critics, lm=lm, device=device, memo=memo, progress=progress,
+                    protocol=protocol)
     rows = [evaluate_case(record, setup, memo)
             for record in tqdm(case_file.records, desc="sveb eval", unit="case", disable=not progress)]
     try:
@@ -190,12 +206,14 @@ def evaluate(path: str | Path, methods: Sequence[str] = DEFAULT_METHODS, *, mode
     return {
         "hista_version": __version__,
         "cases_file": str(path),
+        "protocol": protocol,
         "settings": case_file.settings,
         "methods": {m: method.record() for m, method in chosen.items()},
         "labels": {m: method.label for m, method in chosen.items()},
         "cases": rows,
         "summary": summary,
         "paired": comparison,
+        "leak": metrics.leak_summary(rows, methods),
         "ranks": rank_metrics,
         **({"critics": {m: c.describe() for m, c in setup.critics.items()}} if setup.critics else {}),
         **({"layers": setup.layers} if setup.layers else {}),

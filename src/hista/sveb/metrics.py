@@ -320,6 +320,18 @@ def summarise(
     return summary
 
 
+def leak_summary(records: Sequence[dict], methods: Sequence[str]) -> dict[str, Optional[float]]:
+    """Method -> the mean over cases of its ``leak`` (|ΔV| at the state when the state's own
+    rollout's reward is flipped; docs/sveb.md "Protocols"): 0 for a valid baseline, 1/G for the
+    group mean. None for a method no case records it for (rows made before issue 63)."""
+    out: dict[str, Optional[float]] = {}
+    for method in methods:
+        found = [rec["leak"][method] for rec in records if method in (rec.get("leak") or {})]
+        found = [x for x in found if x is not None and math.isfinite(x)]
+        out[method] = sum(found) / len(found) if found else None
+    return out
+
+
 def _row_keys(methods: Sequence[str], mcs: Sequence[int]) -> tuple[list[str], list[int], list[str]]:
     """The methods, the MCS n and the MCS row names, refusing a method named twice or named like
     an MCS row: each key names one row of the summary."""

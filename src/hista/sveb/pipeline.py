@@ -24,15 +24,16 @@ CRITIC_METHODS = tuple(f"{mode}?lam={lam:g}" for mode in ("ppo-1", "ppo-n") for 
 
 def run(settings: Union[str, BuildConfig] = "quick", out: Union[str, Path] = "runs/sveb", *,
         methods: Sequence[str] = DEFAULT_METHODS, overrides: Optional[dict[str, Any]] = None,
-        device: Optional[str] = None, progress: bool = True, with_critic: bool = False) -> dict:
+        device: Optional[str] = None, progress: bool = True, with_critic: bool = False,
+        protocol: str = "leak-free") -> dict:
     """Build (or resume) ``out/cases.jsonl`` with a preset's settings (by name, or a
     BuildConfig) and ``overrides`` of its fields, evaluate ``methods`` on it into
     ``out/results.json``, and write the report (``report.md``, ``report.json``, plots) into
     ``out`` (SPEC §8). With ``with_critic`` the PPO critics of :data:`CRITIC_METHODS` are
     trained on the cases into ``out/critics`` (:func:`hista.sveb.critic_training.train_critics` with its
     defaults, PPO-1 in 5 folds or one per problem when fewer; resumed when interrupted) and
-    their methods are evaluated after ``methods``.
-    Returns the build counts, the output paths, the summary and the labels."""
+    their methods are evaluated after ``methods``. ``protocol``: how each case's group is shown
+    to the methods (:func:`hista.sveb.eval.evaluate`). Returns the build counts, the output paths, the summary and the labels."""
     config = preset(settings) if isinstance(settings, str) else settings
     config = dataclasses.replace(config, **(overrides or {}))
     out = Path(out)
@@ -49,9 +50,10 @@ def run(settings: Union[str, BuildConfig] = "quick", out: Union[str, Path] = "ru
         train_critics(cases_path, out / "critics", mode=["ppo-1", "ppo-n"], lam=list(CRITIC_LAMS), folds=None,
                       device=device, progress=progress)
         methods = list(methods) + [m for m in CRITIC_METHODS if m not in methods]
-    results = evaluate(cases_path, methods, device=device, progress=progress, critics=critics)
+    results = evaluate(cases_path, methods, device=device, progress=progress, critics=critics, protocol=protocol)
     write_json_atomic(results_path, results)
     chosen = from_results(results)
-    paths = report.write_report(results["summary"], results["cases"], chosen, out, paired=results["paired"])
+    paths = report.write_report(results["summary"], results["cases"], chosen, out, paired=results["paired"],
+                                protocol=protocol)
     return {"counts": counts, "cases": cases_path, "results": results_path, "report": paths,
             "summary": results["summary"], "labels": report_labels(chosen)}

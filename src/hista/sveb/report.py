@@ -14,12 +14,14 @@ from ..jsonio import check_not_inputs, check_output_dir, write_atomic, write_jso
 from . import results as results_file
 from .figures import difference_stats, plot_delta, plot_differences, plot_mae
 from .labels import report_labels
+from .metrics import leak_summary
 from .methods import Method, from_results
 from .paired import paired_summary
 from .present import resampled as over
 from .ranks import rank_summary
 from .tables import (
     differences_table,
+    leak_table,
     markdown_table,
     paired_table,
     pearson_table,
@@ -57,6 +59,7 @@ def write_report(
     out_dir: str | os.PathLike,
     *,
     paired: dict | None = None,
+    protocol: str = "paper",
 ) -> dict[str, Path]:
     """Write the SVEB report into ``out_dir``: ``report.md`` (title, the Table-4 style MAE table,
     how to read it, the PPO critics in the paper's Table 1 layout when a method reads a critic
@@ -66,7 +69,9 @@ def write_report(
     (``{"summary": ..., "paired": ..., "labels": ..., "table1": ... or null, "differences": ...,
     "ranks": ...}``, the labels as the report prints them (:func:`hista.sveb.labels.report_labels`
     of ``methods``, spec -> :class:`hista.sveb.methods.Method`), NaN written as null),
-    ``mae.png``, ``differences.png`` and ``delta.png``. ``paired`` defaults to
+    ``mae.png``, ``differences.png`` and ``delta.png``; also the protocol the values were scored
+    by and each method's leak figure (:func:`hista.sveb.tables.leak_table`; ``protocol``:
+    ``"paper"`` for results made before issue 63, which record neither). ``paired`` defaults to
     :func:`hista.sveb.paired.paired_summary` of ``records`` and ``methods`` with the summary's
     ``n_boot`` and ``seed``. Each file is written atomically. Returns
     ``{"markdown", "json", "mae_plot", "differences_plot", "delta_plot"}`` -> path."""
@@ -77,7 +82,7 @@ def write_report(
     if paired is None:
         paired = paired_summary(records, list(methods), n_boot=summary.get("n_boot", 2000), seed=summary.get("seed", 0))
     plot_delta(paired, paths["delta_plot"], labels=labels)
-    numbers = _report_numbers(summary, records, methods, paired, labels)
+    numbers = _report_numbers(summary, records, methods, paired, labels, protocol)
     write_json_atomic(paths["json"], numbers, indent=2)
     md = _report_markdown(numbers, paths)
     write_atomic(paths["markdown"], lambda fh: fh.write(md), kind="markdown")
@@ -95,14 +100,14 @@ def _report_paths(out_dir: str | os.PathLike) -> dict[str, Path]:
 
 
 def _report_numbers(summary: dict, records: Sequence[dict], methods: Mapping[str, Method], paired: dict,
-                    labels: dict[str, str]) -> dict[str, Any]:
+                    labels: dict[str, str], protocol: str) -> dict[str, Any]:
     """The content of ``report.json``, in its key order: what every table of ``report.md`` reads."""
     ppo = table1(summary, methods, labels)
     differences = difference_stats(records, methods)
     rank_metrics = rank_summary(records, list(methods), n_boot=summary.get("n_boot", 2000),
                                 seed=summary.get("seed", 0))
     return {"summary": summary, "paired": paired, "labels": labels, "table1": ppo, "differences": differences,
-            "ranks": rank_metrics}
+            "ranks": rank_metrics, "protocol": protocol, "leak": leak_summary(records, list(methods))}
 
 
 def _report_markdown(numbers: Mapping[str, Any], paths: Mapping[str, Path]) -> str:
@@ -118,6 +123,9 @@ def _report_markdown(numbers: Mapping[str, Any], paths: Mapping[str, Path]) -> s
         _HOW_TO_READ.format(level=f"{level:.0%}", over=over(summary)),
         "",
         *ppo_section,
+        "## Leak",
+        "",
+        leak_table(numbers["leak"], numbers["protocol"], labels),
         "## Paired comparison with GRPO",
         "",
         paired_table(paired, labels),
@@ -152,5 +160,5 @@ def report_file(path: str | os.PathLike, out: str | os.PathLike) -> tuple[dict[s
     results = results_file.read(path)
     summary = results_file.summarise(results, path=path)
     methods = from_results(results)
-    paths = write_report(summary, results["cases"], methods, Path(out))
+    paths = write_report(summary, results["cases"], methods, Path(out), protocol=results.get("protocol", "paper"))
     return paths, markdown_table(summary, report_labels(methods))

@@ -25,6 +25,7 @@ from ..errors import InputError
 from ..jsonio import loads
 from ..schema import Where, is_int, is_unit, kind, require, short, text
 from . import metrics
+from .cases import PROTOCOLS
 
 __all__ = ["read", "summarise", "MAX_N_BOOT", "MAX_MCS_N", "MAX_VALUE"]
 
@@ -106,6 +107,14 @@ def _row(row: Any, k: int, methods: dict, seen: dict[str, int], where: Where) ->
     for method in values:
         if method not in methods:
             where.fail("is not one of the file's methods", f"{prefix}values.{method}")
+    leak = row.get("leak", {})  # optional (results written before issue 63): method -> |ΔV| with R_i flipped
+    if not isinstance(leak, dict):
+        where.fail(f"expected an object (method -> |ΔV|), got {kind(leak)}", prefix + "leak")
+    for method, value in leak.items():
+        if method not in methods:
+            where.fail("is not one of the file's methods", f"{prefix}leak.{method}")
+        if value is not None and not (_is_value(value) and value >= 0):
+            where.fail(f"expected a non-negative number or null, got {short(value)}", f"{prefix}leak.{method}")
 
 
 def _method_record(record: dict, where: Where, prefix: str) -> None:
@@ -137,6 +146,8 @@ def _validate(data: Any, where: Where) -> dict[str, Any]:
         if not isinstance(config, dict):
             where.fail(f"expected an object (the method's record), got {kind(config)}", f"methods.{method}")
         _method_record(config, where, f"methods.{method}")
+    if data.get("protocol", "paper") not in PROTOCOLS:  # optional: results before issue 63 used the paper's
+        where.fail(f"expected one of {', '.join(PROTOCOLS)}, got {short(data['protocol'])}", "protocol")
     labels = require(data, "labels", dict, where, what="an object (method -> label)")
     for key, label in labels.items():
         if not isinstance(label, str):

@@ -48,7 +48,7 @@ def sweep(cases_path: Union[str, Path], out: Union[str, Path], *, base: Optional
           grid: Union[str, dict, None] = None, specs: Optional[Sequence[str]] = None,
           folds: Optional[int] = None, select_on: Optional[float] = None, seed: int = 0, n_boot: int = 2000,
           lm: Optional[LoadedModel] = None, device: Optional[str] = None, progress: bool = True,
-          critics: Optional[Sequence[Union[str, Path]]] = None) -> dict:
+          critics: Optional[Sequence[Union[str, Path]]] = None, protocol: str = "leak-free") -> dict:
     """Evaluate the points of ``grid`` (a string or key -> values) over ``base`` (default ``hista``),
     or the method ``specs``, on every case of ``cases_path``; write ``out/values.jsonl``,
     ``sweep.json``, ``sweep.md`` and the heatmaps; return the sweep.json object plus ``paths``.
@@ -56,6 +56,7 @@ def sweep(cases_path: Union[str, Path], out: Union[str, Path], *, base: Optional
     Each case's row (as ``sveb eval`` writes it) is appended to ``values.jsonl`` at once. A rerun
     skips the cases there (refusing another sweep's file) and loads no model when none is left;
     the summary is read back from the file, so a resumed sweep writes the same ``sweep.json``.
+    ``protocol``: how each case's group is shown to the points (:func:`hista.sveb.eval.evaluate`).
     The best point is chosen by ``folds`` (K-fold by problem) or on a ``select_on`` fraction of
     the problems, seeded by ``seed`` (:mod:`hista.sveb.selection`). Methods that read a trained
     critic find it among the ``critics`` folders, which the header then records."""
@@ -68,22 +69,23 @@ def sweep(cases_path: Union[str, Path], out: Union[str, Path], *, base: Optional
     chosen = build_methods(spec_list, critics=bool(critics))
     bound = open_critics(chosen, critics, case_file, device=device)
     plan = selection_plan(sorted(set(case_file.problems.values())), folds=folds, select_on=select_on, seed=seed)
-    header = _header(base, grid, spec_list, case_file, bound)
+    header = _header(base, grid, spec_list, case_file, bound, protocol)
 
     values_path, keys = out / VALUES, {r["key"] for r in records}
     done = read_values(values_path, header, keys)
     todo = [r for r in records if r["key"] not in (done or {})]
     setup, memo = None, {}
     if todo:  # cross-fitted points are fitted on every case again (deterministic), not only on those left
-        setup = prepare(chosen, case_file, bound=bound, lm=lm, device=device, memo=memo, progress=progress)
+        setup = prepare(chosen, case_file, bound=bound, lm=lm, device=device, memo=memo, progress=progress,
+                        protocol=protocol)
         _start_values(values_path, header, fresh=done is None)
     _append_rows(values_path, todo, setup, memo, total=len(records), progress=progress)
     stored = read_values(values_path, header, keys)
 
     rows = [dict(stored[r["key"]], problem=case_file.problem(r)) for r in records]  # rows of older sweeps lack it
     labels = {s: method.label for s, method in chosen.items()}
-    result = {"hista_version": __version__, "cases_file": str(cases_path), "settings": case_file.settings,
-              "base": base, "grid": grid, "methods": {s: method.record() for s, method in chosen.items()},
+    result = {"hista_version": __version__, "cases_file": str(cases_path), "protocol": protocol,
+              "settings": case_file.settings, "base": base, "grid": grid, "methods": {s: method.record() for s, method in chosen.items()},
               **({"critics": header["critics"]} if bound else {}),
               **summarise(rows, points, labels, n_boot=n_boot, seed=seed),
               "selection": select(rows, spec_list, labels, plan, n_boot=n_boot, seed=seed)}
@@ -116,10 +118,13 @@ def _check_outputs(out: Path, grid: Optional[dict], cases_path: Union[str, Path]
     check_output_dir(out, names)
 
 
-def _header(base: Optional[str], grid: Optional[dict], specs: list[str], case_file: CaseFile, bound: dict) -> dict:
-    """The values file's first line: what its rows were computed with, so that only the same sweep resumes it."""
+def _header(base: Optional[str], grid: Optional[dict], specs: list[str], case_file: CaseFile, bound: dict,
+            protocol: str) -> dict:
+    """The values file's first line: what its rows were computed with, so that only the same sweep resumes it
+    (the protocol is left out for ``"paper"``, so that a sweep made before issue 63 resumes under it)."""
     return jsonable({"kind": "sweep", "base": base, "grid": grid, "specs": specs, "model": case_file.model,
                      "revision": case_file.revision, "settings": case_file.settings,
+                     **({"protocol": protocol} if protocol != "paper" else {}),
                      **({"critics": {s: c.describe() for s, c in bound.items()}} if bound else {})})
 
 

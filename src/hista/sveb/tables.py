@@ -283,6 +283,20 @@ def paired_markdown(paired: dict, labels: Mapping[str, str] | None = None) -> st
     return paired_table(paired, labels) + "\n" + slices_table(paired, labels)
 
 
+def leak_table(leak: Mapping[str, Any], protocol: str, labels: Mapping[str, str] | None = None) -> str:
+    """The leak figure of each method (:func:`hista.sveb.metrics.leak_summary`) under the protocol
+    its values were scored by (docs/sveb.md "Protocols"): mean |ΔV| at the state when the state's
+    own rollout's reward is flipped, the whole group shown. 0: a valid baseline; 1/G: the group
+    mean; more: the value reads the state's own outcome, and its MAE gain may be that."""
+    shown = {"leak-free": "the state's own rollout shown without its reward",
+             "paper": "every rollout whole, with its reward (the paper's protocol: a value may read its own outcome)"}
+    lines = [f"Protocol: `{protocol}` ({shown.get(protocol, protocol)}).", "",
+             "| estimator | leak: mean \\|ΔV\\| with the state's own reward flipped |", "|---|---|"]
+    for method, value in leak.items():
+        lines.append(f"| {(labels or {}).get(method, method)} | {'—' if value is None else f'{value:.3f}'} |")
+    return "\n".join(lines) + "\n"
+
+
 # --------------------------------------------------------------------------------------------
 # rank metrics and the differences from GRPO
 # --------------------------------------------------------------------------------------------
