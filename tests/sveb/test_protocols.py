@@ -12,7 +12,7 @@ import pytest
 from hista import estimators
 from hista.cli import main
 from hista.estimators.leakage import without_reward
-from hista.sveb import cases
+from hista.sveb import cases, segments
 from hista.types import Rollout, RolloutGroup, State
 
 TEXTS = ["9 - 4 = 5. 5 + 3 = 8.", "9 - 4 = 6. 6 + 3 = 9.", "9 - 4 = 5. 5 + 3 = 8.", "9 - 4 = 5. 5 + 2 = 7."]
@@ -88,3 +88,44 @@ def test_the_papers_protocol_is_one_option_away(case_file, tmp_path):
     # a leaking one does not: its table counts the state's own rollout with its reward
     assert any(old["values"]["numca?leave_one_out=false"] != new["values"]["numca?leave_one_out=false"]
                for old, new in zip(paper["cases"], free["cases"]))
+
+
+# --- segments: the credit between two states of one rollout -----------------------------------
+
+
+def _row(problem: str, rollout: int, t: int, target: float, values: dict) -> dict:
+    return {"case_id": f"{problem}#s{t}", "state": {"rollout": rollout, "t": t}, "target": target, "values": values}
+
+
+def test_segments_score_the_credit_between_two_states_of_a_rollout():
+    rows = [_row("a", 0, 2, 0.25, {"good": 0.3, "flat": 0.5}), _row("a", 0, 9, 0.875, {"good": 0.8, "flat": 0.5}),
+            _row("b", 1, 5, 0.75, {"good": 0.7, "flat": 0.4}), _row("b", 1, 3, 0.75, {"good": 0.6, "flat": 0.4}),
+            _row("c", 0, 4, 0.5, {"good": 0.5, "flat": 0.5}), _row("c", 2, 6, 0.0, {"good": 0.0, "flat": 0.5})]
+    found = segments.pairs(rows)
+    assert [(a["case_id"], b["case_id"]) for a, b in found] == [("a#s2", "a#s9"), ("b#s3", "b#s5")]  # c: two rollouts
+    out = segments.segment_summary(rows, ["good", "flat"], n_boot=50)
+    assert out["n_pairs"] == 2 and out["n_decisive"] == 1  # a: +0.625; b: 0
+    good, flat, grpo = (out["methods"][m] for m in ("good", "flat", "grpo"))
+    assert good["sign"] == 1.0 and flat["sign"] == 0.0 and flat["flat"] == 1.0 and grpo["flat"] == 1.0
+    assert good["error"] == pytest.approx((abs(0.5 - 0.625) + abs(0.1 - 0.0)) / 2)
+    assert grpo["error"] == flat["error"] == pytest.approx(0.625 / 2)
+    assert "| flat | 0.312" in segments.segment_table(out)
+
+
+def test_same_rollout_builds_segments_that_eval_and_report_score(tmp_path, capsys):
+    out = tmp_path / "cases.jsonl"
+    assert main(["sveb", "build", "--model", "tiny", "--tasks", "builtin:arith?steps=1", "--problems", "3",
+                 "--rollouts", "4", "--continuations", "2", "--max-new-tokens", "6", "--no-filter",
+                 "--states-per-problem", "3", "--same-rollout", "--out", str(out)]) == 0
+    records = [json.loads(line) for line in out.read_text().splitlines()]
+    by_problem: dict = {}
+    for r in records:
+        by_problem.setdefault(r["problem"]["id"], set()).add(r["state"]["rollout"])
+    assert len(by_problem) == 3 and all(len(rollouts) == 1 for rollouts in by_problem.values())
+    assert records[0]["settings"]["same_rollout"] is True
+    assert main(["sveb", "eval", "--cases", str(out), "--methods", "grpo,numca", "--out", str(tmp_path / "r.json")]) == 0
+    data = json.loads((tmp_path / "r.json").read_text())
+    assert data["segments"]["n_pairs"] >= 3 and set(data["segments"]["methods"]) == {"grpo", "numca"}
+    assert main(["sveb", "report", "--results", str(tmp_path / "r.json"), "--out", str(tmp_path / "rep")]) == 0
+    assert "## Segments" in (tmp_path / "rep" / "report.md").read_text()
+    capsys.readouterr()

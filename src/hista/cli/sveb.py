@@ -30,7 +30,8 @@ from .options import (
 
 #: the BuildConfig fields a command line may set (the rest of a build comes from its preset)
 BUILD_FIELDS = ("model", "tasks", "problems", "rollouts", "continuations", "states_per_problem", "seed", "split",
-                "lo", "hi", "temperature", "top_p", "max_new_tokens", "batch_size", "engine", "tensor_parallel_size")
+                "lo", "hi", "temperature", "top_p", "max_new_tokens", "batch_size", "engine", "tensor_parallel_size",
+                "same_rollout")
 
 #: each command's line in its parent's ``--help`` and the text its own ``--help`` opens with
 HELP = {
@@ -108,6 +109,9 @@ def add_build_options(p: argparse.ArgumentParser, default_preset: str) -> None:
     p.add_argument("--rollouts", type=AT_LEAST_2, help=f"initial rollouts per problem, G (preset: {d.rollouts})")
     p.add_argument("--continuations", type=POSITIVE, help=f"continuations per state, M (preset: {d.continuations})")
     p.add_argument("--states-per-problem", type=POSITIVE, help=f"states per problem (preset: {d.states_per_problem})")
+    p.add_argument("--same-rollout", action="store_const", const=True, default=None,
+                   help="place the states of a problem on one rollout, so that SVEB scores the credit of the "
+                        "segments between them (docs/sveb.md \"Segments\")")
     p.add_argument("--split", choices=["train", "test"], help=f"built-in task split (preset: {d.split})")
     p.add_argument("--lo", type=FRACTION, help=f"lowest initial accuracy kept (preset: {d.lo})")
     p.add_argument("--hi", type=FRACTION, help=f"highest initial accuracy kept (preset: {d.hi})")

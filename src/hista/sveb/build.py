@@ -161,9 +161,13 @@ def _pick_states(config: BuildConfig, settings: dict, chunk: list[dict], groups:
             records.append({"kind": "skip", "key": problem["id"], "settings": settings,
                             "accuracy": accuracy, "reason": reason})
             continue
+        first = None  # with same_rollout: the rollout drawn for the problem's first state
         for key in keys[problem["id"]]:
             rng = random.Random(derive_seed(config.seed, key, "state"))
             i = rng.choice(eligible)
+            if config.same_rollout:
+                first = i if first is None else first
+                i = first
             t = rng.randint(1, len(group[i].completion_ids) - 1)
             states.append((problem, group, accuracy, key, i, t))
     return states, records

@@ -18,7 +18,7 @@ from ..models import LoadedModel, hidden_states, load
 from ..models.forward import hidden_state_count
 from ..estimators.leakage import reward_leak
 from ..types import State
-from . import cases, fits, metrics, paired, ranks
+from . import cases, fits, metrics, paired, ranks, segments
 from .methods import Method, build_methods
 from .presets import DEFAULT_METHODS
 from .results import MAX_VALUE
@@ -179,8 +179,9 @@ def evaluate(path: str | Path, methods: Sequence[str] = DEFAULT_METHODS, *, mode
     :meth:`hista.sveb.methods.Method.record`, ``labels``,
     per-case rows of :func:`evaluate_case`, the per-field ``summary`` and the ``paired``
     comparison with GRPO of :func:`hista.sveb.paired.paired_summary`, ``leak`` (method -> the
-    mean over cases of the row's ``leak``), the rank metrics of
-    :func:`hista.sveb.ranks.rank_summary` (``ranks``); ``critics``, method ->
+    mean over cases of the row's ``leak``), ``segments`` (the credit each method gives the tokens
+    between two states of one rollout, :func:`hista.sveb.segments.segment_summary`), the rank
+    metrics of :func:`hista.sveb.ranks.rank_summary` (``ranks``); ``critics``, method ->
     the critic it read, when a method reads one;
     ``layers``, method -> the hidden layer it read; ``fits``, method -> its folds, for a
     cross-fitted method). Hidden states of every layer the methods need come from one forward
@@ -214,6 +215,7 @@ def evaluate(path: str | Path, methods: Sequence[str] = DEFAULT_METHODS, *, mode
         "summary": summary,
         "paired": comparison,
         "leak": metrics.leak_summary(rows, methods),
+        "segments": segments.segment_summary(rows, methods, n_boot=n_boot, seed=summary["seed"]),
         "ranks": rank_metrics,
         **({"critics": {m: c.describe() for m, c in setup.critics.items()}} if setup.critics else {}),
         **({"layers": setup.layers} if setup.layers else {}),

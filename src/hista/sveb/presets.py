@@ -20,7 +20,8 @@ class BuildConfig:
     settings: G = 32 rollouts, M = 20 continuations, one state per problem, difficulty range
     0.1-0.8 on the initial rollouts' accuracy); :mod:`hista.sveb.presets` holds the others.
     ``problems`` counts per task source. ``engine`` samples (``hf`` or ``vllm``, SPEC §7);
-    ``tensor_parallel_size`` is the vllm engine's."""
+    ``tensor_parallel_size`` is the vllm engine's. ``same_rollout``: the states of a problem lie
+    on one rollout (segments between them: docs/sveb.md "Segments")."""
 
     model: str = "smollm2-135m-instruct"
     tasks: Sequence[str] = ("builtin:arith", "builtin:choice")
@@ -38,6 +39,7 @@ class BuildConfig:
     batch_size: int = 64
     engine: str = "hf"
     tensor_parallel_size: int = 1
+    same_rollout: bool = False
 
     def __post_init__(self) -> None:
         """Check every field (SPEC §8), so that no setting silently builds nothing: an
@@ -60,6 +62,8 @@ class BuildConfig:
                 raise InputError(f"must be an accuracy in [0, 1] or None, got {value!r}", field=name)
         if self.lo is not None and self.hi is not None and self.lo > self.hi:
             raise InputError(f"lo {self.lo} is above hi {self.hi}: no problem could be kept", field="lo")
+        if not isinstance(self.same_rollout, bool):
+            raise InputError(f"must be true or false, got {self.same_rollout!r}", field="same_rollout")
         self.sampling()  # temperature, top_p, batch_size
         check_engine(self.engine, self.tensor_parallel_size)
 
@@ -74,6 +78,8 @@ class BuildConfig:
         out = dataclasses.asdict(self)
         out.pop("problems")
         out.pop("tensor_parallel_size")
+        if not self.same_rollout:  # files built before the option match their settings as they were
+            out.pop("same_rollout")
         out["tasks"] = list(self.tasks)
         out["revision"] = revision
         out["engine"] = engine

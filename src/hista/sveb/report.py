@@ -15,6 +15,7 @@ from . import results as results_file
 from .figures import difference_stats, plot_delta, plot_differences, plot_mae
 from .labels import report_labels
 from .metrics import leak_summary
+from .segments import segment_summary, segment_table
 from .methods import Method, from_results
 from .paired import paired_summary
 from .present import resampled as over
@@ -107,7 +108,9 @@ def _report_numbers(summary: dict, records: Sequence[dict], methods: Mapping[str
     rank_metrics = rank_summary(records, list(methods), n_boot=summary.get("n_boot", 2000),
                                 seed=summary.get("seed", 0))
     return {"summary": summary, "paired": paired, "labels": labels, "table1": ppo, "differences": differences,
-            "ranks": rank_metrics, "protocol": protocol, "leak": leak_summary(records, list(methods))}
+            "ranks": rank_metrics, "protocol": protocol, "leak": leak_summary(records, list(methods)),
+            "segments": segment_summary(records, list(methods), n_boot=summary.get("n_boot", 2000),
+                                        seed=summary.get("seed", 0))}
 
 
 def _report_markdown(numbers: Mapping[str, Any], paths: Mapping[str, Path]) -> str:
@@ -126,6 +129,9 @@ def _report_markdown(numbers: Mapping[str, Any], paths: Mapping[str, Path]) -> s
         "## Leak",
         "",
         leak_table(numbers["leak"], numbers["protocol"], labels),
+        "## Segments: credit between two states of one rollout",
+        "",
+        segment_table(numbers["segments"], labels),
         "## Paired comparison with GRPO",
         "",
         paired_table(paired, labels),
