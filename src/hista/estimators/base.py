@@ -45,11 +45,11 @@ def check_finite(values: torch.Tensor, name: str = "rewards") -> torch.Tensor:
 
 
 def others_mean(rewards: torch.Tensor) -> torch.Tensor:
-    """The mean of the *other* rollouts' rewards for each rollout [G] float64 (the leave-one-out
-    mean, docs/estimators.md "Valid baselines"): a baseline for rollout i that never reads R_i.
-    A group of one, which has no others, keeps its own reward (advantage 0, as
-    ``grpo?leave_one_out=true``). Exactly r when every reward is r."""
-    rewards = check_finite(rewards, "rewards").double()
+    """The mean of the *other* rollouts' rewards for each rollout [G], in the rewards' dtype and
+    device (the leave-one-out mean, docs/estimators.md "Valid baselines"): a baseline for rollout
+    i that never reads R_i. A group of one, which has no others, keeps its own reward (advantage
+    0, as ``grpo?leave_one_out=true``). Exactly r when every reward is r."""
+    rewards = check_finite(rewards, "rewards")
     if len(rewards) < 2:
         return rewards.clone()
     centred = rewards - rewards[0]

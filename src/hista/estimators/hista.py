@@ -42,7 +42,7 @@ import torch
 
 from ..types import Rollout, RolloutGroup, State
 from . import register
-from .base import Estimator, EstimatorConfig, check_finite, state_length
+from .base import Estimator, EstimatorConfig, check_finite, others_mean, state_length
 from .gae import segment_gae
 from .min_distance import node_distances, query_distances
 
@@ -399,10 +399,9 @@ class Hista(Estimator):
         ``include_self`` the group ``mean``. A group of one, which has no others, keeps the
         group mean, its own reward (advantage 0, as ``grpo?leave_one_out=true``). Exactly r
         when every reward is r."""
-        if self.config.include_self or len(rewards) < 2:
+        if self.config.include_self:
             return torch.full_like(rewards, mean)
-        centred = rewards - rewards[0]
-        return rewards[0] + (centred.sum() - centred) / (len(rewards) - 1)
+        return others_mean(rewards)
 
     def _prepare(self, group: RolloutGroup) -> PreparedGroup:
         """Steps 1-3 for the whole group: its compressed vectors, node grids and mean reward,
