@@ -5,7 +5,7 @@
 # defaults are chosen on the selection halves, the report halves report them. Resumable: a results
 # file already here is skipped.
 #
-#     OMP_NUM_THREADS=1 results/valid-baselines/run.sh
+#     OMP_NUM_THREADS=1 results/valid-baselines/run.sh        # HALVES=report: the report halves only
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 H=${HISTA:-.venv/bin/hista}
@@ -14,7 +14,7 @@ D=results/valid-baselines
 mkdir -p runs/valid-baselines
 sets=("sveb-study-short results/sveb-study/short" "sveb-study-long results/sveb-study/long"
       "train-study-2-s1 results/train-study-2/sveb-1" "train-study-2-s2 results/train-study-2/sveb-2")
-for half in selection report; do
+for half in ${HALVES:-selection report}; do
   for entry in "${sets[@]}"; do
     read -r name folder <<< "$entry"
     out=$D/$name-$half.json

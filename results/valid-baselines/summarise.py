@@ -18,11 +18,12 @@ def cell(paired: dict, method: str) -> str:
 
 
 def table(half: str) -> str:
-    found = {s: json.loads((HERE / f"{s}-{half}.json").read_text()) for s in SETS if (HERE / f"{s}-{half}.json").exists()}
+    paths = {s: HERE / f"{s}-{half}.json" for s in SETS}
+    found = {s: json.loads(p.read_text()) for s, p in paths.items() if p.exists()}
     if not found:
         return f"(no {half}-half results yet)\n"
     methods = next(iter(found.values()))["paired"]["methods"]
-    lines = [f"| method | leak | " + " | ".join(f"{s}: ΔMAE vs GRPO (LOO)" for s in found) + " |",
+    lines = ["| method | leak | " + " | ".join(f"{s}: ΔMAE vs GRPO (LOO)" for s in found) + " |",
              "|---|---|" + "---|" * len(found)]
     first = next(iter(found.values()))
     for m in methods:
@@ -31,6 +32,28 @@ def table(half: str) -> str:
         mae = {s: d["paired"]["rows"][m]["all"]["all"]["mae"] for s, d in found.items()}
         lines.append(f"| `{m}` | {leak_text} | " + " | ".join(f"{mae[s]:.3f} ({cell(d['paired'], m)})"
                                                           for s, d in found.items()) + " |")
+    return "\n".join(lines) + "\n"
+
+
+#: the tables as published before issue 63 (paper protocol, the defaults of the time, with their leaks)
+BEFORE = {"sveb-study-short": "results/sveb-study/short/results-report-blend-rule-2.json",
+          "sveb-study-long": "results/sveb-study/long/results-report-blend-rule-2.json",
+          "train-study-2-s1": "results/train-study-2/sveb-1/results-report.json",
+          "train-study-2-s2": "results/train-study-2/sveb-2/results-report.json"}
+
+
+def before_after() -> str:
+    """Report halves: ΔMAE vs GRPO as published (paper protocol) and now (leak-free, today's defaults)."""
+    lines = ["| set | method | before (paper protocol, leak) | now (leak-free) | leak now |", "|---|---|---|---|---|"]
+    for name, old_path in BEFORE.items():
+        new_path = HERE / f"{name}-report.json"
+        if not new_path.exists():
+            continue
+        old, new = (json.loads(Path(p).read_text()) for p in (HERE.parent.parent / old_path, new_path))
+        for m in ("hista", "numca", "probe", "blend"):
+            if m in old["paired"]["rows"]:
+                lines.append(f"| {name} | `{m}` | {cell(old['paired'], m)} | {cell(new['paired'], m)} | "
+                             f"{new['leak'][m]:.3f} |")
     return "\n".join(lines) + "\n"
 
 
@@ -43,10 +66,11 @@ def segments() -> str:
             out.append(f"Protocol `{protocol}`: {seg['n_pairs']} segments, {seg['n_decisive']} decisive\n")
             out.append("| method | error [95%] | right sign (decisive) | no credit (decisive) |\n|---|---|---|---|")
             for m, c in seg["methods"].items():
-                out.append(f"| `{m}` | {c['error']:.3f} [{c['lo']:.3f}, {c['hi']:.3f}] | {c['sign']:.0%} | {c['flat']:.0%} |")
+                out.append(f"| `{m}` | {c['error']:.3f} [{c['lo']:.3f}, {c['hi']:.3f}] | {c['sign']:.0%} | "
+                           f"{c['flat']:.0%} |")
             out.append("")
     return "\n".join(out)
 
 
-print("## Selection halves\n\n" + table("selection") + "\n## Report halves\n\n" + table("report") + "\n## Segments\n\n"
-      + segments())
+print("## Selection halves\n\n" + table("selection") + "\n## Report halves\n\n" + table("report")
+      + "\n## Before and after (report halves)\n\n" + before_after() + "\n## Segments\n\n" + segments())

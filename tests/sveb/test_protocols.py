@@ -123,9 +123,10 @@ def test_same_rollout_builds_segments_that_eval_and_report_score(tmp_path, capsy
         by_problem.setdefault(r["problem"]["id"], set()).add(r["state"]["rollout"])
     assert len(by_problem) == 3 and all(len(rollouts) == 1 for rollouts in by_problem.values())
     assert records[0]["settings"]["same_rollout"] is True
-    assert main(["sveb", "eval", "--cases", str(out), "--methods", "grpo,numca", "--out", str(tmp_path / "r.json")]) == 0
-    data = json.loads((tmp_path / "r.json").read_text())
+    results = tmp_path / "r.json"
+    assert main(["sveb", "eval", "--cases", str(out), "--methods", "grpo,numca", "--out", str(results)]) == 0
+    data = json.loads(results.read_text())
     assert data["segments"]["n_pairs"] >= 3 and set(data["segments"]["methods"]) == {"grpo", "numca"}
-    assert main(["sveb", "report", "--results", str(tmp_path / "r.json"), "--out", str(tmp_path / "rep")]) == 0
+    assert main(["sveb", "report", "--results", str(results), "--out", str(tmp_path / "rep")]) == 0
     assert "## Segments" in (tmp_path / "rep" / "report.md").read_text()
     capsys.readouterr()

@@ -14,9 +14,9 @@ from tqdm.auto import tqdm
 
 from .. import __version__
 from ..errors import InputError
+from ..estimators.leakage import reward_leak
 from ..models import LoadedModel, hidden_states, load
 from ..models.forward import hidden_state_count
-from ..estimators.leakage import reward_leak
 from ..types import State
 from . import cases, fits, metrics, paired, ranks, segments
 from .methods import Method, build_methods

@@ -15,7 +15,7 @@ Everything here is pure (no I/O) and deterministic. A *record* is one benchmark 
 from __future__ import annotations
 
 import math
-from typing import Any, Hashable, Iterator, Mapping, Sequence
+from typing import Any, Hashable, Iterator, Mapping, Optional, Sequence
 
 import numpy as np
 

@@ -33,7 +33,8 @@ def run(settings: Union[str, BuildConfig] = "quick", out: Union[str, Path] = "ru
     trained on the cases into ``out/critics`` (:func:`hista.sveb.critic_training.train_critics` with its
     defaults, PPO-1 in 5 folds or one per problem when fewer; resumed when interrupted) and
     their methods are evaluated after ``methods``. ``protocol``: how each case's group is shown
-    to the methods (:func:`hista.sveb.eval.evaluate`). Returns the build counts, the output paths, the summary and the labels."""
+    to the methods (:func:`hista.sveb.eval.evaluate`). Returns the build counts, the output
+    paths, the summary and the labels."""
     config = preset(settings) if isinstance(settings, str) else settings
     config = dataclasses.replace(config, **(overrides or {}))
     out = Path(out)

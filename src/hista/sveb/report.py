@@ -14,12 +14,12 @@ from ..jsonio import check_not_inputs, check_output_dir, write_atomic, write_jso
 from . import results as results_file
 from .figures import difference_stats, plot_delta, plot_differences, plot_mae
 from .labels import report_labels
-from .metrics import leak_summary
-from .segments import segment_summary, segment_table
 from .methods import Method, from_results
+from .metrics import leak_summary
 from .paired import paired_summary
 from .present import resampled as over
 from .ranks import rank_summary
+from .segments import segment_summary, segment_table
 from .tables import (
     differences_table,
     leak_table,

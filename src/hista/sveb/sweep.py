@@ -85,7 +85,8 @@ def sweep(cases_path: Union[str, Path], out: Union[str, Path], *, base: Optional
     rows = [dict(stored[r["key"]], problem=case_file.problem(r)) for r in records]  # rows of older sweeps lack it
     labels = {s: method.label for s, method in chosen.items()}
     result = {"hista_version": __version__, "cases_file": str(cases_path), "protocol": protocol,
-              "settings": case_file.settings, "base": base, "grid": grid, "methods": {s: method.record() for s, method in chosen.items()},
+              "settings": case_file.settings, "base": base, "grid": grid,
+              "methods": {s: method.record() for s, method in chosen.items()},
               **({"critics": header["critics"]} if bound else {}),
               **summarise(rows, points, labels, n_boot=n_boot, seed=seed),
               "selection": select(rows, spec_list, labels, plan, n_boot=n_boot, seed=seed)}
