@@ -43,6 +43,10 @@ def main() -> None:
         mean = sum(acc[arm].values()) / len(acc[arm])
         print(f"| {arm} | {len(acc[arm])} | {mean:.1f} | {100 * sum(c[0] for c in counts) / n:.1f}% | "
               f"{100 * sum(c[1] for c in counts) / n:.1f}% |")
+    seeds = sorted(set(acc["grpo-rerun"]) | set(acc["numca-valid"]))
+    print("\n| seed | " + " | ".join(ARMS) + " |\n|---|" + "---|" * len(ARMS))
+    for s in seeds:
+        print(f"| {s} | " + " | ".join(f"{acc[a][s]:.1f}" if s in acc[a] else "" for a in ARMS) + " |")
     for a, b in (("numca-valid", "grpo-rerun"), ("grpo-rerun", "grpo"), ("numca", "grpo")):
         d = paired(acc[a], acc[b])
         if d["n"]:
