@@ -24,9 +24,12 @@ DECISIVE = 0.25
 
 
 def pairs(rows: Sequence[dict]) -> list[tuple[dict, dict]]:
-    """Consecutive states (a, b), t_a < t_b, of one rollout of one problem id, in row order of t."""
+    """Consecutive states (a, b), t_a < t_b, of one rollout of one problem id, in row order of t
+    (rows without a ``state``, hand-made summaries' rows, take no part)."""
     by_rollout: dict[tuple[str, int], list[dict]] = defaultdict(list)
     for row in rows:
+        if not isinstance(row.get("state"), dict) or "case_id" not in row:  # a row that names no state
+            continue
         by_rollout[(row["case_id"].split("#")[0], row["state"]["rollout"])].append(row)
     out = []
     for states in by_rollout.values():
