@@ -141,7 +141,8 @@ def evaluate_case(record: dict, setup: Setup, memo: Optional[dict] = None) -> di
     # per hidden layer in use (None: without hidden states): the group shown and the whole group
     shown = {layer: cases.group_of(record, hidden.get(layer), protocol=setup.protocol)
              for layer in [None, *layers]}
-    whole = {layer: cases.group_of(record, hidden.get(layer)) for layer in [None, *layers]}
+    whole = shown if setup.protocol == "paper" else {layer: cases.group_of(record, hidden.get(layer))
+                                                     for layer in [None, *layers]}
     state = State(rollout=record["state"]["rollout"], t=record["state"]["t"])
     values, leak, structure = {}, {}, {}
     for m, method in setup.methods.items():
