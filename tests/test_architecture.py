@@ -23,10 +23,11 @@ LAYERS = {
     1: {"hista", "errors", "types", "registry", "hub", "jsonio", "yamlio", "schema", "sharding", "bootstrap"},
     2: {"models", "rewards", "estimators", "losses"},
     3: {"tasks", "rollout", "critic"},
-    4: {"sveb", "evaluation", "advantages"},
-    5: {"train"},
-    6: {"integrations"},
-    7: {"cli"},
+    4: {"advantages"},
+    5: {"sveb", "evaluation"},
+    6: {"train"},
+    7: {"integrations"},
+    8: {"cli"},
 }
 LAYER_OF = {part: layer for layer, parts in LAYERS.items() for part in parts}
 

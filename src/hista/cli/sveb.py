@@ -58,6 +58,13 @@ HELP = {
                    "Write OUT/selection.jsonl and OUT/report.jsonl: the cases of --cases split by problem exactly as "
                    "sveb sweep splits them with the same --select-on and --seed, so that tables of the report part are "
                    "not selected on."),
+    "sveb grad": ("how close each estimator's policy-gradient step comes to the true gradient (resumable)",
+                  "Sample R groups of G rollouts per problem (OUT/pool.jsonl); for every group, the step each "
+                  "estimator's credit makes under the training loss, against the leave-one-out REINFORCE gradient "
+                  "of expected reward from the other groups (OUT/steps.jsonl); cosine, Adam's first-step cosine and "
+                  "the share of the step on the tokens the true gradient moves most, with bootstrap intervals over "
+                  "problems and paired differences against GRPO (OUT/grad.json, OUT/grad.md). docs/sveb.md "
+                  "\"Update direction\"."),
     "sveb report": ("markdown table, JSON and plots from a results file",
                     "Write report.md, report.json and the plots of a results JSON into --out."),
     "sveb run": ("build + eval + report with a preset",
@@ -88,6 +95,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     _add_split(actions)
     _add_report(actions)
     _add_run(actions)
+    _add_grad(actions)
     register_critic(sub)
 
 
@@ -368,6 +376,76 @@ def cmd_sveb_run(args: argparse.Namespace) -> int:
     print(f"sveb eval: {result['results']}")
     print(markdown_table(result["summary"], result["labels"]))
     print("sveb report: " + ", ".join(str(p) for p in result["report"].values()))
+    return 0
+
+
+def _add_grad(actions: argparse._SubParsersAction) -> None:
+    """``sveb grad``: the output folder, a recipe or the settings one sets, the task, the sizes, the methods."""
+    from ..sveb.presets import GradConfig
+
+    d = GradConfig()
+    q = add_command(actions, "grad", *HELP["sveb grad"])
+    q.add_argument("--out", required=True, help="output folder (a rerun resumes it)")
+    q.add_argument("--recipe", metavar="RECIPE.yaml",
+                   help="a training recipe: its model, loss, temperature, max_completion_length, num_generations "
+                        "(G), mask_truncated_completions and max_grad_norm (options below override them)")
+    q.add_argument("--model", help=f"alias, local path or Hugging Face id (default: {d.model})")
+    q.add_argument("--tasks", action="append", metavar="SPEC", help=f"task source, repeatable (default: {d.tasks[0]})")
+    q.add_argument("--problems", type=POSITIVE, help=f"problems per task source, N (default: {d.problems})")
+    q.add_argument("--split", choices=["train", "test"], help=f"built-in task split (default: {d.split})")
+    q.add_argument("--groups", type=POSITIVE, help=f"groups per problem, R; the reference of a group is the other "
+                                                   f"R - 1 (default: {d.groups})")
+    q.add_argument("--group-size", type=AT_LEAST_2, help=f"rollouts per group, G (default: {d.group_size})")
+    q.add_argument("--temperature", type=TEMPERATURE, help=f"sampling temperature (default: {d.temperature})")
+    q.add_argument("--max-new-tokens", type=POSITIVE, help=f"completion length cap (default: {d.max_new_tokens})")
+    q.add_argument("--loss", help=f"policy loss (default: {d.loss})")
+    q.add_argument("--max-grad-norm", type=number(float, 0.0, lo_open=True, what="must be > 0"),
+                   help=f"the trainer's clip (default: {d.max_grad_norm})")
+    q.add_argument("--params", choices=["head", "all"],
+                   help="head: the output layer's weight, in closed form (CPU); all: every parameter, by autograd "
+                        f"(default: {d.params})")
+    q.add_argument("--no-adam", dest="adam", action="store_false", default=None,
+                   help="skip the cosine of Adam's first update (it materialises every step: the costliest part)")
+    q.add_argument("--batch-size", type=POSITIVE, help=f"sequences per generate call (default: {d.batch_size})")
+    q.add_argument("--seed", type=SEED, help=f"random seed (default: {d.seed})")
+    add_methods_option(q)
+    q.set_defaults(func=cmd_sveb_grad)
+
+
+def grad_config(args: argparse.Namespace):
+    """The GradConfig of a recipe (if given) with the command line's options over it."""
+    from ..sveb.presets import GradConfig
+
+    fields: dict = {}
+    if args.recipe is not None:
+        from ..train.recipe import load_recipe
+
+        recipe = load_recipe(args.recipe)
+        trl = recipe.trl
+        loss = dict(recipe.loss)
+        fields = {"model": recipe.model, "loss": loss.pop("name"), "loss_config": loss,
+                  "temperature": trl.get("temperature", 1.0), "max_new_tokens": trl.get("max_completion_length", 256),
+                  "group_size": trl.get("num_generations", 8),
+                  "mask_truncated": bool(trl.get("mask_truncated_completions", False)),
+                  "max_grad_norm": trl.get("max_grad_norm", 1.0)}
+    for key in ("model", "problems", "split", "groups", "group_size", "temperature", "max_new_tokens", "loss",
+                "max_grad_norm", "params", "adam", "batch_size", "seed"):
+        if getattr(args, key) is not None:
+            fields[key] = getattr(args, key)
+    if args.tasks:
+        fields["tasks"] = tuple(args.tasks)
+    return GradConfig(**fields)
+
+
+def cmd_sveb_grad(args: argparse.Namespace) -> int:
+    """`hista sveb grad`: sample, measure and summarise the update direction of each method."""
+    from ..sveb.grad import run
+    from ..sveb.grad_summary import table
+
+    methods = method_specs(args) if (args.methods or args.methods_file) else ["grpo", "hista", "numca", "probe"]
+    summary = run(grad_config(args), args.out, methods)
+    print(f"sveb grad -> {args.out}/grad.json, {args.out}/grad.md")
+    print(table(summary))
     return 0
 
 

@@ -110,3 +110,49 @@ def preset(name: str) -> BuildConfig:
     if name not in PRESETS:
         raise ValueError(f"unknown SVEB preset {name!r}; valid: {', '.join(sorted(PRESETS))}")
     return PRESETS[name]
+
+
+@dataclasses.dataclass
+class GradConfig:
+    """Settings of a measurement (docs/sveb.md "Update direction"). ``groups`` R and
+    ``group_size`` G: R·G rollouts per prompt; each group is a training step's group once and
+    the others its reference ((R − 1)·G rollouts; the defaults give 64). ``loss`` and
+    ``loss_config``, ``temperature``, ``max_new_tokens``, ``mask_truncated`` and
+    ``max_grad_norm`` are the training recipe's. ``params``: ``head`` (the output layer, in
+    closed form) or ``all`` (autograd). ``adam``: also the cosine of Adam's first update (it
+    needs each step materialised, the most expensive part in ``head``)."""
+
+    model: str = "smollm2-135m-instruct"
+    tasks: Sequence[str] = ("builtin:arith",)
+    problems: int = 32
+    seed: int = 0
+    split: str = "test"
+    groups: int = 9
+    group_size: int = 8
+    temperature: float = 0.7
+    max_new_tokens: int = 96
+    batch_size: int = 64
+    loss: str = "dapo"
+    loss_config: dict = dataclasses.field(default_factory=dict)
+    mask_truncated: bool = True
+    max_grad_norm: float = 1.0
+    params: str = "head"
+    adam: bool = True
+
+    def __post_init__(self) -> None:
+        for name, low in (("problems", 1), ("groups", 3), ("group_size", 2), ("max_new_tokens", 1),
+                          ("batch_size", 1), ("seed", 0)):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < low:
+                raise InputError(f"must be an integer >= {low}, got {value!r}", field=name)
+        if self.params not in ("head", "all"):
+            raise InputError(f"must be head or all, got {self.params!r}", field="params")
+        if not (isinstance(self.temperature, (int, float)) and self.temperature > 0):
+            raise InputError(f"must be > 0 (the gradient is of the sampling policy), got {self.temperature!r}",
+                             field="temperature")
+        if not (isinstance(self.max_grad_norm, (int, float)) and self.max_grad_norm > 0):
+            raise InputError(f"must be > 0, got {self.max_grad_norm!r}", field="max_grad_norm")
+
+    def settings(self) -> dict:
+        """The settings as JSON values (what OUT/settings.json records)."""
+        return {k: list(v) if isinstance(v, tuple) else v for k, v in dataclasses.asdict(self).items()}

@@ -1,0 +1,291 @@
+"""``hista sveb grad``: how close the policy-gradient step each estimator's credit makes comes to
+the true gradient of expected reward (issue 64; docs/sveb.md "Update direction").
+
+Reading order:
+
+1. ``GradConfig``   the settings: model, task, N prompts, R groups of G rollouts per prompt, the
+                    training recipe's loss, clip and temperature, the space (``head`` or ``all``)
+2. ``sample``       OUT/pool.jsonl: R·G rollouts per prompt, verified (one line per prompt,
+                    appended as it finishes: a rerun resumes)
+3. ``measure``      OUT/steps.jsonl: for every prompt, group r (G rollouts) is the training
+                    group and the other (R − 1)·G rollouts are the reference, the leave-one-out
+                    REINFORCE gradient of expected reward (cross-fitting: the step and its
+                    reference never share a rollout); every estimator's advantages on the R
+                    groups → the recipe's per-token loss weights → its step → the metrics
+4. ``step_metrics`` per step: cosine with the reference (the same before and after clipping:
+                    clipping rescales a step), cosine of Adam's first update from that step
+                    (clipped first, ``ĝ / (|ĝ| + ε)``), the share of the step's weight on the
+                    tokens the reference moves most (top decile of |∇log π(y_t)·ref|), the norm
+
+Summaries with bootstrap intervals over prompts and paired differences against GRPO are in
+:mod:`hista.sveb.grad_summary`. A group whose rewards are all equal is skipped for every
+estimator alike (dynamic sampling drops it; GRPO's step there is zero).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+from typing import Callable, Mapping, Optional, Sequence
+
+import torch
+from tqdm.auto import tqdm
+
+from .. import losses, tasks
+from ..advantages import token_advantages
+from ..errors import InputError
+from ..estimators import Estimator
+from ..jsonio import append_jsonl, cut_unterminated, loads, write_atomic
+from ..models.forward import decoder_layers, model_hidden_states
+from ..rollout.engine import eos_ids
+from ..rollout.sample import score
+from ..types import Rollout
+from .grad_space import SPACES, Rows
+from .presets import GradConfig
+
+#: the tokens a step's weight is measured on: the top fraction of |response| to the reference
+TOP_FRACTION = 0.1
+#: Adam's epsilon (torch and TRL's default)
+ADAM_EPS = 1e-8
+
+#: a credit function: (prompt ids, completion ids per row, rewards, hidden states by layer, a group key per
+#: row) -> per-token advantages [T_i] per row
+Credit = Callable[[list[int], list[list[int]], list[float], Mapping[int, list[torch.Tensor]], list[str]],
+                  list[torch.Tensor]]
+
+
+# --- 2. sample ------------------------------------------------------------------------------
+
+def read_lines(path: Path) -> list[dict]:
+    """The complete records of a JSONL output of this module (a line a crash cut short is not one)."""
+    if not path.is_file():
+        return []
+    text = path.read_text()
+    lines = text.split("\n")[:-1] if not text.endswith("\n") else text.split("\n")
+    return [loads(line, path=str(path), line=k + 1) for k, line in enumerate(lines) if line.strip()]
+
+
+def check_settings(out: Path, settings: dict) -> None:
+    """OUT/settings.json is written once; a rerun with other settings is refused (it would mix)."""
+    path = out / "settings.json"
+    if path.is_file():
+        old = loads(path.read_text(), path=str(path))
+        if old != settings:
+            changed = sorted(k for k in set(old) | set(settings) if old.get(k) != settings.get(k))
+            raise InputError(f"holds a measurement with other settings ({', '.join(changed)}); use another --out",
+                             path=str(out))
+    else:
+        out.mkdir(parents=True, exist_ok=True)
+        write_atomic(path, lambda f: json.dump(settings, f, indent=1, sort_keys=True))
+
+
+def sample(config: GradConfig, out: Path, engine, *, progress: bool = True) -> list[dict]:
+    """OUT/pool.jsonl: ``groups × group_size`` verified rollouts of each of the config's problems,
+    a line per prompt appended as its rollouts finish (a rerun samples only the missing ones:
+    prompt k's rollouts depend on the seed and k alone)."""
+    problems = [p for spec in config.tasks
+                for p in tasks.load(spec, n=config.problems, seed=config.seed, split=config.split)]
+    path = out / "pool.jsonl"
+    cut_unterminated(path)
+    done = {r["id"] for r in read_lines(path)}
+    n = config.groups * config.group_size
+    ends = set(eos_ids(engine.lm))
+    todo = [(k, p) for k, p in enumerate(problems) if p["id"] not in done]
+    with tqdm(total=len(todo) * n, desc="sampling", unit="seq", disable=not progress) as bar:
+        for k, problem in todo:
+            rollouts = engine.generate([problem["problem"]], n, seed=config.seed, prompt_seeds=[k],
+                                       progress=bar.update)[0]
+            score(problem, rollouts)
+            append_jsonl(path, [pool_record(problem, rollouts, ends)])
+    by_id = {r["id"]: r for r in read_lines(path)}
+    return [by_id[p["id"]] for p in problems]
+
+
+def pool_record(problem: dict, rollouts: Sequence[Rollout], ends: set) -> dict:
+    return {"id": problem["id"], "problem": problem["problem"], "answer": problem["answer"],
+            "prompt_ids": rollouts[0].prompt_ids,
+            "rows": [{"completion_ids": r.completion_ids, "reward": r.reward,
+                      "truncated": not r.completion_ids or r.completion_ids[-1] not in ends} for r in rollouts]}
+
+
+# --- 3. measure -----------------------------------------------------------------------------
+
+def estimator_credit(est: Estimator, tokenizer, num_layers: int) -> tuple[Credit, Optional[int]]:
+    """A registered estimator as a credit function over a prompt's R groups (one call, every
+    group its own key, so that no value table carries from one group to the next; an estimator
+    that learns across groups, the probe, fits each group on the prompt's other groups), and the
+    hidden layer it reads (None when it reads none)."""
+    if est.needs_continuations or getattr(est, "critic_requirement", None) is not None:
+        raise InputError(f"{est.name} needs Monte-Carlo continuations or a trained critic; grad measures the "
+                         "estimators a training run uses", field="methods")
+    layer = est.hidden_layer(num_layers) if est.needs_hidden else None
+
+    def credit(prompt, comps, rewards, hidden, keys):
+        adv = token_advantages(est, [prompt] * len(comps), comps, rewards, keys,
+                               hidden=hidden[layer] if layer is not None else None,
+                               tokenizer=tokenizer if est.needs_text else None)
+        return [adv[i, : len(c)] for i, c in enumerate(comps)]
+
+    return credit, layer
+
+
+def loss_weights(loss: losses.Loss, logps: list[torch.Tensor], advantages: list[torch.Tensor],
+                 mask_rows: list[bool], entropies: list[torch.Tensor]) -> list[torch.Tensor]:
+    """``−∂L/∂log π_t`` of the recipe's loss for one group at the first iteration (log π = the
+    sampling policy's, ratio 1): the weight of each token's score gradient in the step."""
+    width = max(len(x) for x in logps)
+
+    def pad(xs):
+        return torch.stack([torch.nn.functional.pad(x.float(), (0, width - len(x))) for x in xs])
+
+    old = pad(logps)
+    mask = torch.stack([torch.arange(width) < len(x) for x in logps]) & torch.tensor(mask_rows)[:, None]
+    if not mask.any():
+        return [torch.zeros(len(x)) for x in logps]
+    logp = old.clone().requires_grad_(True)
+    value, _ = loss(logp, old, pad(advantages), mask, entropies=pad(entropies) if loss.needs_entropy else None,
+                    ref_logp=old if loss.needs_ref_logp else None)
+    grad = torch.autograd.grad(value, logp)[0]
+    return [-grad[i, : len(x)].detach() for i, x in enumerate(logps)]
+
+
+def reference_parts(space, rows: Sequence[dict], groups: list[list[int]]) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    """Per group: (Σ R_i ∇log π(y_i), Σ ∇log π(y_i)) over its rows, every completion token counted."""
+    parts = []
+    for members in groups:
+        ones = {i: torch.ones(len(rows[i]["completion_ids"])) for i in members}
+        u = space.step({i: ones[i] * rows[i]["reward"] for i in members})
+        parts.append((u, space.step(ones)))
+    return parts
+
+
+def reference(parts, rewards_by_group: list[list[float]], keep: Sequence[int]) -> torch.Tensor:
+    """The leave-one-out REINFORCE gradient over the rows of groups ``keep``:
+    ``(Σ R_i g_i − R̄ Σ g_i) / (n − 1)``, i.e. ``1/n Σ (R_i − mean of the others) g_i``."""
+    keep = list(keep)
+    u, v = parts[keep[0]][0].clone(), parts[keep[0]][1].clone()
+    for k in keep[1:]:
+        u += parts[k][0]
+        v += parts[k][1]
+    rewards = [x for k in keep for x in rewards_by_group[k]]
+    n = len(rewards)
+    return u.sub_(v, alpha=sum(rewards) / n).div_(n - 1)
+
+
+def cosine(a: torch.Tensor, b: torch.Tensor) -> float:
+    na, nb = float(a.norm()), float(b.norm())
+    return float(a @ b) / (na * nb) if na > 0 and nb > 0 else 0.0
+
+
+def step_metrics(space, weights: dict[int, torch.Tensor], ref: torch.Tensor, ref_norm: float,
+                 response: dict[int, torch.Tensor], gram, config: "GradConfig") -> dict:
+    """The metrics of one step against its reference (module docstring, 4). ``<step, ref>`` is
+    ``Σ_t w_t (∇log π_t · ref)`` and its norm comes from the space's Gram matrix: only Adam's
+    first update needs the step itself."""
+    w = torch.cat([weights[r] for r in weights]).float()
+    r = torch.cat([response[k] for k in weights])
+    norm = space.norm(weights, gram)
+    out = {"cosine": float(w @ r) / (norm * ref_norm) if norm > 0 and ref_norm > 0 else 0.0, "norm": norm}
+    if config.adam:
+        step = space.step(weights)
+        clipped = step.mul_(min(1.0, config.max_grad_norm / norm)) if norm > 0 else step
+        out["adam"] = cosine(clipped.div_(clipped.abs().add_(ADAM_EPS)), ref)
+    top = torch.topk(r.abs(), max(1, math.ceil(TOP_FRACTION * r.numel()))).indices
+    total = float(w.abs().sum())
+    out["top_share"] = float(w[top].abs().sum()) / total if total > 0 else 0.0
+    return out
+
+
+def features_and_hidden(model, prompt: list[int], comps: list[list[int]], layers: set, batch_size: int,
+                        pad: int) -> tuple[list[torch.Tensor], dict[int, list[torch.Tensor]]]:
+    """The output layer's input at the positions that predict each completion token (hidden
+    state −1, after the final norm) and the hidden states of ``layers``, in one pass."""
+    wanted = sorted({-1} | layers)
+    states = model_hidden_states(model, [prompt] * len(comps), comps, layers=wanted, batch_size=batch_size, pad=pad)
+    p = len(prompt)
+    feats = [s[p - 1: p - 1 + len(c)] for s, c in zip(states[-1], comps)]
+    return feats, states
+
+
+def measure_prompt(model, record: dict, credits: Mapping[str, tuple[Credit, Optional[int]]], config: GradConfig,
+                   loss: losses.Loss, *, batch_size: int = 8, pad: int = 0) -> dict:
+    """Every estimator's R steps on one prompt of the pool, against their cross-fitted references."""
+    rows = record["rows"]
+    R, G = config.groups, config.group_size
+    groups = [list(range(k * G, (k + 1) * G)) for k in range(R)]
+    rewards = [[rows[i]["reward"] for i in g] for g in groups]
+    comps = [r["completion_ids"] for r in rows]
+    prompt = record["prompt_ids"]
+    layers = {layer for _, layer in credits.values() if layer is not None}
+    need_feats = config.params == "head"
+    feats, hidden = (features_and_hidden(model, prompt, comps, layers, batch_size, pad) if need_feats or layers
+                     else (None, {}))
+    space = SPACES[config.params](model, Rows(prompt, comps, feats), config.temperature)
+    parts = reference_parts(space, rows, groups)
+    half = R // 2
+    split_half = cosine(reference(parts, rewards, range(half)), reference(parts, rewards, range(half, R)))
+    flat = [len(set(r)) == 1 for r in rewards]
+    keys = [f"{record['id']}#{k}" for k in range(R) for _ in range(G)]
+    flat_rewards = [x for r in rewards for x in r]
+    advantages = {name: fn(prompt, comps, flat_rewards, hidden, keys) for name, (fn, _) in credits.items()}
+    steps: dict[str, list[Optional[dict]]] = {name: [] for name in credits}
+    for k, members in enumerate(groups):
+        if flat[k]:
+            for name in credits:
+                steps[name].append(None)
+            continue
+        ref = reference(parts, rewards, [j for j in range(R) if j != k])
+        response = space.response(members, ref)
+        gram = space.gram(members)
+        for name in credits:
+            w = loss_weights(loss, [space.logps[i] for i in members], [advantages[name][i] for i in members],
+                             [not (config.mask_truncated and rows[i]["truncated"]) for i in members],
+                             [space.entropies[i] for i in members])
+            steps[name].append(step_metrics(space, dict(zip(members, w)), ref, float(ref.norm()), response, gram,
+                                            config))
+    return {"id": record["id"], "accuracy": sum(flat_rewards) / len(flat_rewards), "flat_groups": sum(flat),
+            "split_half": split_half, "steps": steps}
+
+
+def measure(config: GradConfig, out: Path, model, pool: Sequence[dict],
+            credits: Mapping[str, tuple[Credit, Optional[int]]], *, pad: int = 0, progress: bool = True) -> list[dict]:
+    """OUT/steps.jsonl: :func:`measure_prompt` for every prompt of ``pool`` not measured yet,
+    a line each as it finishes (a rerun resumes; a prompt's record depends on it alone)."""
+    path = out / "steps.jsonl"
+    cut_unterminated(path)
+    done = {r["id"] for r in read_lines(path)}
+    loss = losses.get(config.loss, **config.loss_config)
+    model.eval()
+    for record in tqdm([r for r in pool if r["id"] not in done], desc="measuring", unit="prompt",
+                       disable=not progress):
+        append_jsonl(path, [measure_prompt(model, record, credits, config, loss, pad=pad)])
+    by_id = {r["id"]: r for r in read_lines(path)}
+    return [by_id[r["id"]] for r in pool if r["id"] in by_id]
+
+
+def run(config: GradConfig, out: str | Path, methods: Sequence[str], *, lm=None, progress: bool = True) -> dict:
+    """Sample, measure and summarise into OUT (resumable at every stage)."""
+    from ..rollout.config import SamplingConfig
+    from ..rollout.engines import load_model, make_engine
+    from .grad_summary import summarise, write_outputs
+    from .methods import build_methods
+
+    out = Path(out)
+    try:
+        losses.get(config.loss, **config.loss_config)
+    except ValueError as exc:
+        raise InputError(str(exc), field="loss") from None
+    built = build_methods(methods)
+    check_settings(out, {**config.settings(), "methods": list(methods)})
+    lm = lm or load_model("hf", config.model)
+    engine = make_engine("hf", lm, SamplingConfig(temperature=config.temperature, max_new_tokens=config.max_new_tokens,
+                                                  batch_size=config.batch_size))
+    pool = sample(config, out, engine, progress=progress)
+    num_layers = decoder_layers(lm.model)
+    credits = {m.label: estimator_credit(m.estimator, lm.tokenizer, num_layers) for m in built.values()}
+    records = measure(config, out, lm.model, pool, credits, pad=lm.tokenizer.pad_token_id or 0, progress=progress)
+    baseline = next((m.label for m in built.values() if m.baseline), None)
+    summary = summarise(records, list(credits), baseline)
+    write_outputs(out, summary)
+    return summary
