@@ -185,3 +185,13 @@ def test_command_runs_end_to_end_and_resumes(tmp_path, capsys):
     capsys.readouterr()
     assert main(GRAD + ["--out", str(out), "--groups", "4"]) == 2
     assert "other settings (groups)" in capsys.readouterr().err
+
+
+def test_a_folder_with_rollouts_it_did_not_write_is_refused(tmp_path, capsys):
+    out = tmp_path / "grad"
+    out.mkdir()
+    mine = out / "pool.jsonl"
+    mine.write_text('{"id": "my own data"}\n')
+    assert main(GRAD + ["--out", str(out)]) == 2
+    assert "not an output of sveb grad" in capsys.readouterr().err
+    assert mine.read_text() == '{"id": "my own data"}\n' and sorted(p.name for p in out.iterdir()) == ["pool.jsonl"]

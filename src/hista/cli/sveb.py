@@ -443,7 +443,8 @@ def cmd_sveb_grad(args: argparse.Namespace) -> int:
     from ..sveb.grad_summary import table
 
     methods = method_specs(args) if (args.methods or args.methods_file) else ["grpo", "hista", "numca", "probe"]
-    summary = run(grad_config(args), args.out, methods)
+    inputs = [f for f in (args.recipe, args.methods_file) if f is not None]
+    summary = run(grad_config(args), args.out, methods, inputs=inputs)
     print(f"sveb grad -> {args.out}/grad.json, {args.out}/grad.md")
     print(table(summary))
     return 0

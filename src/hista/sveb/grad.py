@@ -36,7 +36,7 @@ from .. import losses, tasks
 from ..advantages import token_advantages
 from ..errors import InputError
 from ..estimators import Estimator
-from ..jsonio import append_jsonl, cut_unterminated, loads, write_atomic
+from ..jsonio import append_jsonl, check_not_inputs, check_output_dir, cut_unterminated, loads, write_atomic
 from ..models.forward import decoder_layers, model_hidden_states
 from ..rollout.engine import eos_ids
 from ..rollout.sample import score
@@ -264,14 +264,32 @@ def measure(config: GradConfig, out: Path, model, pool: Sequence[dict],
     return [by_id[r["id"]] for r in pool if r["id"] in by_id]
 
 
-def run(config: GradConfig, out: str | Path, methods: Sequence[str], *, lm=None, progress: bool = True) -> dict:
-    """Sample, measure and summarise into OUT (resumable at every stage)."""
+#: the files a measurement writes in its folder
+OUTPUTS = ("settings.json", "pool.jsonl", "steps.jsonl", "grad.json", "grad.md")
+
+
+def check_out(out: Path, config: GradConfig, inputs: Sequence[str | Path]) -> None:
+    """Refuse an output folder whose files would replace an input, or that holds rollouts or
+    measurements not written by a measurement (no settings.json beside them): nothing is
+    appended to a file that is not this command's."""
+    check_not_inputs([out / name for name in OUTPUTS], [*tasks.input_files(config.tasks), *inputs])
+    check_output_dir(out, OUTPUTS)
+    if not (out / "settings.json").is_file() and any((out / n).exists() for n in ("pool.jsonl", "steps.jsonl")):
+        raise InputError("holds pool.jsonl or steps.jsonl without the settings.json a measurement writes first: "
+                         "not an output of sveb grad; choose another --out", path=str(out))
+
+
+def run(config: GradConfig, out: str | Path, methods: Sequence[str], *, lm=None, progress: bool = True,
+        inputs: Sequence[str | Path] = ()) -> dict:
+    """Sample, measure and summarise into OUT (resumable at every stage); ``inputs``: the other
+    files the command read (a methods file, a recipe), which no output may replace."""
     from ..rollout.config import SamplingConfig
     from ..rollout.engines import load_model, make_engine
     from .grad_summary import summarise, write_outputs
     from .methods import build_methods
 
     out = Path(out)
+    check_out(out, config, inputs)
     try:
         losses.get(config.loss, **config.loss_config)
     except ValueError as exc:
