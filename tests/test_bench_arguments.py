@@ -38,6 +38,7 @@ CASES = [
     ("bf16_numerics.py", ["--prompts", "0"], "--prompts"),
     ("bf16_numerics.py", ["--task", "nosuch:x"], "nosuch"),
     ("gym_verifier.py", ["--problems", "0"], "--problems"),
+    ("grad_cost.py", ["--groups", "0"], "--groups"),
 ]
 
 
