@@ -73,6 +73,12 @@ def sveb_columns(setting: int) -> dict[str, dict[str, float]]:
     for label, (_, _, method) in ARMS.items():
         if method is not None:
             out[label]["paper ΔMAE"] = rows[method]["all"]["mae"] - rows["grpo"]["all"]["mae"]
+    segments = HERE / f"segments-s{setting}.json"
+    if segments.exists():
+        seg = json.load(open(segments))["segments"]["methods"]
+        for label in ARMS:
+            out[label]["decisive right sign"] = seg[SPEC[label]]["sign"]
+        out["GRPO"] = {"decisive right sign": seg[SPEC["GRPO"]]["sign"]}
     path = HERE / f"sveb-s{setting}-leak-free.json"
     if path.exists():
         free = json.load(open(path))
@@ -118,6 +124,7 @@ def main() -> None:
         grads = {c: grad_prompts(setting, c) for c in ("base", "mid")}
         lines.append(f"\n### Setting {setting}\n")
         head = ["arm", "training − GRPO (points)", "paper ΔMAE", "leak-free ΔMAE", "Δρ", "ΔAUROC",
+                "decisive segments, right sign",
                 "Δcosine (base)", "Δcosine (mid)", "ΔAdam (base)", "top-decile share (base)"]
         lines.append("| " + " | ".join(head) + " |")
         lines.append("|" + "---|" * len(head))
@@ -136,6 +143,8 @@ def main() -> None:
                 cells.append("—")
             for key in ("paper ΔMAE", "leak-free ΔMAE", "Δρ", "ΔAUROC"):
                 cells.append(f"{sveb[label][key]:+.3f}" if key in sveb[label] else "—")
+            key = "decisive right sign"
+            cells.append(f"{100 * sveb[label][key]:.0f}%" if key in sveb[label] else "—")
             metric_diffs = {}
             for c, metric in (("base", "cosine"), ("mid", "cosine"), ("base", "adam")):
                 g = grads[c]
@@ -155,7 +164,7 @@ def main() -> None:
     print(f"\n### Rank agreement with training ({len(points)} arm × setting points)\n")
     print("| metric (oriented: higher = predicted better) | points | Kendall τ | 95% interval |\n|---|---|---|---|")
     fixed = {"−paper ΔMAE": ("paper ΔMAE", -1), "−leak-free ΔMAE": ("leak-free ΔMAE", -1), "Δρ": ("Δρ", 1),
-             "ΔAUROC": ("ΔAUROC", 1)}
+             "ΔAUROC": ("ΔAUROC", 1), "decisive segments, right sign": ("decisive right sign", 1)}
     for name in [*fixed, "Δcosine (base)", "Δcosine (mid)", "Δadam (base)"]:
         if name in fixed:
             key, sign = fixed[name]
