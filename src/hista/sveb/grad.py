@@ -3,8 +3,9 @@ the true gradient of expected reward (issue 64; docs/sveb.md "Update direction")
 
 Reading order:
 
-1. ``GradConfig``   the settings: model, task, N prompts, R groups of G rollouts per prompt, the
-                    training recipe's loss, clip and temperature, the space (``head`` or ``all``)
+1. ``GradConfig``   (:mod:`hista.sveb.presets`) the settings: model, task, N prompts, R groups of
+                    G rollouts per prompt, the training recipe's loss, clip and temperature, the
+                    space (``head`` or ``all``)
 2. ``sample``       OUT/pool.jsonl: R·G rollouts per prompt, verified (one line per prompt,
                     appended as it finishes: a rerun resumes)
 3. ``measure``      OUT/steps.jsonl: for every prompt, group r (G rollouts) is the training
@@ -103,6 +104,8 @@ def sample(config: GradConfig, out: Path, engine, *, progress: bool = True) -> l
 
 
 def pool_record(problem: dict, rollouts: Sequence[Rollout], ends: set) -> dict:
+    """A line of OUT/pool.jsonl: the problem, its prompt ids and each rollout's completion ids,
+    reward and whether it was cut at the cap (no end-of-sequence token: ``mask_truncated``)."""
     return {"id": problem["id"], "problem": problem["problem"], "answer": problem["answer"],
             "prompt_ids": rollouts[0].prompt_ids,
             "rows": [{"completion_ids": r.completion_ids, "reward": r.reward,
