@@ -6,7 +6,8 @@ SVEB results (results/train-study-2/sveb-K/results-report.json, the paper protoc
 chosen under) and its runs (greedy test accuracy per seed). Prints the table and the Kendall τ of
 each metric with the training differences, with a 95% bootstrap interval: seeds are resampled
 for training (paired with the arm's GRPO), problems for the grad metrics (paired with GRPO); the
-SVEB figures are held fixed. Writes cosine.png (the figure of docs/sveb.md "Update direction").
+SVEB figures are held fixed. Writes cosine.png (each estimator's paired Δcosine against GRPO; the
+figure of docs/sveb.md "Update direction").
 
     python results/update-direction/analyse.py
 """
@@ -189,8 +190,8 @@ def main() -> None:
 
 
 def plot() -> None:
-    """cosine.png: each estimator's mean cosine with the reference (95% interval over problems),
-    per setting and checkpoint measured."""
+    """cosine.png: each estimator's cosine with the reference minus GRPO's on the same groups
+    (paired; 95% interval over problems), per setting and checkpoint measured."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -199,18 +200,18 @@ def plot() -> None:
     panels = [(s, c) for s in (1, 2) for c in ("base", "mid") if (HERE / f"s{s}-{c}.json").exists()]
     if not panels:
         return
-    fig, axes = plt.subplots(1, len(panels), figsize=(4.2 * len(panels), 3.6), squeeze=False)
+    fig, axes = plt.subplots(1, len(panels), figsize=(4.4 * len(panels), 3.4), squeeze=False)
     for ax, (s, c) in zip(axes[0], panels):
         summ = json.load(open(HERE / f"s{s}-{c}.json"))
-        names = list(summ["estimators"])
-        means = [summ["estimators"][n]["cosine"]["mean"] for n in names]
-        lo = [m - summ["estimators"][n]["cosine"]["lo"] for n, m in zip(names, means)]
-        hi = [summ["estimators"][n]["cosine"]["hi"] - m for n, m in zip(names, means)]
-        ax.errorbar(means, range(len(names)), xerr=[lo, hi], fmt="o", capsize=3)
-        ax.axvline(summ["estimators"]["GRPO"]["cosine"]["mean"], color="grey", lw=0.8, ls="--")
+        names = [n for n in summ["estimators"] if n != summ["baseline"]]
+        diffs = [summ["estimators"][n]["cosine"]["diff"] for n in names]
+        means = [d["mean"] for d in diffs]
+        err = [[m - d["lo"] for m, d in zip(means, diffs)], [d["hi"] - m for m, d in zip(means, diffs)]]
+        ax.errorbar(means, range(len(names)), xerr=err, fmt="o", capsize=3)
+        ax.axvline(0, color="grey", lw=0.8, ls="--")
         ax.set_yticks(range(len(names)), names, fontsize=8)
         ax.invert_yaxis()
-        ax.set_xlabel("cosine of the step with the true gradient")
+        ax.set_xlabel(f"cosine with the true gradient − {summ['baseline']}'s", fontsize=9)
         ax.set_title(f"setting {s}, {'start of training' if c == 'base' else 'GRPO step 20'}", fontsize=9)
     fig.tight_layout()
     fig.savefig(HERE / "cosine.png", dpi=120)
