@@ -239,14 +239,12 @@ def measure_prompt(model, record: dict, credits: Mapping[str, tuple[Credit, Opti
                 steps[name].append(None)
             continue
         ref = reference(parts, rewards, [j for j in range(R) if j != k])
-        response = space.response(members, ref)
-        gram = space.gram(members)
+        response, gram, ref_norm = space.response(members, ref), space.gram(members), float(ref.norm())
         for name in credits:
             w = loss_weights(loss, [space.logps[i] for i in members], [advantages[name][i] for i in members],
                              [not (config.mask_truncated and rows[i]["truncated"]) for i in members],
                              [space.entropies[i] for i in members])
-            steps[name].append(step_metrics(space, dict(zip(members, w)), ref, float(ref.norm()), response, gram,
-                                            config))
+            steps[name].append(step_metrics(space, dict(zip(members, w)), ref, ref_norm, response, gram, config))
     return {"id": record["id"], "accuracy": sum(flat_rewards) / len(flat_rewards), "flat_groups": sum(flat),
             "split_half": split_half, "steps": steps}
 
