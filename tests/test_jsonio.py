@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from hista.errors import InputError
-from hista.jsonio import check_output_dir, check_output_file, write_atomic, write_json_atomic
+from hista.jsonio import check_output_dir, check_output_file, read_records, write_atomic, write_json_atomic
 
 
 @pytest.mark.parametrize("umask, mode", [(0o022, 0o644), (0o077, 0o600), (0o002, 0o664)])
@@ -348,3 +348,21 @@ def test_a_full_disk_is_exit_2_naming_the_file_and_loses_nothing(tmp_path, monke
 
     monkeypatch.setattr(data, "cmd_models", boom)
     assert main(["models"]) == 2 and "No space left on device" in capsys.readouterr().err
+
+
+def test_read_records_leaves_out_a_cut_line_and_names_a_bad_one(tmp_path):
+    """The one reader of the append-only JSON-lines files hista resumes (a pool, sveb grad's
+    measurements): a missing file holds nothing, a last line a crash cut short is left out
+    (the file unchanged), and a line that is not a JSON object is named by its number."""
+    path = tmp_path / "pool.jsonl"
+    assert read_records(path, "pool file") == []
+    path.write_text('{"id": 1}\n\n{"id": 2}\n{"id": 3, "tex')
+    assert read_records(path, "pool file") == [{"id": 1}, {"id": 2}]
+    assert path.read_text().endswith('{"id": 3, "tex')
+    path.write_text('{"id": 1}\n[2]\n')
+    with pytest.raises(InputError, match="line 2 is not a JSON object") as info:
+        read_records(path, "pool file")
+    assert info.value.line == 2 and str(path) in str(info.value)
+    path.write_text('{"id": 1}\nmy notes')
+    with pytest.raises(InputError, match="is not a pool file"):
+        read_records(path, "pool file")

@@ -257,6 +257,31 @@ def complete_lines(raw: bytes, path: str | os.PathLike, what: str) -> bytes:
     return raw[:keep]
 
 
+def read_records(path: str | os.PathLike, what: str) -> list[dict]:
+    """The JSON objects, one per line, of an append-only JSON-lines file this library writes
+    (a pool, a measurement): none when it does not exist; an unterminated last line a crash left
+    is not one (:func:`complete_lines`). An InputError names the file and line of a line that is
+    not UTF-8, not JSON or not a JSON object."""
+    path = Path(path)
+    if not path.exists():
+        return []
+    raw = complete_lines(read_input(path, what), path, what)
+    try:
+        lines = raw.decode("utf-8").split("\n")
+    except UnicodeDecodeError as exc:
+        raise InputError(f"not UTF-8 (byte 0x{raw[exc.start]:02x})", path=str(path),
+                         line=raw[: exc.start].count(b"\n") + 1) from None
+    rows = []
+    for number, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        row = loads(line, path=str(path), line=number)
+        if not isinstance(row, dict):
+            raise InputError(f"line {number} is not a JSON object", path=str(path), line=number)
+        rows.append(row)
+    return rows
+
+
 def cut_unterminated(path: str | os.PathLike) -> None:
     """Cut an unterminated last line, the trace of a crash mid-write, off an append-only
     JSON-lines file before the next append, once :func:`complete_lines` has

@@ -37,7 +37,15 @@ from .. import losses, tasks
 from ..advantages import token_advantages
 from ..errors import InputError
 from ..estimators import Estimator
-from ..jsonio import append_jsonl, check_not_inputs, check_output_dir, cut_unterminated, loads, write_atomic
+from ..jsonio import (
+    append_jsonl,
+    check_not_inputs,
+    check_output_dir,
+    cut_unterminated,
+    loads,
+    read_records,
+    write_atomic,
+)
 from ..models.forward import decoder_layers, model_hidden_states
 from ..rollout.engine import eos_ids
 from ..rollout.sample import score
@@ -57,15 +65,6 @@ Credit = Callable[[list[int], list[list[int]], list[float], Mapping[int, list[to
 
 
 # --- 2. sample ------------------------------------------------------------------------------
-
-def read_lines(path: Path) -> list[dict]:
-    """The complete records of a JSONL output of this module (a line a crash cut short is not one)."""
-    if not path.is_file():
-        return []
-    text = path.read_text()
-    lines = text.split("\n")[:-1] if not text.endswith("\n") else text.split("\n")
-    return [loads(line, path=str(path), line=k + 1) for k, line in enumerate(lines) if line.strip()]
-
 
 def check_settings(out: Path, settings: dict) -> None:
     """OUT/settings.json is written once; a rerun with other settings is refused (it would mix)."""
@@ -89,7 +88,7 @@ def sample(config: GradConfig, out: Path, engine, *, progress: bool = True) -> l
                 for p in tasks.load(spec, n=config.problems, seed=config.seed, split=config.split)]
     path = out / "pool.jsonl"
     cut_unterminated(path)
-    done = {r["id"] for r in read_lines(path)}
+    done = {r["id"] for r in read_records(path, "sveb grad pool")}
     n = config.groups * config.group_size
     ends = set(eos_ids(engine.lm))
     todo = [(k, p) for k, p in enumerate(problems) if p["id"] not in done]
@@ -99,7 +98,7 @@ def sample(config: GradConfig, out: Path, engine, *, progress: bool = True) -> l
                                        progress=bar.update)[0]
             score(problem, rollouts)
             append_jsonl(path, [pool_record(problem, rollouts, ends)])
-    by_id = {r["id"]: r for r in read_lines(path)}
+    by_id = {r["id"]: r for r in read_records(path, "sveb grad pool")}
     return [by_id[p["id"]] for p in problems]
 
 
@@ -255,13 +254,13 @@ def measure(config: GradConfig, out: Path, model, pool: Sequence[dict],
     a line each as it finishes (a rerun resumes; a prompt's record depends on it alone)."""
     path = out / "steps.jsonl"
     cut_unterminated(path)
-    done = {r["id"] for r in read_lines(path)}
+    done = {r["id"] for r in read_records(path, "sveb grad measurement")}
     loss = losses.get(config.loss, **config.loss_config)
     model.eval()
     for record in tqdm([r for r in pool if r["id"] not in done], desc="measuring", unit="prompt",
                        disable=not progress):
         append_jsonl(path, [measure_prompt(model, record, credits, config, loss, pad=pad)])
-    by_id = {r["id"]: r for r in read_lines(path)}
+    by_id = {r["id"]: r for r in read_records(path, "sveb grad measurement")}
     return [by_id[r["id"]] for r in pool if r["id"] in by_id]
 
 

@@ -30,12 +30,11 @@ import shutil
 from pathlib import Path
 from typing import Any, Optional, Union
 
-from ..errors import InputError
 from ..jsonio import (
     check_output_file,
-    complete_lines,
     dumps_line,
     read_input,
+    read_records,
     write_atomic,
     write_json_atomic,
 )
@@ -103,20 +102,6 @@ def pool_seed(recipe: Any, cfg: dict) -> int:
     return recipe.seed if cfg["seed"] is None else cfg["seed"]
 
 
-def _read_jsonl(path: Path, what: str) -> list[dict]:
-    raw = complete_lines(read_input(path, what), path, what)
-    rows = []
-    for number, line in enumerate(raw.decode("utf-8", errors="replace").splitlines(), 1):
-        try:
-            row = json.loads(line)
-        except ValueError:
-            raise InputError(f"line {number} is not JSON", path=str(path), line=number) from None
-        if not isinstance(row, dict):
-            raise InputError(f"line {number} is not a JSON object", path=str(path), line=number)
-        rows.append(row)
-    return rows
-
-
 def _measured(path: Path, problems: list[tuple[str, dict]]) -> list[float]:
     """The accuracies ``accuracy.jsonl`` holds for the whole chunks at the head of
     ``problems`` (a row that does not match its problem ends them: what follows is measured
@@ -124,7 +109,7 @@ def _measured(path: Path, problems: list[tuple[str, dict]]) -> list[float]:
     if not path.exists():
         return []
     accuracies = []
-    for row, (spec, rec) in zip(_read_jsonl(path, "pool accuracy file"), problems):
+    for row, (spec, rec) in zip(read_records(path, "pool accuracy file"), problems):
         accuracy = row.get("accuracy")
         if (row.get("task") != spec or row.get("id") != str(rec["id"]) or isinstance(accuracy, bool)
                 or not isinstance(accuracy, (int, float)) or not 0.0 <= accuracy <= 1.0):
@@ -153,7 +138,7 @@ def filtered(recipe: Any, problems: list[tuple[str, dict]], lm: Any, cfg: dict, 
         check_output_file(path)
     for here in (folder, staged):
         if _settings(here) == want and (here / "pool.jsonl").exists():
-            ids = {(row.get("task"), row.get("id")) for row in _read_jsonl(here / "pool.jsonl", "pool file")}
+            ids = {(row.get("task"), row.get("id")) for row in read_records(here / "pool.jsonl", "pool file")}
             kept = [(spec, rec) for spec, rec in problems if (spec, str(rec["id"])) in ids]
             print(f"pool filter: {len(kept)} of {len(problems)} problems, as measured before "
                   f"({here / 'pool.jsonl'})", flush=True)

@@ -1,0 +1,73 @@
+"""Pilot of train-study-3, step 1 (PILOT.md): the base model on each candidate setting.
+
+    python results/train-study-3/pilot.py sets     # runs/train-study-3/pilot/C.jsonl per candidate
+    python results/train-study-3/pilot.py report   # pilot-base.md here, from pilot.sh's evaluations
+
+A candidate's problems are the first 100 distinct problems of its validation split (the test
+split stays unseen until the study's design is written). The report gives per candidate: greedy
+accuracy (100 problems), avg@8 and pass@8 at temperature 0.7 (the first 50), answer length in
+tokens (mean, median, share cut at 256), and the share of problems whose 8 samples score inside
+the pool band 0.15-0.75 (what dynamic sampling can train on).
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+import sys
+from pathlib import Path
+
+from hista import tasks
+
+HERE = Path(__file__).parent
+OUT = Path("runs/train-study-3/pilot")
+N = 100
+BAND = (0.15, 0.75)
+
+
+def candidates() -> dict[str, str]:
+    rows = (line.split(None, 1) for line in (HERE / "candidates.txt").read_text().splitlines() if line.strip())
+    return {key: spec.strip() for key, spec in rows}
+
+
+def sets() -> None:
+    OUT.mkdir(parents=True, exist_ok=True)
+    for key, spec in candidates().items():
+        seen, rows = set(), []
+        for rec in tasks.load(spec, n=20 * N, seed=0, split="validation"):
+            if rec["problem"] not in seen:
+                seen.add(rec["problem"])
+                rows.append(rec)
+        (OUT / f"{key}.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows[:N]))
+        print(f"{OUT}/{key}.jsonl: {len(rows[:N])} problems of {spec}")
+
+
+def samples(path: Path) -> list[list[dict]]:
+    return [p["samples"] for p in json.loads(path.read_text())["problems"]]
+
+
+def report() -> None:
+    lines = ["| candidate | setting | greedy | avg@8 | pass@8 | tokens mean | median | cut at 256 | problems in band |",
+             "|---|---|---|---|---|---|---|---|---|"]
+    for key, spec in candidates().items():
+        greedy, sampled = OUT / f"{key}-greedy.json", OUT / f"{key}-t07.json"
+        if not (greedy.exists() and sampled.exists()):
+            lines.append(f"| {key} | `{spec}` | not run | | | | | | |")
+            continue
+        g = [s[0] for s in samples(greedy)]
+        t = samples(sampled)
+        flat = [s for group in t for s in group]
+        tokens = [s["tokens"] for s in flat]
+        means = [statistics.fmean(s["reward"] for s in group) for group in t]
+        lines.append(
+            f"| {key} | `{spec}` | {statistics.fmean(s['reward'] for s in g):.2f} ({len(g)}) "
+            f"| {statistics.fmean(means):.2f} ({len(t)}) | {statistics.fmean(m > 0 for m in means):.2f} "
+            f"| {statistics.fmean(tokens):.0f} | {statistics.median(tokens):.0f} "
+            f"| {statistics.fmean(s['truncated'] for s in flat):.2f} "
+            f"| {statistics.fmean(BAND[0] <= m <= BAND[1] for m in means):.2f} |")
+    (HERE / "pilot-base.md").write_text("\n".join(lines) + "\n")
+    print("\n".join(lines))
+
+
+if __name__ == "__main__":
+    {"sets": sets, "report": report}[sys.argv[1]]()
