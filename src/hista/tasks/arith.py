@@ -24,8 +24,8 @@ real objects.  Knobs, given as ``builtin:arith?steps=3&max_value=20&ops=+-*&styl
   right parts).
 
 Measured on the embedded SmolLM2-135M-Instruct at temperature 0.7 (16 problems x 8 rollouts,
-``bench/arith_difficulty.py``): plain ``steps=1`` 0.32, ``expr`` ``steps=1`` 0.34, the default
-plain ``steps=2`` 0.08-0.11, ``steps=3`` 0.06, ``word`` ``steps=1`` 0.08; larger models want
+``bench/difficulty.py``, then ``bench/arith_difficulty.py``): plain ``steps=1`` 0.32, ``expr``
+``steps=1`` 0.34, the default plain ``steps=2`` 0.08-0.11, ``steps=3`` 0.06, ``word`` ``steps=1`` 0.08; larger models want
 larger ``steps`` and ``max_value``. With ``parts`` (``ops=+``, ``steps=1``, 12 problems x 8,
 128 tokens): ``expr`` ``parts=3&max_value=5`` 0.20, ``expr`` ``parts=2&max_value=10`` 0.18,
 ``parts=3&max_value=10`` 0.06, plain ``parts=2&max_value=10`` 0.07; the model numbers its
