@@ -6,9 +6,10 @@ whole measurement projected from it.
 Samples R·G rollouts for each of `--problems` problems of setting 1 of results/train-study-2 (its
 recipe's temperature and completion cap), then times, per problem: sampling, the model's pass (the
 output layer's features and the estimators' hidden states), the reference parts (two output-layer
-products per group), the estimators' advantages (grpo, hista, numca, probe), one group's Gram
-matrix, one step's cosine from it, and one step materialised for Adam's cosine. Prints the
-figures side by side and a projection for N = 32 with and without Adam.
+products per group), one group's reference (the total less its part) and every token's response to
+it, the estimators' advantages (grpo, hista, numca, probe), one group's Gram matrix, one step's
+cosine from it, and one step materialised for Adam's cosine. Prints the figures side by side and a
+projection for N = 32 with and without Adam.
 """
 
 from __future__ import annotations
@@ -29,7 +30,15 @@ from hista.models.forward import decoder_layers
 from hista.rollout.config import SamplingConfig
 from hista.rollout.engine import GenerateEngine, eos_ids
 from hista.rollout.sample import score
-from hista.sveb.grad import estimator_credit, features_and_hidden, loss_weights, pool_record, reference_parts
+from hista.sveb.grad import (
+    estimator_credit,
+    features_and_hidden,
+    loss_weights,
+    part_sums,
+    pool_record,
+    reference,
+    reference_parts,
+)
 from hista.sveb.grad_space import HeadSpace, Rows
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -71,7 +80,13 @@ def main() -> None:
         space = HeadSpace(lm.model, Rows(prompt, comps, feats), 0.7)
         groups = [list(range(j * G, (j + 1) * G)) for j in range(R)]
         with timed(parts, "reference parts"):
-            reference_parts(space, record["rows"], groups)
+            pieces = reference_parts(space, record["rows"], groups)
+            total = part_sums(pieces, range(R))
+        group_rewards = [[record["rows"][i]["reward"] for i in g] for g in groups]
+        with timed(parts, "reference"):
+            ref = reference(pieces, group_rewards, range(1, R), total)
+        with timed(parts, "response"):
+            space.response(groups[0], ref)
         keys = [f"{j}" for j in range(R) for _ in range(G)]
         rewards = [r["reward"] for r in record["rows"]]
         with timed(parts, "advantages"):
@@ -89,13 +104,13 @@ def main() -> None:
     n = args.problems
     per = {k: v / n for k, v in parts.items()}
     print(f"{args.model}, {torch.get_num_threads()} threads, R = {R}, G = {G}; seconds per problem "
-          "(Gram, cosine and Adam step: per group or step)")
+          "(reference, response, Gram, cosine and Adam step: per group or step)")
     print("| part | seconds |\n|---|---|")
     for k, v in per.items():
         print(f"| {k} | {v:.2f} |")
     E = len(names)
     base = per["sampling"] + per["model pass"] + per["reference parts"] + per["advantages"] + R * (
-        per["Gram"] + E * per["cosine"])
+        per["reference"] + per["response"] + per["Gram"] + E * per["cosine"])
     print(f"\nprojected for N = 32, {E} estimators: {32 * base / 60:.1f} min without Adam, "
           f"{32 * (base + R * E * per['Adam step']) / 60:.1f} min with "
           f"(ratio {1 + R * E * per['Adam step'] / base:.2f})")

@@ -10,7 +10,7 @@ from transformers import LlamaConfig, LlamaForCausalLM
 
 from hista import estimators, losses
 from hista.cli import main
-from hista.sveb.grad import estimator_credit, loss_weights, measure_prompt, reference, reference_parts
+from hista.sveb.grad import estimator_credit, loss_weights, measure_prompt, part_sums, reference, reference_parts
 from hista.sveb.grad_space import FullSpace, HeadSpace, Rows
 from hista.sveb.grad_summary import summarise
 from hista.sveb.presets import GradConfig
@@ -102,7 +102,9 @@ def test_reference_is_leave_one_out_reinforce():
     space = HeadSpace(model, Rows(prompt, comps, features(model, prompt, comps)), TAU)
     groups = [[0, 1], [2, 3], [4, 5]]
     rewards = [[rows[i]["reward"] for i in g] for g in groups]
-    got = reference(reference_parts(space, rows, groups), rewards, [0, 2])
+    parts = reference_parts(space, rows, groups)
+    got = reference(parts, rewards, [0, 2])
+    assert torch.allclose(reference(parts, rewards, [0, 2], part_sums(parts, range(3))), got, atol=1e-6)
     members = [0, 1, 4, 5]
     r = torch.tensor([rows[i]["reward"] for i in members])
     want = sum((r[k] - (r.sum() - r[k]) / 3) * space.step({i: torch.ones(4)}) for k, i in enumerate(members)) / 4

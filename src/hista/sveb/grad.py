@@ -162,14 +162,30 @@ def reference_parts(space, rows: Sequence[dict], groups: list[list[int]]) -> lis
     return parts
 
 
-def reference(parts, rewards_by_group: list[list[float]], keep: Sequence[int]) -> torch.Tensor:
-    """The leave-one-out REINFORCE gradient over the rows of groups ``keep``:
-    ``(Σ R_i g_i − R̄ Σ g_i) / (n − 1)``, i.e. ``1/n Σ (R_i − mean of the others) g_i``."""
-    keep = list(keep)
-    u, v = parts[keep[0]][0].clone(), parts[keep[0]][1].clone()
-    for k in keep[1:]:
+def part_sums(parts, groups: Sequence[int]) -> tuple[torch.Tensor, torch.Tensor]:
+    """The reference parts of ``groups`` summed: (Σ R_i ∇log π(y_i), Σ ∇log π(y_i)) over their rows."""
+    groups = list(groups)
+    u, v = parts[groups[0]][0].clone(), parts[groups[0]][1].clone()
+    for k in groups[1:]:
         u += parts[k][0]
         v += parts[k][1]
+    return u, v
+
+
+def reference(parts, rewards_by_group: list[list[float]], keep: Sequence[int],
+              total: Optional[tuple[torch.Tensor, torch.Tensor]] = None) -> torch.Tensor:
+    """The leave-one-out REINFORCE gradient over the rows of groups ``keep``:
+    ``(Σ R_i g_i − R̄ Σ g_i) / (n − 1)``, i.e. ``1/n Σ (R_i − mean of the others) g_i``.
+    ``total``: the parts summed over every group; the sums over ``keep`` are then that less the
+    groups left out (one subtraction for a leave-one-group-out reference, not R − 1 additions)."""
+    keep = list(keep)
+    if total is None:
+        u, v = part_sums(parts, keep)
+    else:
+        u, v = total[0].clone(), total[1].clone()
+        for k in sorted(set(range(len(parts))) - set(keep)):
+            u -= parts[k][0]
+            v -= parts[k][1]
     rewards = [x for k in keep for x in rewards_by_group[k]]
     n = len(rewards)
     return u.sub_(v, alpha=sum(rewards) / n).div_(n - 1)
@@ -225,8 +241,9 @@ def measure_prompt(model, record: dict, credits: Mapping[str, tuple[Credit, Opti
                      else (None, {}))
     space = SPACES[config.params](model, Rows(prompt, comps, feats), config.temperature)
     parts = reference_parts(space, rows, groups)
+    total = part_sums(parts, range(R))
     half = R // 2
-    split_half = cosine(reference(parts, rewards, range(half)), reference(parts, rewards, range(half, R)))
+    split_half = cosine(reference(parts, rewards, range(half)), reference(parts, rewards, range(half, R), total))
     flat = [len(set(r)) == 1 for r in rewards]
     keys = [f"{record['id']}#{k}" for k in range(R) for _ in range(G)]
     flat_rewards = [x for r in rewards for x in r]
@@ -237,7 +254,7 @@ def measure_prompt(model, record: dict, credits: Mapping[str, tuple[Credit, Opti
             for name in credits:
                 steps[name].append(None)
             continue
-        ref = reference(parts, rewards, [j for j in range(R) if j != k])
+        ref = reference(parts, rewards, [j for j in range(R) if j != k], total)
         response, gram, ref_norm = space.response(members, ref), space.gram(members), float(ref.norm())
         for name in credits:
             w = loss_weights(loss, [space.logps[i] for i in members], [advantages[name][i] for i in members],
