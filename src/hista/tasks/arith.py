@@ -25,11 +25,12 @@ real objects.  Knobs, given as ``builtin:arith?steps=3&max_value=20&ops=+-*&styl
 
 Measured on the embedded SmolLM2-135M-Instruct at temperature 0.7 (16 problems x 8 rollouts,
 ``bench/difficulty.py``, then ``bench/arith_difficulty.py``): plain ``steps=1`` 0.32, ``expr``
-``steps=1`` 0.34, the default plain ``steps=2`` 0.08-0.11, ``steps=3`` 0.06, ``word`` ``steps=1`` 0.08; larger models want
-larger ``steps`` and ``max_value``. With ``parts`` (``ops=+``, ``steps=1``, 12 problems x 8,
-128 tokens): ``expr`` ``parts=3&max_value=5`` 0.20, ``expr`` ``parts=2&max_value=10`` 0.18,
-``parts=3&max_value=10`` 0.06, plain ``parts=2&max_value=10`` 0.07; the model numbers its
-answers and rarely boxes them, so before ``math-parts`` read numbered items every setting scored 0.
+``steps=1`` 0.34, the default plain ``steps=2`` 0.08-0.11, ``steps=3`` 0.06, ``word``
+``steps=1`` 0.08; larger models want larger ``steps`` and ``max_value``. With ``parts``
+(``ops=+``, ``steps=1``, 12 problems x 8, 128 tokens): ``expr`` ``parts=3&max_value=5`` 0.20,
+``expr`` ``parts=2&max_value=10`` 0.18, ``parts=3&max_value=10`` 0.06, plain
+``parts=2&max_value=10`` 0.07; the model numbers its answers and rarely boxes them, so before
+``math-parts`` read numbered items every setting scored 0.
 
 With subtraction the answers are skewed toward 1 (every result stays >= 1): 25% of
 ``steps=1`` and 20% of ``steps=2`` problems at the default ``max_value`` have the answer 1, so a
