@@ -282,8 +282,8 @@ def test_hista_layer_in_sveb_eval(built, tmp_path, monkeypatch):
 
 
 def test_states_of_one_problem_share_a_forward_pass(tmp_path, monkeypatch):
-    """Two states per problem: eval runs one forward pass per group of rollouts, and each case
-    gets the values it gets when evaluated alone."""
+    """Two states per problem: eval runs one forward pass per group of rollouts, with a
+    cross-fitted method too, and each case gets the values it gets when evaluated alone."""
     from hista.sveb import eval as sveb_eval
 
     cases = tmp_path / "cases.jsonl"
@@ -306,6 +306,23 @@ def test_states_of_one_problem_share_a_forward_pass(tmp_path, monkeypatch):
     setup = sveb_eval.Setup(read, chosen, lm, layers)
     alone = [sveb_eval.evaluate_case(r, setup)["values"] for r in records]
     assert [row["values"] for row in results["cases"]] == alone
+
+    # issue 66: with a cross-fitted method the fit pass reads every group first, and scoring
+    # uses what it read: still one pass per group, kept in memory or, past the budget, on disk
+    with_probe = methods + ["probe?layer=1"]
+    calls.clear()
+    in_memory = sveb_eval.evaluate(cases, with_probe, progress=False, n_boot=10)
+    assert len(calls) == 4
+    monkeypatch.setattr(sveb_eval, "MEMORY_BUDGET", 0)
+    monkeypatch.setattr(sveb_eval.tempfile, "tempdir", str(tmp_path))
+    calls.clear()
+    on_disk = sveb_eval.evaluate(cases, with_probe, progress=False, n_boot=10)
+    assert len(calls) == 4 and json.dumps(on_disk) == json.dumps(in_memory)  # NaN rank statistics: compare text
+    assert not list(tmp_path.glob("hista-sveb-states-*"))  # the temporary folder is gone
+    setup = sveb_eval.prepare(sveb_eval.build_methods(with_probe), read, progress=False)
+    setup.states = None  # without the store every case reads its group anew, as before issue 66
+    assert [sveb_eval.evaluate_case(r, setup)["values"] for r in records] == [
+        row["values"] for row in in_memory["cases"]]
 
 
 def test_sveb_run_library_function(tmp_path):

@@ -7,9 +7,12 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import tempfile
+from collections import Counter
 from pathlib import Path
 from typing import Optional, Sequence
 
+import torch
 from tqdm.auto import tqdm
 
 from .. import __version__
@@ -30,8 +33,9 @@ class Setup:
     the case file, the estimators by method spec, the model that built the cases (None when no
     method reads hidden states), each hidden-state method's layer (its structure rule resolved
     for that model), the critic set of each method that reads a trained critic
-    (:func:`open_critics`) and the fit set of each cross-fitted method
-    (:func:`hista.sveb.fits.open_fits`)."""
+    (:func:`open_critics`), the fit set of each cross-fitted method
+    (:func:`hista.sveb.fits.open_fits`) and the store of the groups' hidden states
+    (:class:`GroupStates`; without one, each case's group is read through the model anew)."""
 
     case_file: cases.CaseFile
     methods: dict[str, Method]
@@ -40,6 +44,7 @@ class Setup:
     critics: dict = dataclasses.field(default_factory=dict)
     fits: dict = dataclasses.field(default_factory=dict)
     protocol: str = "leak-free"
+    states: Optional["GroupStates"] = None
 
     def hidden_layers(self) -> list[int]:
         """The hidden layers the methods read, sorted (empty when none reads any)."""
@@ -71,23 +76,26 @@ def open_model(chosen: dict[str, Method], case_file: cases.CaseFile, *, lm: Opti
 
 def prepare(chosen: dict[str, Method], case_file: cases.CaseFile, *, critics: Optional[Sequence[str | Path]] = None,
             bound: Optional[dict] = None, lm: Optional[LoadedModel] = None, device: Optional[str] = None,
-            memo: Optional[dict] = None, progress: bool = True, protocol: str = "leak-free") -> Setup:
+            todo: Optional[Sequence[dict]] = None, progress: bool = True, protocol: str = "leak-free") -> Setup:
     """The :class:`Setup` of ``chosen`` on the cases of ``case_file`` (SPEC §8): critics
     matched from the ``critics`` folders (``bound``: matched already, by
     :func:`open_critics`), the model loaded and layers resolved
-    (:func:`open_model`), and every cross-fitted method fitted over the folds of the cases'
-    problems (:func:`hista.sveb.fits.open_fits`, one forward pass per problem, kept in
-    ``memo`` for the first case); ``protocol``, how each case's group is shown to the methods
-    (:data:`hista.sveb.cases.PROTOCOLS`). Raises what those raise."""
+    (:func:`open_model`), the store of the hidden states of the groups of the cases ``todo``
+    will score (default: every case; :class:`GroupStates`), and every cross-fitted method fitted
+    over the folds of the cases' problems (:func:`hista.sveb.fits.open_fits`, whose pass reads
+    each group through the model once, into the store); ``protocol``, how each case's group is
+    shown to the methods (:data:`hista.sveb.cases.PROTOCOLS`). Raises what those raise. Close
+    the store (``setup.states.close()``) when done."""
     if protocol not in cases.PROTOCOLS:
         raise InputError(f"unknown protocol {protocol!r}; valid: {', '.join(cases.PROTOCOLS)}", field="--protocol")
     if bound is None:
         bound = open_critics(chosen, critics, case_file, device=device)
     lm, layers = open_model(chosen, case_file, lm=lm, device=device)
     setup = Setup(case_file, chosen, lm, layers, bound, protocol=protocol)
+    setup.states = GroupStates(lm, setup.hidden_layers(), case_file.path,
+                               case_file.records if todo is None else todo)
     estimators = {m: method.estimator for m, method in chosen.items()}
-    setup.fits = fits.open_fits(estimators, layers, case_file,
-                                lambda record, wanted: _hidden(record, lm, wanted, case_file.path, memo),
+    setup.fits = fits.open_fits(estimators, layers, case_file, lambda record, wanted: setup.states.read(record),
                                 cases.group_of, progress=progress)
     return setup
 
@@ -120,7 +128,7 @@ def open_critics(chosen: dict[str, Method], folders: Optional[Sequence[str | Pat
     return bound
 
 
-def evaluate_case(record: dict, setup: Setup, memo: Optional[dict] = None) -> dict:
+def evaluate_case(record: dict, setup: Setup) -> dict:
     """The result row of one case (SPEC §8): ``case_id``, ``problem`` (the case file's problem of
     the case, :func:`hista.sveb.cases.problems_of`), ``field``, ``target``, ``group_mean`` (of
     the group as the protocol shows it: under ``"leak-free"`` the mean of the other rollouts'
@@ -131,13 +139,18 @@ def evaluate_case(record: dict, setup: Setup, memo: Optional[dict] = None) -> di
     mean; :func:`hista.estimators.leakage.reward_leak`) and, for methods that resolve their
     structure per group (Hista's default profile), ``structure`` (method -> the values used, e.g.
     ``{"interval": 10, "stride": 1}``). The hidden states of every layer the methods need
-    come from one forward pass; given a ``memo`` dict (empty at first, then passed to each call
-    in turn), consecutive cases of the same group of rollouts (the states of one problem) share
-    that pass. A method that reads a critic gets the one of ``setup.critics`` that scores the
-    case's problem, a cross-fitted one the fit of ``setup.fits`` without the case's fold. An
-    InputError names a method that fails or gives a value beyond what a results file holds."""
+    come from one forward pass, which the cases of one group of rollouts (the states of one
+    problem) and the fits share through ``setup.states`` (:class:`GroupStates`). A method that
+    reads a critic gets the one of ``setup.critics`` that scores the case's problem, a
+    cross-fitted one the fit of ``setup.fits`` without the case's fold. An InputError names a
+    method that fails or gives a value beyond what a results file holds."""
     path, layers = setup.case_file.path, setup.hidden_layers()
-    hidden = _hidden(record, setup.lm, layers, path, memo) if layers else {}
+    if not layers:
+        hidden = {}
+    elif setup.states is not None:
+        hidden = setup.states.take(record)
+    else:
+        hidden = _hidden(record, setup.lm, layers, path)
     # per hidden layer in use (None: without hidden states): the group shown and the whole group
     shown = {layer: cases.group_of(record, hidden.get(layer), protocol=setup.protocol)
              for layer in [None, *layers]}
@@ -186,19 +199,21 @@ def evaluate(path: str | Path, methods: Sequence[str] = DEFAULT_METHODS, *, mode
     the critic it read, when a method reads one;
     ``layers``, method -> the hidden layer it read; ``fits``, method -> its folds, for a
     cross-fitted method). Hidden states of every layer the methods need come from one forward
-    pass per case; methods that read a trained critic (``ppo-1``, ``ppo-n``) find it among the
-    ``critics`` folders (:func:`open_critics`); cross-fitted methods (``probe``) are fitted
-    first, fold by fold (:func:`prepare`). Raises an InputError, before any output is written,
+    pass per group of rollouts, shared by its cases and the fits (:class:`GroupStates`); methods
+    that read a trained critic (``ppo-1``, ``ppo-n``) find it among the ``critics`` folders
+    (:func:`open_critics`); cross-fitted methods (``probe``) are fitted first, fold by fold
+    (:func:`prepare`). Raises an InputError, before any output is written,
     for a bad line, a model mismatch, a method that is invalid or fails on a case (naming the
     method), a missing or mismatched critic."""
     case_file = cases.read_cases(path, model)
     methods = list(methods)
     chosen = build_methods(methods, critics=bool(critics))
-    memo: dict = {}
-    setup = prepare(chosen, case_file, critics=critics, lm=lm, device=device, memo=memo, progress=progress,
-                    protocol=protocol)
-    rows = [evaluate_case(record, setup, memo)
-            for record in tqdm(case_file.records, desc="sveb eval", unit="case", disable=not progress)]
+    setup = prepare(chosen, case_file, critics=critics, lm=lm, device=device, progress=progress, protocol=protocol)
+    try:
+        rows = [evaluate_case(record, setup)
+                for record in tqdm(case_file.records, desc="sveb eval", unit="case", disable=not progress)]
+    finally:
+        setup.states.close()
     try:
         summary = metrics.summarise(rows, methods, n_boot=n_boot)
     except (ValueError, OverflowError) as exc:  # e.g. an MCS@n row too costly to enumerate exactly
@@ -224,21 +239,94 @@ def evaluate(path: str | Path, methods: Sequence[str] = DEFAULT_METHODS, *, mode
     }
 
 
-def _hidden(record: dict, lm: LoadedModel, layers: list[int], path: str | Path,
-            memo: Optional[dict] = None) -> dict[int, list]:
+#: bytes of hidden states :class:`GroupStates` keeps in memory; the rest waits in a temporary folder
+MEMORY_BUDGET = 4 << 30
+
+
+class GroupStates:
+    """The hidden states of the case groups' rollouts, each group read through the model once per
+    ``sveb eval`` or sweep (issue 66): a cross-fitted method's fit pass reads every group first
+    (:meth:`read`), and scoring reads them again (:meth:`take`). A group's states are kept from
+    the first read until the last of ``records`` that uses them is scored, then dropped: in
+    memory up to :data:`MEMORY_BUDGET` bytes, beyond it in a temporary folder that :meth:`close`
+    removes (a killed run leaves it to the system's temporary-file cleanup; nothing of it is
+    resumed). A group the store does not hold is read when asked for; one that no case of
+    ``records`` uses is not kept."""
+
+    def __init__(self, lm: Optional[LoadedModel], layers: list[int], path: str | Path, records: Sequence[dict]):
+        self.lm, self.layers, self.path = lm, list(layers), path
+        self.uses = Counter(self._key(r) for r in records)  # cases left to score, per group
+        self.kept: dict[tuple, dict] = {}
+        self.on_disk: dict[tuple, Path] = {}
+        self.bytes = 0
+        self.folder: Optional[tempfile.TemporaryDirectory] = None
+
+    @staticmethod
+    def _key(record: dict) -> tuple:
+        return tuple(record["prompt_ids"]), tuple(tuple(r["completion_ids"]) for r in record["rollouts"])
+
+    def read(self, record: dict) -> dict[int, list]:
+        """The group's states (layer -> one tensor per rollout), kept for its cases."""
+        key = self._key(record)
+        hidden = self._stored(key)
+        if hidden is None:
+            hidden = _hidden(record, self.lm, self.layers, self.path)
+            if self.uses[key] > 0:
+                self._keep(key, hidden)
+        return hidden
+
+    def take(self, record: dict) -> dict[int, list]:
+        """The group's states for scoring one of its cases; dropped after its last case."""
+        key = self._key(record)
+        hidden = self.read(record)
+        self.uses[key] -= 1
+        if self.uses[key] <= 0:
+            self._drop(key)
+        return hidden
+
+    def close(self) -> None:
+        """Drop every group and remove the temporary folder."""
+        self.kept.clear()
+        self.on_disk.clear()
+        self.bytes = 0
+        if self.folder is not None:
+            self.folder.cleanup()
+            self.folder = None
+
+    def _stored(self, key: tuple) -> Optional[dict]:
+        if key in self.kept:
+            return self.kept[key]
+        if key in self.on_disk:
+            return torch.load(self.on_disk[key], weights_only=True)
+        return None
+
+    def _keep(self, key: tuple, hidden: dict) -> None:
+        size = sum(t.numel() * t.element_size() for rows in hidden.values() for t in rows)
+        if self.bytes + size <= MEMORY_BUDGET:
+            self.kept[key] = hidden
+            self.bytes += size
+            return
+        if self.folder is None:
+            self.folder = tempfile.TemporaryDirectory(prefix="hista-sveb-states-")
+        self.on_disk[key] = Path(self.folder.name) / f"{len(self.on_disk)}.pt"
+        torch.save(hidden, self.on_disk[key])
+
+    def _drop(self, key: tuple) -> None:
+        hidden = self.kept.pop(key, None)
+        if hidden is not None:
+            self.bytes -= sum(t.numel() * t.element_size() for rows in hidden.values() for t in rows)
+        path = self.on_disk.pop(key, None)
+        if path is not None:
+            path.unlink()
+
+
+def _hidden(record: dict, lm: LoadedModel, layers: list[int], path: str | Path) -> dict[int, list]:
     """Hidden states of ``layers`` (layer -> one tensor per rollout) for prompt + completion of
-    every stored rollout of a case, from one forward pass, or from ``memo`` when it holds the
-    same prompt and completions (it keeps the last group only)."""
+    every stored rollout of a case, from one forward pass."""
     stored = record["rollouts"]
-    key = (tuple(record["prompt_ids"]), tuple(tuple(r["completion_ids"]) for r in stored), tuple(layers))
-    if memo is not None and memo.get("key") == key:
-        return memo["hidden"]
     try:
-        hidden = hidden_states(lm, [record["prompt_ids"]] * len(stored), [r["completion_ids"] for r in stored],
-                               layers=layers)
+        return hidden_states(lm, [record["prompt_ids"]] * len(stored), [r["completion_ids"] for r in stored],
+                             layers=layers)
     except IndexError as exc:
         raise InputError(f"{exc}: methods need hidden states of layers {layers}", path=str(path),
                          field="methods") from None
-    if memo is not None:
-        memo.update(key=key, hidden=hidden)
-    return hidden

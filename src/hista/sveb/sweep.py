@@ -74,12 +74,16 @@ def sweep(cases_path: Union[str, Path], out: Union[str, Path], *, base: Optional
     values_path, keys = out / VALUES, {r["key"] for r in records}
     done = read_values(values_path, header, keys)
     todo = [r for r in records if r["key"] not in (done or {})]
-    setup, memo = None, {}
+    setup = None
     if todo:  # cross-fitted points are fitted on every case again (deterministic), not only on those left
-        setup = prepare(chosen, case_file, bound=bound, lm=lm, device=device, memo=memo, progress=progress,
+        setup = prepare(chosen, case_file, bound=bound, lm=lm, device=device, todo=todo, progress=progress,
                         protocol=protocol)
         _start_values(values_path, header, fresh=done is None)
-    _append_rows(values_path, todo, setup, memo, total=len(records), progress=progress)
+    try:
+        _append_rows(values_path, todo, setup, total=len(records), progress=progress)
+    finally:
+        if setup is not None:
+            setup.states.close()
     stored = read_values(values_path, header, keys)
 
     rows = [dict(stored[r["key"]], problem=case_file.problem(r)) for r in records]  # rows of older sweeps lack it
@@ -139,12 +143,11 @@ def _start_values(path: Path, header: dict, *, fresh: bool) -> None:
         cut_unterminated(path)  # the header matched: the line a crash cut short goes
 
 
-def _append_rows(path: Path, todo: Sequence[dict], setup: Optional[Setup], memo: dict, *, total: int,
-                 progress: bool) -> None:
+def _append_rows(path: Path, todo: Sequence[dict], setup: Optional[Setup], *, total: int, progress: bool) -> None:
     """Evaluate every point on each case of ``todo`` and append its row at once, so that a killed sweep resumes."""
     bar = tqdm(total=total, initial=total - len(todo), desc="sveb sweep", unit="case", disable=not progress)
     for record in todo:
-        row = evaluate_case(record, setup, memo)
+        row = evaluate_case(record, setup)
         cases.append(path, jsonable({"kind": "case", **row}))
         bar.update(1)
     bar.close()
