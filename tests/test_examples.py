@@ -29,14 +29,25 @@ def test_the_readme_snippet_runs():
     assert re.match(r"torch\.Size\(\[4, \d+\]\) tensor\(\[", out), out
 
 
-def test_own_loop_takes_policy_gradient_steps():
+def test_own_loop_takes_policy_gradient_steps_with_credit_that_differs_from_grpo():
+    """Issue 66: the example trains on groups with mixed rewards, shows Hista's credit beside
+    GRPO's where they differ, and what the step did."""
     out = _run(["examples/own_loop.py", "--steps", "2"])
-    steps = re.findall(r"^step (\d): mean reward ([\d.]+), hista advantages over (\d+) tokens", out, re.M)
-    assert [s[0] for s in steps] == ["0", "1"], out
+    steps = re.findall(r"^step (\d): mean reward ([\d.]+), (\d) of 4 groups with mixed rewards", out, re.M)
+    assert [s[0] for s in steps] == ["0", "1"] and all(int(s[2]) > 0 for s in steps), out
+    differ = re.findall(r"hista's credit differs from GRPO's by more than 0.1 on (\d+) of (\d+) tokens", out)
+    assert len(differ) == 2 and all(0 < int(n) <= int(total) for n, total in differ), out
+    moved = re.findall(r"rewarded completions by ([-+][\d.]+), of the \d+ unrewarded by ([-+][\d.]+)", out)
+    assert len(moved) == 2 and all(float(up) > float(down) for up, down in moved), out
 
 
-def test_compare_estimators_prints_values_and_errors():
-    out = _run(["examples/compare_estimators.py", "--group", "4", "--continuations", "4"])
-    assert len(re.findall(r"rollout \d t=\d+", out)) == 8, out
-    for name in ("grpo", "hista"):
-        assert re.search(rf"MAE against Monte Carlo \(4 continuations per state\), {name}: [\d.]+ over 8 states", out)
+def test_compare_estimators_prints_values_that_differ_and_errors():
+    """Issue 66: states of groups with mixed rewards, valued differently by the estimators."""
+    out = _run(["examples/compare_estimators.py", "--continuations", "4"])
+    rows = re.findall(r"rollout \d t=\d+ +([\d.]+) +([\d.]+) +([\d.]+) +([\d.]+) ", out)
+    assert 6 <= len(rows) <= 8, out
+    assert any(grpo != other for _, grpo, *others in rows for other in others), out  # credit that differs
+    assert any(float(grpo) > 0 for _, grpo, *_ in rows), out
+    for name in ("grpo", "hista", "numca"):
+        assert re.search(rf"MAE against Monte Carlo \(4 continuations per state\), {name}: [\d.]+ over "
+                         rf"{len(rows)} states", out), out
