@@ -1,11 +1,14 @@
 """The bench scripts refuse bad arguments as usage errors (issue 41, SPEC §11, §12): exit 2, one
-``SCRIPT: error: ...`` line naming the argument, no traceback, nothing run. Each script runs as
-a process, as a user runs it; every case fails while the arguments are parsed or checked,
-before a model loads (the cost is the scripts' imports, about 2-5 s each)."""
+``SCRIPT: error: ...`` line naming the argument, no traceback, nothing run. Every case fails while
+the arguments are parsed or checked, before a model loads. The scripts run in this process, as
+``python bench/SCRIPT`` runs them (``runpy``, ``__main__``, their folder first on the path), so
+that their imports are paid once (issue 66); one case runs as a process of its own, to show that
+the exit status and the one-line message reach a shell."""
 
 from __future__ import annotations
 
 import os
+import runpy
 import subprocess
 import sys
 from pathlib import Path
@@ -43,11 +46,24 @@ CASES = [
 
 
 @pytest.mark.parametrize("script,arguments,needle", CASES, ids=[f"{s} {' '.join(a)}" for s, a, _ in CASES])
-def test_a_bad_argument_is_a_usage_error(script, arguments, needle, tmp_path):
+def test_a_bad_argument_is_a_usage_error(script, arguments, needle, tmp_path, monkeypatch, capsys):
     argv = [a.replace("{tmp}", str(tmp_path)) for a in arguments]
-    proc = subprocess.run([sys.executable, str(ROOT / "bench" / script), *argv], cwd=ROOT, capture_output=True,
-                          text=True, timeout=120, env={**os.environ, "OMP_NUM_THREADS": "1"}, stdin=subprocess.DEVNULL)
-    assert proc.returncode == 2, proc.stderr
+    monkeypatch.chdir(ROOT)
+    monkeypatch.setattr(sys, "argv", [str(ROOT / "bench" / script), *argv])
+    monkeypatch.setattr(sys, "path", [str(ROOT / "bench"), *sys.path])
+    with pytest.raises(SystemExit) as info:
+        runpy.run_path(str(ROOT / "bench" / script), run_name="__main__")
+    out, err = capsys.readouterr()
+    assert info.value.code == 2, err
+    assert f"{script}: error:" in err and needle in err.splitlines()[-1], err
+    assert out == ""  # refused before any work
+
+
+def test_a_usage_error_reaches_the_shell():
+    """The same refusal from a process of its own: exit 2, one line on stderr, no traceback."""
+    proc = subprocess.run([sys.executable, str(ROOT / "bench" / "grad_cost.py"), "--groups", "0"], cwd=ROOT,
+                          capture_output=True, text=True, timeout=120, env={**os.environ, "OMP_NUM_THREADS": "1"},
+                          stdin=subprocess.DEVNULL)
+    assert proc.returncode == 2 and proc.stdout == "", proc.stderr
     assert "Traceback" not in proc.stderr
-    assert f"{script}: error:" in proc.stderr and needle in proc.stderr.splitlines()[-1], proc.stderr
-    assert proc.stdout == ""  # refused before any work
+    assert proc.stderr.splitlines()[-1].startswith("grad_cost.py: error:") and "--groups" in proc.stderr
