@@ -42,6 +42,8 @@ CASES = [
     ("bf16_numerics.py", ["--task", "nosuch:x"], "nosuch"),
     ("gym_verifier.py", ["--problems", "0"], "--problems"),
     ("grad_cost.py", ["--groups", "0"], "--groups"),
+    ("suite_durations.py", ["/nonexistent.xml"], "/nonexistent.xml"),
+    ("suite_durations.py", [str(CASES_FILE), "--top", "0"], "--top"),
 ]
 
 
