@@ -146,7 +146,7 @@ def _measure(prompts):
             first = torch.softmax(model(input_ids=torch.tensor([prompt])).logits[0, -1] / TAU, -1)
             value["v"] = float(first[0::2].sum())
         record = {"id": f"p{p}", "prompt_ids": prompt, "rows": sample_pool(model, prompt, 72, 6, gen)}
-        records.append(measure_prompt(model, record, credits, config, losses.get("dapo")))
+        records.append(measure_prompt(model, record, credits, config, losses.get("dapo"), baseline="GRPO"))
     return summarise(records, list(credits))
 
 
@@ -159,6 +159,10 @@ def test_exact_credit_scores_higher_and_reversed_credit_lower_than_grpo():
         assert e["exact MC"][metric]["diff"]["lo"] > 0, (metric, e)
         assert e["reversed half"][metric]["diff"]["hi"] < 0, (metric, e)
     assert e["exact MC"]["top_share"]["mean"] > e["GRPO"]["top_share"]["mean"]
+    # the share of tokens whose credit is the estimator's own: none for GRPO itself; the reversed
+    # half differs wherever GRPO's advantage is not near 0, on about half the tokens
+    assert e["GRPO"]["differ"]["mean"] == 0
+    assert 0.2 < e["reversed half"]["differ"]["mean"] <= 0.6 and e["exact MC"]["differ"]["mean"] > 0.2
 
 
 GRAD = ["sveb", "grad", "--model", "tiny", "--tasks", "builtin:arith", "--problems", "2", "--groups", "3",
@@ -181,6 +185,8 @@ def test_command_runs_end_to_end_and_resumes(tmp_path, capsys):
     summary = json.loads((out / "grad.json").read_text())
     assert summary["prompts"] == 2 and summary["groups"] == 6
     assert set(summary["estimators"]) == {"GRPO", "Numca", "Hista", "Probe"}
+    assert summary["estimators"]["GRPO"]["differ"]["mean"] == 0
+    assert all(0 <= e["differ"]["mean"] <= 1 for e in summary["estimators"].values())
     steps = (out / "steps.jsonl").read_bytes()
     assert main(GRAD + ["--out", str(out)]) == 0  # a rerun resumes: nothing sampled or measured again
     assert (out / "steps.jsonl").read_bytes() == steps and pool.read_text().count("\n") == 2

@@ -16,7 +16,9 @@ Reading order:
 4. ``step_metrics`` per step: cosine with the reference (the same before and after clipping:
                     clipping rescales a step), cosine of Adam's first update from that step
                     (clipped first, ``ĝ / (|ĝ| + ε)``), the share of the step's weight on the
-                    tokens the reference moves most (top decile of |∇log π(y_t)·ref|), the norm
+                    tokens the reference moves most (top decile of |∇log π(y_t)·ref|), the norm,
+                    and the share of the group's tokens whose advantage differs from GRPO's by
+                    more than 0.1 (``differ``: where the estimator's credit is its own)
 
 Summaries with bootstrap intervals over prompts and paired differences against GRPO are in
 :mod:`hista.sveb.grad_summary`. A group whose rewards are all equal is skipped for every
@@ -57,6 +59,9 @@ from .presets import GradConfig
 TOP_FRACTION = 0.1
 #: Adam's epsilon (torch and TRL's default)
 ADAM_EPS = 1e-8
+#: an advantage this far from the baseline's on the same token is credit of the estimator's own
+#: (issue 65: the share of such tokens says whether an arm tests credit at all)
+DIFFER = 0.1
 
 #: a credit function: (prompt ids, completion ids per row, rewards, hidden states by layer, a group key per
 #: row) -> per-token advantages [T_i] per row
@@ -227,8 +232,10 @@ def features_and_hidden(model, prompt: list[int], comps: list[list[int]], layers
 
 
 def measure_prompt(model, record: dict, credits: Mapping[str, tuple[Credit, Optional[int]]], config: GradConfig,
-                   loss: losses.Loss, *, batch_size: int = 8, pad: int = 0) -> dict:
-    """Every estimator's R steps on one prompt of the pool, against their cross-fitted references."""
+                   loss: losses.Loss, *, batch_size: int = 8, pad: int = 0, baseline: Optional[str] = None) -> dict:
+    """Every estimator's R steps on one prompt of the pool, against their cross-fitted references;
+    with a ``baseline`` (GRPO's label), each step also records ``differ``: the share of the group's
+    tokens whose advantage differs from the baseline's by more than :data:`DIFFER`."""
     rows = record["rows"]
     R, G = config.groups, config.group_size
     groups = [list(range(k * G, (k + 1) * G)) for k in range(R)]
@@ -260,13 +267,18 @@ def measure_prompt(model, record: dict, credits: Mapping[str, tuple[Credit, Opti
             w = loss_weights(loss, [space.logps[i] for i in members], [advantages[name][i] for i in members],
                              [not (config.mask_truncated and rows[i]["truncated"]) for i in members],
                              [space.entropies[i] for i in members])
-            steps[name].append(step_metrics(space, dict(zip(members, w)), ref, ref_norm, response, gram, config))
+            metrics = step_metrics(space, dict(zip(members, w)), ref, ref_norm, response, gram, config)
+            if baseline is not None:
+                gap = torch.cat([advantages[name][i] - advantages[baseline][i] for i in members]).abs()
+                metrics["differ"] = float((gap > DIFFER).float().mean()) if gap.numel() else 0.0
+            steps[name].append(metrics)
     return {"id": record["id"], "accuracy": sum(flat_rewards) / len(flat_rewards), "flat_groups": sum(flat),
             "split_half": split_half, "steps": steps}
 
 
 def measure(config: GradConfig, out: Path, model, pool: Sequence[dict],
-            credits: Mapping[str, tuple[Credit, Optional[int]]], *, pad: int = 0, progress: bool = True) -> list[dict]:
+            credits: Mapping[str, tuple[Credit, Optional[int]]], *, pad: int = 0, progress: bool = True,
+            baseline: Optional[str] = None) -> list[dict]:
     """OUT/steps.jsonl: :func:`measure_prompt` for every prompt of ``pool`` not measured yet,
     a line each as it finishes (a rerun resumes; a prompt's record depends on it alone)."""
     path = out / "steps.jsonl"
@@ -276,7 +288,7 @@ def measure(config: GradConfig, out: Path, model, pool: Sequence[dict],
     model.eval()
     for record in tqdm([r for r in pool if r["id"] not in done], desc="measuring", unit="prompt",
                        disable=not progress):
-        append_jsonl(path, [measure_prompt(model, record, credits, config, loss, pad=pad)])
+        append_jsonl(path, [measure_prompt(model, record, credits, config, loss, pad=pad, baseline=baseline)])
     by_id = {r["id"]: r for r in read_records(path, "sveb grad measurement")}
     return [by_id[r["id"]] for r in pool if r["id"] in by_id]
 
@@ -319,8 +331,9 @@ def run(config: GradConfig, out: str | Path, methods: Sequence[str], *, lm=None,
     pool = sample(config, out, engine, progress=progress)
     num_layers = decoder_layers(lm.model)
     credits = {m.label: estimator_credit(m.estimator, lm.tokenizer, num_layers) for m in built.values()}
-    records = measure(config, out, lm.model, pool, credits, pad=lm.tokenizer.pad_token_id or 0, progress=progress)
     baseline = next((m.label for m in built.values() if m.baseline), None)
+    records = measure(config, out, lm.model, pool, credits, pad=lm.tokenizer.pad_token_id or 0, progress=progress,
+                      baseline=baseline)
     summary = summarise(records, list(credits), baseline)
     write_outputs(out, summary)
     return summary

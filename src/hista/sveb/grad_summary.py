@@ -14,7 +14,7 @@ import numpy as np
 from ..bootstrap import resampled_means
 from ..jsonio import write_atomic
 
-METRICS = ("cosine", "adam", "top_share", "norm")
+METRICS = ("cosine", "adam", "top_share", "norm", "differ")
 N_BOOT = 2000
 
 
@@ -63,7 +63,8 @@ def summarise(records: Sequence[dict], names: Sequence[str], baseline: Optional[
 
 def table(summary: dict) -> str:
     """Markdown: a row per estimator, cosine and Adam cosine with intervals and paired
-    differences against the baseline, top-decile share and step norm."""
+    differences against the baseline, top-decile share, step norm and the share of tokens whose
+    advantage differs from the baseline's."""
     def cell(x: dict) -> str:
         return f"{x['mean']:.4f} [{x['lo']:.4f}, {x['hi']:.4f}]"
 
@@ -75,15 +76,17 @@ def table(summary: dict) -> str:
     lines = [f"{summary['prompts']} prompts ({summary['prompts_flat']} with every group flat left out), "
              f"{summary['groups']} groups; the reference's split-half cosine "
              + (cell(summary["split_half"]) if summary["split_half"] else "—") + ".", "",
-             f"| estimator | cosine | Δ vs {summary['baseline']} | Adam cosine | Δ | top-decile share | step norm |",
-             "|---|---|---|---|---|---|---|"]
+             f"| estimator | cosine | Δ vs {summary['baseline']} | Adam cosine | Δ | top-decile share | step norm "
+             f"| tokens ≠ {summary['baseline']} |",
+             "|---|---|---|---|---|---|---|---|"]
     if not summary["estimators"]:
         return lines[0] + " Every group's rewards were equal: there is no step to measure.\n"
     missing = {"mean": float("nan"), "lo": float("nan"), "hi": float("nan")}
     for name, e in summary["estimators"].items():
         adam = e.get("adam", missing)
+        differ = f"{e['differ']['mean']:.0%}" if "differ" in e else "—"
         lines.append(f"| {name} | {cell(e['cosine'])} | {diff(e['cosine'])} | {cell(adam)} | {diff(adam)} "
-                     f"| {e['top_share']['mean']:.3f} | {e['norm']['mean']:.3g} |")
+                     f"| {e['top_share']['mean']:.3f} | {e['norm']['mean']:.3g} | {differ} |")
     return "\n".join(lines) + "\n"
 
 
