@@ -12,10 +12,11 @@ from .options import POSITIVE, SEED, TEMPERATURE, add_command, add_engine_option
 #: each command's line in its parent's ``--help`` and the text its own ``--help`` opens with
 HELP = {
     "eval": ("evaluate a model on benchmark suites (avg@k, pass@k); compare runs",
-             "Evaluate a model or a hista train checkpoint on benchmark suites (docs/evaluation.md): accuracy avg@k and pass@k "
-             "per benchmark, category and overall, with bootstrap 95% intervals over problems. Writes OUT (results "
-             "JSON), OUT's .samples.jsonl (every problem as it finishes: a rerun with the same settings resumes) and "
-             "OUT's .md table. 'hista eval compare A.json B.json' puts runs side by side."),
+             "Evaluate a model or a hista train checkpoint on benchmark suites (docs/evaluation.md): accuracy "
+             "avg@k and pass@k per benchmark, category and overall, with bootstrap 95% intervals over problems. "
+             "Writes OUT (results JSON), OUT's .samples.jsonl (every problem as it finishes: a rerun with the "
+             "same settings resumes) and OUT's .md table. 'hista eval compare A.json B.json' puts runs side by "
+             "side."),
     "eval merge": ("join the results of a sharded evaluation",
                    "Join the results files of every shard of one evaluation (hista eval --shard K/N) into the results, "
                    "table and per-problem file of a whole evaluation; refuses parts of different evaluations, missing "

@@ -36,9 +36,10 @@ BUILD_FIELDS = ("model", "tasks", "problems", "rollouts", "continuations", "stat
 #: each command's line in its parent's ``--help`` and the text its own ``--help`` opens with
 HELP = {
     "sveb": ("State Value Estimation Benchmark: build, merge, eval, report, run, sweep",
-             "SVEB (docs/sveb.md). build: sample G rollouts per problem, pick states, sample M continuations (targets); "
-             "merge: join the parts of a sharded build; eval: estimator values vs targets; report: table, JSON, plots; "
-             "run: all three with a preset; sweep: a grid of method parameters with selection on held-out problems."),
+             "SVEB (docs/sveb.md). build: sample G rollouts per problem, pick states, sample M continuations "
+             "(targets); merge: join the parts of a sharded build; eval: estimator values vs targets; report: "
+             "table, JSON, plots; run: all three with a preset; sweep: a grid of method parameters with selection "
+             "on held-out problems."),
     "sveb build": ("sample cases into a JSONL file (resumable)",
                    "Sample G rollouts per problem, verify them, pick states, sample M continuations per state; append "
                    "each case to --out at once. A rerun resumes; the same seed gives the same bytes."),
@@ -71,8 +72,8 @@ HELP = {
                  "Build (or resume) OUT/cases.jsonl with a preset, evaluate the methods into OUT/results.json and "
                  "write the report into OUT."),
     "critic": ("train PPO critics (value models) for the SVEB methods ppo-1 and ppo-n",
-               "PPO critics (docs/critic.md): a copy of the policy's transformer plus a linear value head, regressed on "
-               "GAE(lambda) targets (reward at the last token, gamma = 1)."),
+               "PPO critics (docs/critic.md): a copy of the policy's transformer plus a linear value head, "
+               "regressed on GAE(lambda) targets (reward at the last token, gamma = 1)."),
     "critic train": ("train PPO-1 or PPO-N critics on the rollouts of a case file",
                      "Train critics on the G initial rollouts of the cases of --cases. ppo-n: one critic on every "
                      "problem of the cases, written to --out. ppo-1: cross-fitted by problem, --folds seeded folds; "

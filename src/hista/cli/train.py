@@ -11,9 +11,9 @@ from .options import add_command
 #: each command's line in its parent's ``--help`` and the text its own ``--help`` opens with
 HELP = {
     "train": ("train a policy from a YAML recipe (estimator x loss on TRL's GRPOTrainer)",
-              "Train with TRL's GRPOTrainer, advantages from a hista estimator and a hista policy loss (docs/training.md). "
-              "Overrides use dotted keys with YAML values, e.g. advantage_estimator.name=hista loss.name=strace "
-              "trl.max_steps=10 resume=true. Multi-GPU: accelerate launch --config_file configs/accelerate/zero2.yaml "
+              "Train with TRL's GRPOTrainer, advantages from a hista estimator and a hista policy loss "
+              "(docs/training.md). Overrides use dotted keys with YAML values, e.g. advantage_estimator.name=hista "
+              "loss.name=strace trl.max_steps=10 resume=true. Multi-GPU: accelerate launch --config_file configs/accelerate/zero2.yaml "
               "-m hista.cli train RECIPE.yaml"),
     "verl": ("hista inside verl: check the plugin's registrations",
              "hista registers its losses and estimators with verl through the verl.plugins entry point (docs/verl.md). "
