@@ -13,8 +13,8 @@ HELP = {
     "train": ("train a policy from a YAML recipe (estimator x loss on TRL's GRPOTrainer)",
               "Train with TRL's GRPOTrainer, advantages from a hista estimator and a hista policy loss "
               "(docs/training.md). Overrides use dotted keys with YAML values, e.g. advantage_estimator.name=hista "
-              "loss.name=strace trl.max_steps=10 resume=true. Multi-GPU: accelerate launch --config_file configs/accelerate/zero2.yaml "
-              "-m hista.cli train RECIPE.yaml"),
+              "loss.name=strace trl.max_steps=10 resume=true. Multi-GPU: accelerate launch --config_file "
+              "configs/accelerate/zero2.yaml -m hista.cli train RECIPE.yaml"),
     "verl": ("hista inside verl: check the plugin's registrations",
              "hista registers its losses and estimators with verl through the verl.plugins entry point (docs/verl.md). "
              "check imports verl and the plugin and prints what is registered; verl itself hides a failing plugin "
