@@ -1,7 +1,8 @@
 """Issue 63, part 4: setting 1's Numca arm with the valid rule (`numca-valid`), paired by seed with
 GRPO run again at the same commit and library versions (`grpo-rerun`; the study's own GRPO runs do
 not reproduce bit for bit in today's environment, README.md here). Greedy test accuracy per arm,
-the paired difference with its 95% t-interval over the seeds both arms have, and the tens- and
+the paired difference with its 95% t-interval over the seeds both arms have (with the SD of the
+differences, the p-value and the minimum detectable difference at 80% power), and the tens- and
 units-digit accuracy of every arm (the number after the first "=" against the gold, two-digit golds).
 
     python results/train-study-2/issue63.py
@@ -50,7 +51,8 @@ def main() -> None:
     for a, b in (("numca-valid", "grpo-rerun"), ("grpo-rerun", "grpo"), ("numca", "grpo")):
         d = paired(acc[a], acc[b])
         if d["n"]:
-            print(f"\n{a} − {b}, paired over {d['n']} seeds: {d['mean']:+.1f} [{d['lo']:+.1f}, {d['hi']:+.1f}] points")
+            print(f"\n{a} − {b}, paired over {d['n']} seeds: {d['mean']:+.1f} [{d['lo']:+.1f}, {d['hi']:+.1f}] points "
+                  f"(SD {d['sd']:.1f}, p {d['p']:.2f}, MDE at 80% power {d['mde']:.1f})")
 
 
 if __name__ == "__main__":
