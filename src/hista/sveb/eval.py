@@ -301,7 +301,7 @@ class GroupStates:
         return None
 
     def _keep(self, key: tuple, hidden: dict) -> None:
-        size = sum(t.numel() * t.element_size() for rows in hidden.values() for t in rows)
+        size = _size(hidden)
         if self.bytes + size <= MEMORY_BUDGET:
             self.kept[key] = hidden
             self.bytes += size
@@ -314,10 +314,15 @@ class GroupStates:
     def _drop(self, key: tuple) -> None:
         hidden = self.kept.pop(key, None)
         if hidden is not None:
-            self.bytes -= sum(t.numel() * t.element_size() for rows in hidden.values() for t in rows)
+            self.bytes -= _size(hidden)
         path = self.on_disk.pop(key, None)
         if path is not None:
             path.unlink()
+
+
+def _size(hidden: dict[int, list]) -> int:
+    """Bytes of a group's hidden states (layer -> one tensor per rollout)."""
+    return sum(t.numel() * t.element_size() for rows in hidden.values() for t in rows)
 
 
 def _hidden(record: dict, lm: LoadedModel, layers: list[int], path: str | Path) -> dict[int, list]:
