@@ -67,9 +67,10 @@ def main() -> None:
     R, G = args.groups, args.group_size
     parts: dict[str, float] = defaultdict(float)  # seconds, summed over the problems
     dapo = losses.get("dapo")
-    for k, problem in enumerate(problems[: args.problems]):
-        with timed(parts, "sampling"):
-            rollouts = engine.generate([problem["problem"]], R * G, seed=0, prompt_seeds=[k])[0]
+    chosen = problems[: args.problems]
+    with timed(parts, "sampling"):  # one engine call for every problem, as the command samples
+        sampled = engine.generate([p["problem"] for p in chosen], R * G, seed=0, prompt_seeds=range(len(chosen)))
+    for problem, rollouts in zip(chosen, sampled):
         score(problem, rollouts)
         record = pool_record(problem, rollouts, set(eos_ids(lm)))
         for i, row in enumerate(record["rows"]):  # mixed rewards, so that no group is skipped

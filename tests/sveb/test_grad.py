@@ -12,7 +12,7 @@ from hista import estimators, losses
 from hista.cli import main
 from hista.sveb.grad import estimator_credit, loss_weights, measure_prompt, part_sums, reference, reference_parts
 from hista.sveb.grad_space import FullSpace, HeadSpace, Rows
-from hista.sveb.grad_summary import summarise
+from hista.sveb.grad_summary import summarise, table
 from hista.sveb.presets import GradConfig
 
 VOCAB, TAU = 16, 1.0
@@ -203,3 +203,14 @@ def test_a_folder_with_rollouts_it_did_not_write_is_refused(tmp_path, capsys):
     assert main(GRAD + ["--out", str(out)]) == 2
     assert "not an output of sveb grad" in capsys.readouterr().err
     assert mine.read_text() == '{"id": "my own data"}\n' and sorted(p.name for p in out.iterdir()) == ["pool.jsonl"]
+
+
+def test_the_table_drops_adam_when_unmeasured_and_warns_of_a_noisy_reference():
+    def records(split_half):
+        step = {"cosine": 0.1, "top_share": 0.1, "norm": 1.0, "differ": 0.0}
+        return [{"id": str(i), "split_half": split_half + 0.01 * i,
+                 "steps": {"GRPO": [step], "X": [{**step, "cosine": 0.2, "differ": 0.5}]}} for i in range(4)]
+
+    noisy, clear = (table(summarise(records(x), ["GRPO", "X"])) for x in (0.02, 0.4))
+    assert "Adam" not in noisy and "| X | 0.2000" in noisy and "+0.1000" in noisy
+    assert "mostly sampling noise" in noisy and "mostly sampling noise" not in clear

@@ -88,7 +88,8 @@ def check_settings(out: Path, settings: dict) -> None:
 def sample(config: GradConfig, out: Path, engine, *, progress: bool = True) -> list[dict]:
     """OUT/pool.jsonl: ``groups × group_size`` verified rollouts of each of the config's problems,
     a line per prompt appended as its rollouts finish (a rerun samples only the missing ones:
-    prompt k's rollouts depend on the seed and k alone)."""
+    prompt k's rollouts depend on the seed and k alone). The missing prompts' rollouts go through
+    one engine call, so the decoder's batch stays full from one prompt to the next."""
     problems = [p for spec in config.tasks
                 for p in tasks.load(spec, n=config.problems, seed=config.seed, split=config.split)]
     path = out / "pool.jsonl"
@@ -97,12 +98,16 @@ def sample(config: GradConfig, out: Path, engine, *, progress: bool = True) -> l
     n = config.groups * config.group_size
     ends = set(eos_ids(engine.lm))
     todo = [(k, p) for k, p in enumerate(problems) if p["id"] not in done]
+
+    def finished(i: int, rollouts: list[Rollout]) -> None:
+        problem = todo[i][1]
+        score(problem, rollouts)
+        append_jsonl(path, [pool_record(problem, rollouts, ends)])
+
     with tqdm(total=len(todo) * n, desc="sampling", unit="seq", disable=not progress) as bar:
-        for k, problem in todo:
-            rollouts = engine.generate([problem["problem"]], n, seed=config.seed, prompt_seeds=[k],
-                                       progress=bar.update)[0]
-            score(problem, rollouts)
-            append_jsonl(path, [pool_record(problem, rollouts, ends)])
+        if todo:
+            engine.generate([p["problem"] for _, p in todo], n, seed=config.seed,
+                            prompt_seeds=[k for k, _ in todo], progress=bar.update, on_group=finished)
     by_id = {r["id"]: r for r in read_records(path, "sveb grad pool")}
     return [by_id[p["id"]] for p in problems]
 
@@ -240,6 +245,10 @@ def measure_prompt(model, record: dict, credits: Mapping[str, tuple[Credit, Opti
     R, G = config.groups, config.group_size
     groups = [list(range(k * G, (k + 1) * G)) for k in range(R)]
     rewards = [[rows[i]["reward"] for i in g] for g in groups]
+    flat_rewards = [x for r in rewards for x in r]
+    if len(set(flat_rewards)) == 1:  # one reward for every rollout: the reference is 0, no step to measure
+        return {"id": record["id"], "accuracy": sum(flat_rewards) / len(flat_rewards), "flat_groups": R,
+                "split_half": 0.0, "steps": {name: [None] * R for name in credits}}
     comps = [r["completion_ids"] for r in rows]
     prompt = record["prompt_ids"]
     layers = {layer for _, layer in credits.values() if layer is not None}
@@ -253,7 +262,6 @@ def measure_prompt(model, record: dict, credits: Mapping[str, tuple[Credit, Opti
     split_half = cosine(reference(parts, rewards, range(half)), reference(parts, rewards, range(half, R), total))
     flat = [len(set(r)) == 1 for r in rewards]
     keys = [f"{record['id']}#{k}" for k in range(R) for _ in range(G)]
-    flat_rewards = [x for r in rewards for x in r]
     advantages = {name: fn(prompt, comps, flat_rewards, hidden, keys) for name, (fn, _) in credits.items()}
     steps: dict[str, list[Optional[dict]]] = {name: [] for name in credits}
     for k, members in enumerate(groups):

@@ -16,6 +16,8 @@ from ..jsonio import write_atomic
 
 METRICS = ("cosine", "adam", "top_share", "norm", "differ")
 N_BOOT = 2000
+#: a split-half cosine below this says the reference is mostly noise (grad.md warns; docs/sveb.md)
+NOISY = 0.1
 
 
 def _interval(values: np.ndarray, seed: int) -> dict:
@@ -73,20 +75,26 @@ def table(summary: dict) -> str:
         star = "*" if d and (d["lo"] > 0 or d["hi"] < 0) else ""
         return "—" if d is None else f"{d['mean']:+.4f} [{d['lo']:+.4f}, {d['hi']:+.4f}]{star}"
 
-    lines = [f"{summary['prompts']} prompts ({summary['prompts_flat']} with every group flat left out), "
-             f"{summary['groups']} groups; the reference's split-half cosine "
-             + (cell(summary["split_half"]) if summary["split_half"] else "—") + ".", "",
-             f"| estimator | cosine | Δ vs {summary['baseline']} | Adam cosine | Δ | top-decile share | step norm "
-             f"| tokens ≠ {summary['baseline']} |",
-             "|---|---|---|---|---|---|---|---|"]
+    head = (f"{summary['prompts']} prompts ({summary['prompts_flat']} with every group flat left out), "
+            f"{summary['groups']} groups; the reference's split-half cosine "
+            + (cell(summary["split_half"]) if summary["split_half"] else "—") + ".")
     if not summary["estimators"]:
-        return lines[0] + " Every group's rewards were equal: there is no step to measure.\n"
-    missing = {"mean": float("nan"), "lo": float("nan"), "hi": float("nan")}
+        return head + " Every group's rewards were equal: there is no step to measure.\n"
+    if summary["split_half"]["mean"] < NOISY:
+        head += (f" **The reference is mostly sampling noise** (split-half below {NOISY}): the cosines "
+                 "below cannot be read. Measure on problems the model solves sometimes (a training pool "
+                 "filtered to a pass-rate band), or with more groups.")
+    adam = any("adam" in e for e in summary["estimators"].values())
+    b = summary["baseline"]
+    lines = [head, "",
+             f"| estimator | cosine | Δ vs {b} |" + (" Adam cosine | Δ |" if adam else "")
+             + f" top-decile share | step norm | tokens ≠ {b} |",
+             "|---|---|---|" + ("---|---|" if adam else "") + "---|---|---|"]
     for name, e in summary["estimators"].items():
-        adam = e.get("adam", missing)
         differ = f"{e['differ']['mean']:.0%}" if "differ" in e else "—"
-        lines.append(f"| {name} | {cell(e['cosine'])} | {diff(e['cosine'])} | {cell(adam)} | {diff(adam)} "
-                     f"| {e['top_share']['mean']:.3f} | {e['norm']['mean']:.3g} | {differ} |")
+        lines.append(f"| {name} | {cell(e['cosine'])} | {diff(e['cosine'])} |"
+                     + (f" {cell(e['adam'])} | {diff(e['adam'])} |" if adam else "")
+                     + f" {e['top_share']['mean']:.3f} | {e['norm']['mean']:.3g} | {differ} |")
     return "\n".join(lines) + "\n"
 
 
