@@ -1,4 +1,4 @@
-"""Other packages extend hista without touching it (ARCHITECTURE: the extension contract): a
+"""Other packages extend hista without touching it (CONTRIBUTING.md "From another package"): a
 throwaway distribution with entry points in the groups hista.estimators, hista.losses,
 hista.tasks and hista.verifiers, put on the path of a fresh interpreter, shows its estimator in
 `hista sveb eval --methods`, its loss in `policy_loss`, its task source in `tasks.load` and its

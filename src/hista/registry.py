@@ -1,5 +1,5 @@
 """One registry style for every extension point: estimators, losses, task sources and verifiers
-(ARCHITECTURE: the extension contract).
+(CONTRIBUTING.md).
 
 A component is registered by a decorator next to its definition; ``names()`` lists the
 registered names and ``get(name, **cfg)`` builds one. Registering a taken name raises unless
@@ -46,8 +46,7 @@ class Registry:
 
     def register(self, name: str, obj: Any = None, *, replace: bool = False) -> Any:
         """Register ``obj`` under ``name``; without ``obj``, a decorator. A taken name raises a
-        ValueError unless ``replace=True`` (re-importing the same definition is not a clash).
-        ARCHITECTURE: the extension contract."""
+        ValueError unless ``replace=True`` (re-importing the same definition is not a clash)."""
         if not isinstance(name, str) or not name.strip():
             raise ValueError(f"a {self.kind} name must be a non-empty string, got {name!r}")
 
@@ -64,8 +63,8 @@ class Registry:
         return add if obj is None else add(obj)
 
     def names(self) -> list[str]:
-        """The registered names, sorted, built-ins and plugins (ARCHITECTURE: the extension
-        contract)."""
+        """The registered names, sorted, built-ins and plugins (CONTRIBUTING.md "From
+        another package")."""
         self._load()
         return sorted(self._items)
 

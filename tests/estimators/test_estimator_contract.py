@@ -1,4 +1,4 @@
-"""The estimator contract (SPEC §3, §12; ARCHITECTURE: the extension contract), run over every
+"""The estimator contract (SPEC §3, §12; CONTRIBUTING.md), run over every
 registered estimator and profile, plugins included: a new estimator is tested the moment it is
 registered. Degenerate groups give finite outputs or a clear ValueError; the configuration
 survives a JSON round trip; what an estimator declares it needs is all it needs."""

@@ -1,5 +1,5 @@
 """Contract tests over every registered task source (SPEC §7) and verifier (SPEC §6): a
-component is tested here the moment it is registered (ARCHITECTURE: the extension contract)."""
+component is tested here the moment it is registered (CONTRIBUTING.md)."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
-"""One batched forward pass over prompt + completion tokens (SPEC §7, ARCHITECTURE: hidden
-states are computed once, where the log-probs are computed)."""
+"""One batched forward pass over prompt + completion tokens (SPEC §7): hidden
+states are computed once, where the log-probs are computed."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The interface every task source implements (SPEC §7; ARCHITECTURE: the extension contract)."""
+"""The interface every task source implements (SPEC §7; CONTRIBUTING.md)."""
 
 from __future__ import annotations
 
