@@ -163,12 +163,20 @@ def loss_weights(loss: losses.Loss, logps: list[torch.Tensor], advantages: list[
 
 
 def reference_parts(space, rows: Sequence[dict], groups: list[list[int]]) -> list[tuple[torch.Tensor, torch.Tensor]]:
-    """Per group: (Σ R_i ∇log π(y_i), Σ ∇log π(y_i)) over its rows, every completion token counted."""
+    """Per group: (Σ R_i ∇log π(y_i), Σ ∇log π(y_i)) over its rows, every completion token counted:
+    one step per distinct reward over the rows that earned it (``s_r``), so that every token goes
+    through one output-layer product, then ``(Σ_r r·s_r, Σ_r s_r)``."""
     parts = []
     for members in groups:
-        ones = {i: torch.ones(len(rows[i]["completion_ids"])) for i in members}
-        u = space.step({i: ones[i] * rows[i]["reward"] for i in members})
-        parts.append((u, space.step(ones)))
+        by_reward: dict[float, list[int]] = {}
+        for i in members:
+            by_reward.setdefault(rows[i]["reward"], []).append(i)
+        sums = {r: space.step({i: torch.ones(len(rows[i]["completion_ids"])) for i in m}) for r, m in by_reward.items()}
+        u, v = torch.zeros_like(next(iter(sums.values()))), torch.zeros_like(next(iter(sums.values())))
+        for r, s in sums.items():
+            u.add_(s, alpha=r)
+            v.add_(s)
+        parts.append((u, v))
     return parts
 
 
