@@ -20,7 +20,8 @@ SPEC = ROOT / "docs" / "spec.md"
 #: the layers of docs/architecture.md, from the ground up: a module imports only from its own part
 #: of ``hista`` or from a lower layer; the parts of layer 1 (shared vocabulary) may import each other
 LAYERS = {
-    1: {"hista", "errors", "types", "registry", "hub", "jsonio", "yamlio", "schema", "sharding", "bootstrap"},
+    1: {"hista", "errors", "types", "registry", "hub", "jsonio", "yamlio", "schema", "sharding", "bootstrap",
+        "provenance"},
     2: {"models", "rewards", "estimators", "losses"},
     3: {"tasks", "rollout", "critic"},
     4: {"advantages"},

@@ -9,6 +9,7 @@ import math
 import pytest
 import yaml
 
+from hista import provenance
 from hista.cli import main
 from hista.errors import InputError
 from hista.evaluation import EvalConfig, compare, evaluate, pass_at_k, store
@@ -281,6 +282,7 @@ def test_results_record_the_engine_and_a_resume_with_another_is_refused(tiny, tm
     evaluate(EvalConfig(**SMALL), out, lm=tiny, progress=False)
     engine = json.loads(out.read_text())["settings"]["engine"]
     assert engine["name"] == "hf" and set(engine) == {"name", "transformers", "torch"}
+    assert json.loads(out.read_text())["code"] == provenance.code()  # the commit that evaluated
     samples = store.samples_path(out)
     lines = samples.read_text().splitlines(keepends=True)
     header = json.loads(lines[0])

@@ -8,7 +8,7 @@ import json
 import torch
 from transformers import LlamaConfig, LlamaForCausalLM
 
-from hista import estimators, losses
+from hista import estimators, losses, provenance
 from hista.cli import main
 from hista.sveb.grad import estimator_credit, loss_weights, measure_prompt, part_sums, reference, reference_parts
 from hista.sveb.grad_space import FullSpace, HeadSpace, Rows
@@ -185,6 +185,7 @@ def test_command_runs_end_to_end_and_resumes(tmp_path, capsys):
     summary = json.loads((out / "grad.json").read_text())
     assert summary["prompts"] == 2 and summary["groups"] == 6
     assert set(summary["estimators"]) == {"GRPO", "Numca", "Hista", "Probe"}
+    assert summary["code"] == provenance.code()  # the commit that measured it
     assert summary["estimators"]["GRPO"]["differ"]["mean"] == 0
     assert all(0 <= e["differ"]["mean"] <= 1 for e in summary["estimators"].values())
     steps = (out / "steps.jsonl").read_bytes()

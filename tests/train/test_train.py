@@ -9,6 +9,7 @@ import pytest
 import torch
 import yaml
 
+from hista import provenance
 from hista.cli import main
 from hista.errors import InputError
 from hista.train import load_recipe
@@ -290,6 +291,7 @@ def test_train_two_steps_on_tiny(tmp_path, capsys, estimator, loss):
     assert (out / "checkpoint-2").is_dir() and (out / "final" / "config.json").is_file()
     saved = yaml.safe_load((out / "recipe.yaml").read_text())
     assert saved["loss"]["name"] == loss and "trl" in saved["versions"]
+    assert saved["code"] == provenance.code() and all(r["commit"] == saved["code"]["commit"] for r in rows)
 
 
 def test_training_resumes_from_its_checkpoint(tmp_path, capsys):

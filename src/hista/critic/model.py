@@ -27,7 +27,7 @@ from typing import Any, Optional, Sequence
 
 import torch
 
-from .. import __version__
+from .. import __version__, provenance
 from ..errors import InputError
 from ..jsonio import loads, write_json_atomic
 
@@ -302,7 +302,7 @@ class ValueModel(torch.nn.Module):
             save_file(self.trained_state(), str(folder / TRAINED))
         save_file({"weight": self.head.weight.detach().cpu().contiguous(),
                    "bias": self.head.bias.detach().cpu().contiguous()}, str(folder / HEAD))
-        record = {**self.info, "format": FORMAT, "hista_version": __version__,
+        record = {**self.info, "format": FORMAT, "hista_version": __version__, "code": provenance.code(),
                   "hidden_size": self.head.in_features, "num_layers": self.num_layers,
                   "layers_trained": self.layers_trained, "weights": BACKBONE if full else TRAINED}
         write_json_atomic(folder / CONFIG, record)

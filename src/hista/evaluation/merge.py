@@ -68,7 +68,9 @@ def merge(parts: Sequence[str | Path], out: str | Path) -> str:
     versions = _versions(first, first_path)
     loaded = _read_parts(parts, first_path, first, n, every)
     ordered = _problems(loaded, every)
-    return _write((out, samples_file, markdown_file), first, versions, ordered)
+    codes = [data.get("code") for _, (_, data) in sorted(loaded.items())]
+    code = codes[0] if all(c == codes[0] for c in codes) else codes  # the shards' code: one, or one per part
+    return _write((out, samples_file, markdown_file), first, versions, ordered, code)
 
 
 def _check_outputs(parts: Sequence[str | Path], out: Path, samples_file: Path, markdown_file: Path) -> None:
@@ -123,14 +125,14 @@ def _problems(loaded: dict[int, tuple[Path, dict]], every: list[str]) -> list[di
     return [found[key][0] for key in every]
 
 
-def _write(outputs: tuple[Path, Path, Path], first: dict, versions: dict, ordered: list[dict]) -> str:
+def _write(outputs: tuple[Path, Path, Path], first: dict, versions: dict, ordered: list[dict], code) -> str:
     """The merged results, table and per-problem file (``outputs``) a whole evaluation writes,
     all prepared before the first is written; returns the table."""
     out, samples_file, markdown_file = outputs
     settings = first["settings"]
     summary = summarise(ordered, settings["benchmarks"], seed=settings["seed"])
     results = {"format": FORMAT, "settings": settings, "model": first["model"], "versions": versions,
-               "notes": first.get("notes", []), "summary": summary, "problems": ordered}
+               "code": code, "notes": first.get("notes", []), "summary": summary, "problems": ordered}
     table = result_markdown(results)
     header = {"kind": "settings", "settings": settings, "hista_version": versions["hista"]}
     lines = [dumps_line(record) for record in [header, *ordered]]

@@ -25,7 +25,7 @@ from typing import Callable, Optional, Sequence
 
 from tqdm.auto import tqdm
 
-from .. import __version__
+from .. import __version__, provenance
 from ..errors import InputError
 from ..jsonio import check_not_inputs, check_output_file, cut_unterminated, loads, write_atomic, write_json_atomic
 from ..models import EMBEDDED, LoadedModel
@@ -508,7 +508,8 @@ def _write(job: _Job, lm: LoadedModel, done: dict[str, dict], timing: dict, star
                "model": {"name": settings["model"], "revision": lm.revision,
                          "device": str(lm.device) if lm.model is not None else "cuda",
                          "run": job.source.run},
-               "versions": _versions(), "notes": job.notes, "summary": summary, "problems": ordered,
+               "versions": _versions(), "code": provenance.code(), "notes": job.notes, "summary": summary,
+               "problems": ordered,
                **({"shard": {"part": part, "keys": job.every}} if part else {})}
     t = time.perf_counter()
     write_json_atomic(job.out, {**results, "timing": {**timing, "wall_s": time.perf_counter() - start}})

@@ -14,7 +14,7 @@ from typing import Optional, Sequence
 
 from tqdm.auto import tqdm
 
-from .. import __version__, tasks
+from .. import __version__, provenance, tasks
 from ..errors import InputError
 from ..jsonio import check_not_inputs, check_output_file, cut_unterminated
 from ..models import LoadedModel
@@ -191,6 +191,7 @@ def _case_records(engine: Engine, config: BuildConfig, settings: dict, states: l
             "key": key,
             "settings": settings,
             "hista_version": __version__,
+            "code": provenance.code(),
             "problem": problem,
             "field": problem["field"],
             "prompt_text": group[i].prompt_text,

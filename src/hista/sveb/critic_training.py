@@ -12,7 +12,7 @@ import time
 from pathlib import Path
 from typing import Optional, Sequence
 
-from .. import __version__
+from .. import __version__, provenance
 from ..critic.config import CPU_LAYERS, FitConfig
 from ..critic.fit import FrozenFeatures, default_layers, fit
 from ..critic.model import CONFIG, ValueModel, check_layers, decoder_layers
@@ -140,7 +140,8 @@ def train_critics(cases_path: str | Path, out: str | Path, *, mode: str | Sequen
             written.append(_train_one(lm, layers, groups, fold, folds, dataclasses.replace(config, lam=value), base,
                                       path, case_file, features, progress))
         if m == "ppo-1":
-            index = {"format": FOLDS_FORMAT, "hista_version": __version__, **base, "folds": folds,
+            index = {"format": FOLDS_FORMAT, "hista_version": __version__, "code": provenance.code(), **base,
+                     "folds": folds,
                      "seed": config.seed, "cases": str(cases_path), "dirs": [p.name for p, _ in plan],
                      "problems": {p: f["index"] for _, f in plan for p in f["scores"]}}
             write_json_atomic(root / FOLDS, index)

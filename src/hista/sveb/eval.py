@@ -15,7 +15,7 @@ from typing import Optional, Sequence
 import torch
 from tqdm.auto import tqdm
 
-from .. import __version__
+from .. import __version__, provenance
 from ..errors import InputError
 from ..estimators.leakage import reward_leak
 from ..models import LoadedModel, hidden_states, load
@@ -222,6 +222,7 @@ def evaluate(path: str | Path, methods: Sequence[str] = DEFAULT_METHODS, *, mode
     rank_metrics = ranks.rank_summary(rows, methods, n_boot=n_boot, seed=summary["seed"])
     return {
         "hista_version": __version__,
+        "code": provenance.code(),
         "cases_file": str(path),
         "protocol": protocol,
         "settings": case_file.settings,

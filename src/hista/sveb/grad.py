@@ -35,7 +35,7 @@ from typing import Callable, Mapping, Optional, Sequence
 import torch
 from tqdm.auto import tqdm
 
-from .. import losses, tasks
+from .. import losses, provenance, tasks
 from ..advantages import token_advantages
 from ..errors import InputError
 from ..estimators import Estimator
@@ -350,6 +350,6 @@ def run(config: GradConfig, out: str | Path, methods: Sequence[str], *, lm=None,
     baseline = next((m.label for m in built.values() if m.baseline), None)
     records = measure(config, out, lm.model, pool, credits, pad=lm.tokenizer.pad_token_id or 0, progress=progress,
                       baseline=baseline)
-    summary = summarise(records, list(credits), baseline)
+    summary = {**summarise(records, list(credits), baseline), "code": provenance.code()}
     write_outputs(out, summary)
     return summary

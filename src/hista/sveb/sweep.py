@@ -23,7 +23,7 @@ from typing import Any, Optional, Sequence, Union
 
 from tqdm.auto import tqdm
 
-from .. import __version__
+from .. import __version__, provenance
 from ..errors import InputError
 from ..jsonio import check_not_inputs, check_output_dir, complete_lines, cut_unterminated, jsonable, loads, read_input
 from ..models import LoadedModel
@@ -88,7 +88,8 @@ def sweep(cases_path: Union[str, Path], out: Union[str, Path], *, base: Optional
 
     rows = [dict(stored[r["key"]], problem=case_file.problem(r)) for r in records]  # rows of older sweeps lack it
     labels = {s: method.label for s, method in chosen.items()}
-    result = {"hista_version": __version__, "cases_file": str(cases_path), "protocol": protocol,
+    result = {"hista_version": __version__, "code": provenance.code(), "cases_file": str(cases_path),
+              "protocol": protocol,
               "settings": case_file.settings, "base": base, "grid": grid,
               "methods": {s: method.record() for s, method in chosen.items()},
               **({"critics": header["critics"]} if bound else {}),

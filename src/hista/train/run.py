@@ -16,7 +16,7 @@ from typing import Any, Optional
 import yaml
 from transformers import TrainerCallback
 
-from .. import rewards, tasks, yamlio
+from .. import provenance, rewards, tasks, yamlio
 from ..errors import InputError
 from ..jsonio import check_not_inputs, jsonable, read_input, write_atomic
 from ..rollout.engine import chat_messages
@@ -167,7 +167,8 @@ class MetricsLog(TrainerCallback):
         if not state.is_world_process_zero or not logs or ("loss" not in logs and not evaluated):
             return
         with open(self.path, "a") as f:
-            f.write(json.dumps(jsonable({"step": state.global_step, "time": time.time(), **logs})) + "\n")
+            f.write(json.dumps(jsonable({"step": state.global_step, "time": time.time(), **logs,
+                                          "commit": provenance.code()["commit"]})) + "\n")
         parts = [f"{name} {logs[key]:.3g}" for name, key in self.KEYS if logs.get(key) is not None]
         parts += [f"{key} {logs[key]:.3g}" for key in evaluated if logs[key] is not None]
         print(f"step {state.global_step}/{state.max_steps}: " + ", ".join(parts), flush=True)
@@ -215,6 +216,7 @@ def check_same_run(recipe: Recipe) -> None:
     if not isinstance(saved, dict):
         raise InputError("the earlier run's recipe is not a mapping", path=str(saved_path))
     saved.pop("versions", None)
+    saved.pop("code", None)  # which code wrote it: a resume may run on another commit
     saved.setdefault("rollout_engine", "trl")  # runs from before the engine sampled in training
     saved.setdefault("dynamic_sampling", False)  # runs from before dynamic sampling
     saved.setdefault("packed_loss", False)  # runs from before the packed loss forward
@@ -429,7 +431,8 @@ def _dataset(recipe: Recipe, problems: list[tuple[str, dict]], plan: Any, config
 def _write_start(recipe: Recipe, out: Path, checkpoint: Optional[tuple[int, Path]], trl_version: str) -> None:
     """What a run writes before it trains: ``recipe.yaml`` (with TRL's version), and, on resume,
     ``metrics.jsonl`` cut back to the checkpoint, whose later steps are trained again."""
-    text = yaml.safe_dump({**recipe.to_dict(), "versions": {"trl": trl_version}}, sort_keys=False)
+    text = yaml.safe_dump({**recipe.to_dict(), "versions": {"trl": trl_version}, "code": provenance.code()},
+                          sort_keys=False)
     write_atomic(out / "recipe.yaml", lambda fh: fh.write(text), kind="yaml")
     if checkpoint is not None:
         checkpoints.trim_metrics(out / "metrics.jsonl", checkpoint[0])
