@@ -212,6 +212,7 @@ def plot() -> None:
         ax.set_yticks(range(len(names)), names, fontsize=8)
         ax.invert_yaxis()
         ax.set_xlabel(f"cosine with the true gradient − {summ['baseline']}'s", fontsize=9)
+        ax.xaxis.set_major_locator(plt.MaxNLocator(5))  # a wide interval must not crowd the labels
         ax.set_title(f"setting {s}, {'start of training' if c == 'base' else 'GRPO step 20'}", fontsize=9)
     fig.tight_layout()
     fig.savefig(HERE / "cosine.png", dpi=120)
