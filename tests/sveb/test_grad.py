@@ -215,3 +215,26 @@ def test_the_table_drops_adam_when_unmeasured_and_warns_of_a_noisy_reference():
     noisy, clear = (table(summarise(records(x), ["GRPO", "X"])) for x in (0.02, 0.4))
     assert "Adam" not in noisy and "| X | 0.2000" in noisy and "+0.1000" in noisy
     assert "mostly sampling noise" in noisy and "mostly sampling noise" not in clear
+
+
+def test_a_prompts_credit_does_not_depend_on_the_prompts_before_it():
+    """The probe keeps a history of recent batches in training; in the instrument every prompt
+    starts from the estimator as built, so that a resumed measurement is exact."""
+    model = small_model()
+    probe, layer = estimator_credit(estimators.get("probe"), None, 2)
+    gen = torch.Generator().manual_seed(1)
+
+    def credit(p):
+        prompt = [1, 2 + p, 3]
+        rows = sample_pool(model, prompt, 12, 4, gen)
+        comps, rewards = [r["completion_ids"] for r in rows], [r["reward"] for r in rows]
+        with torch.no_grad():
+            hidden = [model(input_ids=torch.tensor([prompt + c]), output_hidden_states=True).hidden_states[layer][0]
+                      for c in comps]
+        keys = [f"p{p}#{k // 4}" for k in range(12)]
+        return lambda: probe(prompt, comps, rewards, {layer: hidden}, keys)
+
+    first, second = credit(0), credit(1)
+    alone = second()
+    first()
+    assert all(torch.equal(a, b) for a, b in zip(alone, second()))

@@ -27,6 +27,7 @@ estimator alike (dynamic sampling drops it; GRPO's step there is zero).
 
 from __future__ import annotations
 
+import copy
 import json
 import math
 from pathlib import Path
@@ -126,15 +127,18 @@ def pool_record(problem: dict, rollouts: Sequence[Rollout], ends: set) -> dict:
 def estimator_credit(est: Estimator, tokenizer, num_layers: int) -> tuple[Credit, Optional[int]]:
     """A registered estimator as a credit function over a prompt's R groups (one call, every
     group its own key, so that no value table carries from one group to the next; an estimator
-    that learns across groups, the probe, fits each group on the prompt's other groups), and the
-    hidden layer it reads (None when it reads none)."""
+    that learns across groups, the probe, fits each group on the prompt's other groups only: each
+    call starts from the estimator as built), and the hidden layer it reads (None when it reads
+    none)."""
     if est.needs_continuations or getattr(est, "critic_requirement", None) is not None:
         raise InputError(f"{est.name} needs Monte-Carlo continuations or a trained critic; grad measures the "
                          "estimators a training run uses", field="methods")
     layer = est.hidden_layer(num_layers) if est.needs_hidden else None
 
     def credit(prompt, comps, rewards, hidden, keys):
-        adv = token_advantages(est, [prompt] * len(comps), comps, rewards, keys,
+        # the estimator as built, for every prompt: no history (the probe's recent batches) carries from
+        # one prompt to the next, so that a prompt's record depends on it alone and a resumed run is exact
+        adv = token_advantages(copy.deepcopy(est), [prompt] * len(comps), comps, rewards, keys,
                                hidden=hidden[layer] if layer is not None else None,
                                tokenizer=tokenizer if est.needs_text else None)
         return [adv[i, : len(c)] for i, c in enumerate(comps)]
