@@ -175,11 +175,11 @@ def reference_parts(space, rows: Sequence[dict], groups: list[list[int]]) -> lis
         by_reward: dict[float, list[int]] = {}
         for i in members:
             by_reward.setdefault(rows[i]["reward"], []).append(i)
-        sums = {r: space.step({i: torch.ones(len(rows[i]["completion_ids"])) for i in m}) for r, m in by_reward.items()}
-        u, v = torch.zeros_like(next(iter(sums.values()))), torch.zeros_like(next(iter(sums.values())))
-        for r, s in sums.items():
-            u.add_(s, alpha=r)
-            v.add_(s)
+        u = v = None
+        for r, m in by_reward.items():  # one [V·d] sum alive at a time, whatever the number of rewards
+            s = space.step({i: torch.ones(len(rows[i]["completion_ids"])) for i in m})
+            u = s * r if u is None else u.add_(s, alpha=r)
+            v = s if v is None else v.add_(s)
         parts.append((u, v))
     return parts
 
