@@ -238,3 +238,22 @@ def test_a_prompts_credit_does_not_depend_on_the_prompts_before_it():
     alone = second()
     first()
     assert all(torch.equal(a, b) for a, b in zip(alone, second()))
+
+
+def test_a_group_whose_reference_rollouts_all_earned_one_reward_is_not_measured():
+    """Its leave-one-out reference is exactly 0: a cosine with it would read rounding noise."""
+    model = small_model()
+    prompt = [1, 2, 3]
+    rows = sample_pool(model, prompt, 27, 4, torch.Generator().manual_seed(2))
+    for i, row in enumerate(rows):  # group 0 mixed, groups 1 and 2 all correct
+        row["reward"] = float(i % 2) if i < 9 else 1.0
+    config = GradConfig(temperature=TAU, groups=3, group_size=9)
+    grpo, _ = estimator_credit(estimators.get("grpo"), None, 2)
+    record = measure_prompt(model, {"id": "p", "prompt_ids": prompt, "rows": rows}, {"GRPO": (grpo, None)}, config,
+                            losses.get("dapo"))
+    assert record["steps"]["GRPO"] == [None, None, None]
+    space = HeadSpace(model, Rows(prompt, [r["completion_ids"] for r in rows], features(model, prompt,
+                      [r["completion_ids"] for r in rows])), TAU)
+    parts = reference_parts(space, rows, [list(range(k * 9, (k + 1) * 9)) for k in range(3)])
+    rewards = [[r["reward"] for r in rows[k * 9:(k + 1) * 9]] for k in range(3)]
+    assert not reference(parts, rewards, [1, 2]).any() and reference(parts, rewards, [0, 1]).any()

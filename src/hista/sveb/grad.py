@@ -210,6 +210,8 @@ def reference(parts, rewards_by_group: list[list[float]], keep: Sequence[int],
             v -= parts[k][1]
     rewards = [x for k in keep for x in rewards_by_group[k]]
     n = len(rewards)
+    if len(set(rewards)) == 1:  # exactly 0: computed, it would be the rounding noise of u − R v
+        return u.zero_()
     return u.sub_(v, alpha=sum(rewards) / n).div_(n - 1)
 
 
@@ -277,11 +279,12 @@ def measure_prompt(model, record: dict, credits: Mapping[str, tuple[Credit, Opti
     advantages = {name: fn(prompt, comps, flat_rewards, hidden, keys) for name, (fn, _) in credits.items()}
     steps: dict[str, list[Optional[dict]]] = {name: [] for name in credits}
     for k, members in enumerate(groups):
-        if flat[k]:
+        others = [j for j in range(R) if j != k]
+        if flat[k] or len({x for j in others for x in rewards[j]}) == 1:  # no step, or a reference of exactly 0
             for name in credits:
                 steps[name].append(None)
             continue
-        ref = reference(parts, rewards, [j for j in range(R) if j != k], total)
+        ref = reference(parts, rewards, others, total)
         response, gram, ref_norm = space.response(members, ref), space.gram(members), float(ref.norm())
         for name in credits:
             w = loss_weights(loss, [space.logps[i] for i in members], [advantages[name][i] for i in members],
