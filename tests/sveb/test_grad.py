@@ -252,6 +252,7 @@ def test_a_group_whose_reference_rollouts_all_earned_one_reward_is_not_measured(
     record = measure_prompt(model, {"id": "p", "prompt_ids": prompt, "rows": rows}, {"GRPO": (grpo, None)}, config,
                             losses.get("dapo"))
     assert record["steps"]["GRPO"] == [None, None, None]
+    assert record["split_half"] is None  # groups 1 and 2, one half, all earned 1: no split-half cosine
     space = HeadSpace(model, Rows(prompt, [r["completion_ids"] for r in rows], features(model, prompt,
                       [r["completion_ids"] for r in rows])), TAU)
     parts = reference_parts(space, rows, [list(range(k * 9, (k + 1) * 9)) for k in range(3)])

@@ -262,7 +262,7 @@ def measure_prompt(model, record: dict, credits: Mapping[str, tuple[Credit, Opti
     flat_rewards = [x for r in rewards for x in r]
     if len(set(flat_rewards)) == 1:  # one reward for every rollout: the reference is 0, no step to measure
         return {"id": record["id"], "accuracy": sum(flat_rewards) / len(flat_rewards), "flat_groups": R,
-                "split_half": 0.0, "steps": {name: [None] * R for name in credits}}
+                "split_half": None, "steps": {name: [None] * R for name in credits}}
     comps = [r["completion_ids"] for r in rows]
     prompt = record["prompt_ids"]
     layers = {layer for _, layer in credits.values() if layer is not None}
@@ -273,7 +273,9 @@ def measure_prompt(model, record: dict, credits: Mapping[str, tuple[Credit, Opti
     parts = reference_parts(space, rows, groups)
     total = part_sums(parts, range(R))
     half = R // 2
-    split_half = cosine(reference(parts, rewards, range(half)), reference(parts, rewards, range(half, R), total))
+    halves = [range(half), range(half, R)]
+    split_half = (cosine(reference(parts, rewards, halves[0]), reference(parts, rewards, halves[1], total))
+                  if all(len({x for k in h for x in rewards[k]}) > 1 for h in halves) else None)  # a 0 half: none
     flat = [len(set(r)) == 1 for r in rewards]
     keys = [f"{record['id']}#{k}" for k in range(R) for _ in range(G)]
     advantages = {name: fn(prompt, comps, flat_rewards, hidden, keys) for name, (fn, _) in credits.items()}

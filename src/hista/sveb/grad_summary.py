@@ -42,11 +42,12 @@ def summarise(records: Sequence[dict], names: Sequence[str], baseline: Optional[
     the first name), the paired difference (mean and interval)."""
     baseline = baseline if baseline is not None else names[0]
     used = [r for r in records if any(s is not None for s in r["steps"][baseline])]
-    split = np.array([r["split_half"] for r in used]) if used else np.zeros(0)
+    # a problem with a half whose rollouts all earned one reward has no split-half cosine (None)
+    split = np.array([r["split_half"] for r in used if r["split_half"] is not None])
     summary = {"prompts": len(used), "prompts_flat": len(records) - len(used),
                "groups": int(sum(s is not None for r in used for s in r["steps"][baseline])),
                "baseline": baseline,
-               "split_half": _interval(split, seed) if used else None,
+               "split_half": _interval(split, seed) if len(split) else None,
                "estimators": {}}
     if not used:
         return summary
@@ -80,7 +81,7 @@ def table(summary: dict) -> str:
             + (cell(summary["split_half"]) if summary["split_half"] else "—") + ".")
     if not summary["estimators"]:
         return head + " Every group's rewards were equal: there is no step to measure.\n"
-    if summary["split_half"]["mean"] < NOISY:
+    if summary["split_half"] is not None and summary["split_half"]["mean"] < NOISY:
         head += (f" **The reference is mostly sampling noise** (split-half below {NOISY}): the cosines "
                  "below cannot be read. Measure on problems the model solves sometimes (a training pool "
                  "filtered to a pass-rate band), or with more groups.")
