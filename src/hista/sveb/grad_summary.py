@@ -76,7 +76,8 @@ def table(summary: dict) -> str:
         star = "*" if d and (d["lo"] > 0 or d["hi"] < 0) else ""
         return "—" if d is None else f"{d['mean']:+.4f} [{d['lo']:+.4f}, {d['hi']:+.4f}]{star}"
 
-    head = (f"{summary['prompts']} prompts ({summary['prompts_flat']} with every group flat left out), "
+    head = (f"{summary['prompts']} prompts ({summary['prompts_flat']} left out: no group with mixed rewards and a "
+            "non-zero reference), "
             f"{summary['groups']} groups; the reference's split-half cosine "
             + (cell(summary["split_half"]) if summary["split_half"] else "—") + ".")
     if not summary["estimators"]:
