@@ -210,9 +210,15 @@ def reference(parts, rewards_by_group: list[list[float]], keep: Sequence[int],
             v -= parts[k][1]
     rewards = [x for k in keep for x in rewards_by_group[k]]
     n = len(rewards)
-    if len(set(rewards)) == 1:  # exactly 0: computed, it would be the rounding noise of u − R v
+    if one_reward(rewards_by_group, keep):  # exactly 0: computed, it would be the rounding noise of u − R v
         return u.zero_()
     return u.sub_(v, alpha=sum(rewards) / n).div_(n - 1)
+
+
+def one_reward(rewards_by_group: list[list[float]], groups: Sequence[int]) -> bool:
+    """Whether every rollout of ``groups`` earned the same reward: their leave-one-out REINFORCE
+    estimate is then exactly 0."""
+    return len({x for k in groups for x in rewards_by_group[k]}) == 1
 
 
 def cosine(a: torch.Tensor, b: torch.Tensor) -> float:
@@ -260,7 +266,7 @@ def measure_prompt(model, record: dict, credits: Mapping[str, tuple[Credit, Opti
     groups = [list(range(k * G, (k + 1) * G)) for k in range(R)]
     rewards = [[rows[i]["reward"] for i in g] for g in groups]
     flat_rewards = [x for r in rewards for x in r]
-    if len(set(flat_rewards)) == 1:  # one reward for every rollout: the reference is 0, no step to measure
+    if one_reward(rewards, range(R)):  # one reward for every rollout: the reference is 0, no step to measure
         return {"id": record["id"], "accuracy": sum(flat_rewards) / len(flat_rewards), "flat_groups": R,
                 "split_half": None, "steps": {name: [None] * R for name in credits}}
     comps = [r["completion_ids"] for r in rows]
@@ -275,14 +281,14 @@ def measure_prompt(model, record: dict, credits: Mapping[str, tuple[Credit, Opti
     half = R // 2
     halves = [range(half), range(half, R)]
     split_half = (cosine(reference(parts, rewards, halves[0]), reference(parts, rewards, halves[1], total))
-                  if all(len({x for k in h for x in rewards[k]}) > 1 for h in halves) else None)  # a 0 half: none
+                  if not any(one_reward(rewards, h) for h in halves) else None)  # a 0 half: none
     flat = [len(set(r)) == 1 for r in rewards]
     keys = [f"{record['id']}#{k}" for k in range(R) for _ in range(G)]
     advantages = {name: fn(prompt, comps, flat_rewards, hidden, keys) for name, (fn, _) in credits.items()}
     steps: dict[str, list[Optional[dict]]] = {name: [] for name in credits}
     for k, members in enumerate(groups):
         others = [j for j in range(R) if j != k]
-        if flat[k] or len({x for j in others for x in rewards[j]}) == 1:  # no step, or a reference of exactly 0
+        if flat[k] or one_reward(rewards, others):  # no step, or a reference of exactly 0
             for name in credits:
                 steps[name].append(None)
             continue
