@@ -5,7 +5,8 @@
 # the setting's training pool with the setting's recipe (loss, temperature, completion cap, G,
 # truncation mask, clip), R = 9 groups of 8 per problem, into runs/update-direction/sK-C; the
 # summary (grad.json, grad.md) is copied here as sK-C.json / sK-C.md and the per-group metrics as
-# sK-C-steps.jsonl.gz (analyse.py resamples them). Resumable. EXTRA adds options (--no-adam).
+# sK-C-steps.jsonl.gz (analyse.py resamples them). Resumable. Sampled 64 sequences per
+# engine call (the default then; since 2026-12-07 it is 128, which draws other rollouts). EXTRA adds options (--no-adam).
 #
 #     OMP_NUM_THREADS=1 results/update-direction/run.sh 1 base
 set -euo pipefail
@@ -20,7 +21,7 @@ model=()
 mkdir -p runs/update-direction
 head -n 32 results/train-study-2/pool-problems-$setting.jsonl > runs/update-direction/problems-$setting.jsonl
 $H sveb grad --recipe results/train-study-2/recipe-$setting.yaml "${model[@]}" \
-    --tasks jsonl:runs/update-direction/problems-$setting.jsonl --problems 32 --groups 9 \
+    --tasks jsonl:runs/update-direction/problems-$setting.jsonl --problems 32 --groups 9 --batch-size 64 \
     --methods-file $D/methods.yaml ${EXTRA:-} --out $out
 cp $out/grad.json $D/s$setting-$checkpoint.json
 cp $out/grad.md $D/s$setting-$checkpoint.md
