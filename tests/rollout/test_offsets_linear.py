@@ -7,7 +7,9 @@ per-tokenizer cache of token bytes is filled by a first, untimed call (a one-off
 tokenizer and process, measured in results/issue-41/linear-time.md). As math-verify there, the
 tokenizer's own ``decode`` (third-party, and what a695632 paid too) is timed apart and not
 counted as hista's. The budget is ``LIMIT_S`` per 64k characters of decoded text: 64k random
-ids of the embedded tokenizer decode to some 440k characters.
+ids of the embedded tokenizer decode to some 440k characters. An input over the budget gets the
+second look of ``test_linear_time.py`` (at most ``GROWTH`` times its first quarter, never over
+ten times the budget) instead of failing on a slow machine.
 """
 
 from __future__ import annotations
@@ -25,6 +27,9 @@ from hista.rollout import offsets as offsets_module
 N = 65536
 LIMIT_S = 0.1
 GUARD_S = 10.0
+#: how much more an input over the budget may cost than its first quarter (linear: 4); the
+#: second look of tests/reliability/test_linear_time.py, for a machine slower than the budget's
+GROWTH = 6.0
 
 
 # --------------------------------------------------------------------------- tokenizers
@@ -417,10 +422,16 @@ def _assert_fast(monkeypatch, tokenizer, families):
         assert len(offsets) == N and offsets[-1][1] == len(text), name
         limit = LIMIT_S * max(1.0, len(text) / 65536)
         t = CLOCK.best_of_3(decode_with_offsets, tokenizer, ids, limit=limit, guard_s=GUARD_S)
-        if t >= limit:
-            slow[name] = ("stopped after %.0f s" % GUARD_S if t == float("inf")
-                          else "%.3f s for %d characters (limit %.3f s)" % (t, len(text), limit))
-    assert not slow, f"over {LIMIT_S} s of CPU time per 64k characters on {len(slow)} inputs of {N} tokens: {slow}"
+        if t == float("inf") or t >= 10 * limit:
+            slow[name] = "stopped after %.0f s" % GUARD_S if t == float("inf") else "%.3f s" % t
+        elif t >= limit:  # a slow machine: linear work costs about 4 times its first quarter
+            quarter = CLOCK.best_of_3(decode_with_offsets, tokenizer, ids[: N // 4], limit=t / GROWTH,
+                                      guard_s=GUARD_S)
+            if t > GROWTH * quarter:
+                slow[name] = "%.3f s for %d characters (limit %.3f s), %.1f times its first quarter" % (
+                    t, len(text), limit, t / quarter)
+    assert not slow, (f"over {LIMIT_S} s of CPU time per 64k characters, and not linear, on {len(slow)} inputs "
+                      f"of {N} tokens: {slow}")
 
 
 def test_adversarial_token_ids_are_fast(tiny, monkeypatch):
