@@ -2,6 +2,7 @@
 
     python results/train-study-3/pilot.py sets     # runs/train-study-3/pilot/C.jsonl per candidate
     python results/train-study-3/pilot.py report   # pilot-base.md here, from pilot.sh's evaluations
+    python results/train-study-3/pilot.py study KEY TRAIN   # train.jsonl, validation.jsonl here (step 2)
 
 A candidate's problems are the first 100 distinct problems of its validation split (the test
 split stays unseen until the study's design is written). The report gives per candidate: greedy
@@ -30,16 +31,33 @@ def candidates() -> dict[str, str]:
     return {key: spec.strip() for key, spec in rows}
 
 
+def distinct(spec: str, split: str, n: int) -> list[dict]:
+    """The first ``n`` distinct problems of a split, in generation order."""
+    seen, rows = set(), []
+    for rec in tasks.load(spec, n=20 * n, seed=0, split=split):
+        if rec["problem"] not in seen:
+            seen.add(rec["problem"])
+            rows.append(rec)
+    return rows[:n]
+
+
+def write(path: Path, rows: list[dict]) -> None:
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    print(f"{path}: {len(rows)} problems")
+
+
 def sets() -> None:
     OUT.mkdir(parents=True, exist_ok=True)
     for key, spec in candidates().items():
-        seen, rows = set(), []
-        for rec in tasks.load(spec, n=20 * N, seed=0, split="validation"):
-            if rec["problem"] not in seen:
-                seen.add(rec["problem"])
-                rows.append(rec)
-        (OUT / f"{key}.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows[:N]))
-        print(f"{OUT}/{key}.jsonl: {len(rows[:N])} problems of {spec}")
+        write(OUT / f"{key}.jsonl", distinct(spec, "validation", N))
+
+
+def study(key: str, train: str) -> None:
+    """Step 2's files: the chosen candidate's first TRAIN distinct train problems and its pilot
+    validation problems (the test split stays unread until DESIGN.md)."""
+    spec = candidates()[key]
+    write(HERE / "train.jsonl", distinct(spec, "train", int(train)))
+    write(HERE / "validation.jsonl", distinct(spec, "validation", N))
 
 
 def samples(path: Path) -> list[list[dict]]:
@@ -70,4 +88,4 @@ def report() -> None:
 
 
 if __name__ == "__main__":
-    {"sets": sets, "report": report}[sys.argv[1]]()
+    {"sets": sets, "report": report, "study": study}[sys.argv[1]](*sys.argv[2:])
