@@ -14,7 +14,7 @@ from .. import estimators
 from ..errors import InputError
 from .labels import field_label, label_of
 from .methods import Method
-from .metrics import is_mcs_row, summary_rows
+from .metrics import grpo_value, is_mcs_row, summary_rows
 from .present import finite, new_figure, save_figure
 
 __all__ = ["plot_mae", "plot_differences", "plot_delta", "difference_stats"]
@@ -126,10 +126,9 @@ def _differences(records: Sequence[dict], method: str) -> list[float]:
     """V − V_GRPO of ``method`` on every case that has both a finite value and group mean."""
     d = []
     for rec in records:
-        v = (rec.get("values") or {}).get(method)
-        g = rec.get("group_mean")
-        if finite(v) and finite(g):
-            d.append(float(v) - float(g))
+        v, g = (rec.get("values") or {}).get(method), grpo_value(rec)
+        if finite(v) and math.isfinite(g):
+            d.append(float(v) - g)
     return d
 
 

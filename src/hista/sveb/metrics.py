@@ -212,6 +212,33 @@ def pearson(x: Sequence[float], y: Sequence[float]) -> float:
 # --------------------------------------------------------------------------------------------
 
 
+#: The GRPO baseline of a case (SPEC §8): its row's ``group_mean``, the mean reward of the case's
+#: group as the methods were shown it (the others' mean under the leak-free protocol). Every
+#: comparison against GRPO (here, ``paired``, ``ranks``, ``sweep``, ``figures``) reads it through
+#: :func:`grpo_value`, and its MAE is :func:`grpo_mae`.
+GRPO_FIELD = "group_mean"
+
+
+def grpo_value(row: Mapping[str, Any]) -> float:
+    """The row's GRPO baseline, or NaN when it is missing, None, a boolean or not finite."""
+    v = row.get(GRPO_FIELD)
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
+        return math.nan
+    return float(v)
+
+
+def has_grpo(rows: Sequence[Mapping[str, Any]]) -> bool:
+    """Whether there are rows and every one records its GRPO baseline."""
+    return bool(rows) and all(math.isfinite(grpo_value(row)) for row in rows)
+
+
+def grpo_mae(rows: Sequence[Mapping[str, Any]]) -> float:
+    """The MAE of the GRPO baseline over ``rows`` (SPEC §8): mean |group_mean − target|; NaN
+    without rows."""
+    errors = [abs(grpo_value(row) - float(row["target"])) for row in rows]
+    return math.fsum(errors) / len(errors) if errors else math.nan
+
+
 def value_of(record: Mapping[str, Any], method: str) -> float:
     """The method's value in a case row (SPEC §8), or NaN when missing, None, non-numeric or
     non-finite."""
@@ -315,8 +342,8 @@ def summarise(
         "resampled": resampling(labels),
         "n_problems": None if labels is None else len(set(labels)),
     }
-    if records and all(isinstance(rec.get("group_mean"), (int, float)) for rec in records):
-        summary["grpo_mae"] = _grpo_mae(by_field)
+    if has_grpo(records):
+        summary["grpo_mae"] = {field: grpo_mae(recs) for field, recs in by_field.items()}
     return summary
 
 
@@ -402,15 +429,6 @@ def _mcs_row(k: int, records: Sequence[dict], by_field: Mapping[str, list[dict]]
         kept = [error_of[id(rec)] for rec in used]
         row[field] = _cell(kept, None, None, len(recs) - len(kept), n_boot, seed, _clusters(problem, used))
     return row
-
-
-def _grpo_mae(by_field: Mapping[str, list[dict]]) -> dict[str, float]:
-    """The MAE of the GRPO baseline per field (SPEC §8): mean |group_mean - target| over its cases."""
-    out = {}
-    for field, recs in by_field.items():
-        errors = [abs(float(rec["group_mean"]) - float(rec["target"])) for rec in recs]
-        out[field] = math.fsum(errors) / len(errors) if errors else math.nan
-    return out
 
 
 # --------------------------------------------------------------------------------------------

@@ -18,7 +18,7 @@ from typing import Any, Mapping, Sequence
 
 import numpy as np
 
-from .metrics import bootstrap_ci, case_problems, pearson, resampling, value_of
+from .metrics import GRPO_FIELD, bootstrap_ci, case_problems, grpo_value, pearson, resampling, value_of
 
 __all__ = ["paired_summary", "position_slice", "length_slices", "TIE_TOLERANCE", "POSITION_LABELS"]
 
@@ -142,7 +142,7 @@ def paired_summary(rows: Sequence[Mapping[str, Any]], methods: Sequence[str], n_
     length_of, cuts = length_slices(rows)
     members = _members(rows, length_of)
     targets = [_number(row["target"]) for row in rows]
-    grpo = [_number(row.get("group_mean")) for row in rows]
+    grpo = [grpo_value(row) for row in rows]
     problems = case_problems(rows)
     out_rows: dict[str, dict[str, dict[str, Any]]] = {}
     for method in methods:
@@ -152,7 +152,7 @@ def paired_summary(rows: Sequence[Mapping[str, Any]], methods: Sequence[str], n_
                             for group, slices in members.items()}
     return {
         "methods": methods,
-        "baseline": "group_mean",
+        "baseline": GRPO_FIELD,
         "level": level,
         "n_boot": n_boot,
         "seed": seed,

@@ -29,7 +29,7 @@ from typing import Any, Mapping, Sequence
 
 import numpy as np
 
-from .metrics import case_problems, pearson, resampling, value_of
+from .metrics import case_problems, grpo_value, has_grpo, pearson, resampling, value_of
 
 __all__ = ["ranks", "spearman", "auroc", "rank_summary", "STATISTICS", "MIN_WITHIN"]
 
@@ -109,8 +109,8 @@ def rows_of(records: Sequence[Mapping[str, Any]], methods: Sequence[str], mcs: S
     def own(i: int, rec: Mapping[str, Any], value: float) -> tuple[int, float, float, int, int]:
         return (i, value, float(rec["target"]), *_outcomes(rec.get("continuations") or []))
 
-    if "grpo" not in methods and records and all(isinstance(rec.get("group_mean"), (int, float)) for rec in records):
-        out["GRPO"] = row([own(i, rec, float(rec["group_mean"])) for i, rec in enumerate(records)])
+    if "grpo" not in methods and has_grpo(records):
+        out["GRPO"] = row([own(i, rec, grpo_value(rec)) for i, rec in enumerate(records)])
     for method in methods:
         out[method] = row([own(i, rec, value_of(rec, method)) for i, rec in enumerate(records)
                            if math.isfinite(value_of(rec, method))])

@@ -33,6 +33,7 @@ from .cases import CaseFile, read_cases
 from .eval import Setup, evaluate_case, open_critics, prepare
 from .grid import check_grid, grid_points, parse_grid
 from .methods import build_methods
+from .metrics import grpo_mae
 from .paired import paired_summary
 from .ranks import auroc, rows_of, spearman
 from .selection import select, selection_plan
@@ -232,6 +233,5 @@ def summarise(rows: Sequence[dict], points: Sequence[tuple[str, Optional[dict]]]
                     "win_rate": cell["win"], "tie_rate": cell["tie"], "n": cell["n"], "skipped": cell["skipped"],
                     "rho": _number(spearman(row.values, row.targets)),
                     "auroc": _number(auroc(row.values, row.wins, row.losses))})
-    grpo = [abs(r["group_mean"] - r["target"]) for r in rows]
-    return {"points": out, "grpo_mae": math.fsum(grpo) / len(grpo) if grpo else math.nan, "n_cases": len(rows),
+    return {"points": out, "grpo_mae": grpo_mae(rows), "n_cases": len(rows),
             "n_boot": n_boot, "seed": seed, "resampled": paired["resampled"]}
