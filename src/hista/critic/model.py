@@ -30,6 +30,7 @@ import torch
 from .. import __version__, provenance
 from ..errors import InputError
 from ..jsonio import loads, write_json_atomic
+from ..models.capture import decoder_stack
 
 FORMAT = "hista-critic/1"
 CONFIG, HEAD, TRAINED, BACKBONE = "critic.json", "value_head.safetensors", "trained_layers.safetensors", "backbone"
@@ -39,16 +40,6 @@ REWRITE = "remove this critic folder and write it again (rerun hista critic trai
 
 def _text_config(config: Any) -> Any:
     return config.get_text_config() if hasattr(config, "get_text_config") else config
-
-
-def decoder_layers(backbone: torch.nn.Module) -> tuple[str, torch.nn.ModuleList]:
-    """The backbone's stack of decoder layers and its name (``layers`` for Llama / Qwen /
-    Mistral, ``h`` for GPT-2): the ModuleList of ``num_hidden_layers`` blocks (SPEC §4.5)."""
-    count = int(_text_config(backbone.config).num_hidden_layers)
-    for name, module in backbone.named_modules():
-        if isinstance(module, torch.nn.ModuleList) and len(module) == count:
-            return name, module
-    raise ValueError(f"cannot find the {count} decoder layers of {type(backbone).__name__}")
 
 
 def check_layers(layers: Optional[int], count: int, *, field: str) -> int:
@@ -75,7 +66,7 @@ class ValueModel(torch.nn.Module):
         self.head = head if head is not None else torch.nn.Linear(hidden, 1)
         self.info = dict(info or {})
         self.vocab_size = int(backbone.get_input_embeddings().num_embeddings)
-        self._blocks_name, self._blocks = decoder_layers(backbone)
+        self._blocks_name, self._blocks = decoder_stack(backbone)
         self._tail_exact: Optional[bool] = None
         #: a :class:`hista.critic.fit.FrozenFeatures` that :meth:`values` reads and fills
         #: (critics with the same frozen layers share their work; None: computed per call)

@@ -47,12 +47,16 @@ def backbone_of(model: torch.nn.Module) -> torch.nn.Module:
     return base
 
 
-def _decoder_layers(backbone: torch.nn.Module) -> torch.nn.ModuleList:
-    for module in backbone.modules():
-        layers = getattr(module, "layers", None)
-        if isinstance(layers, torch.nn.ModuleList) and len(layers) > 0:
-            return layers
-    raise ValueError(f"cannot find the decoder layers of {type(backbone).__name__}; only layer=-1 can be captured")
+def decoder_stack(backbone: torch.nn.Module) -> tuple[str, torch.nn.ModuleList]:
+    """The backbone's stack of decoder layers and its name (``layers`` for Llama / Qwen /
+    Mistral, ``h`` for GPT-2): the ModuleList of ``num_hidden_layers`` blocks of its text config
+    (SPEC §4.5). (Their number alone: :func:`hista.models.forward.decoder_layers`.)"""
+    config = backbone.config
+    count = int((config.get_text_config() if hasattr(config, "get_text_config") else config).num_hidden_layers)
+    for name, module in backbone.named_modules():
+        if isinstance(module, torch.nn.ModuleList) and len(module) == count:
+            return name, module
+    raise ValueError(f"cannot find the {count} decoder layers of {type(backbone).__name__}")
 
 
 def hook_layer(backbone: torch.nn.Module, layer: int, grab: Callable[[torch.Tensor], None]) -> list:
@@ -68,7 +72,10 @@ def hook_layer(backbone: torch.nn.Module, layer: int, grab: Callable[[torch.Tens
 
     if layer == -1:
         return [backbone.register_forward_hook(normed)]
-    layers = _decoder_layers(backbone)
+    try:
+        layers = decoder_stack(backbone)[1]
+    except ValueError as exc:
+        raise ValueError(f"{exc}; only layer=-1 can be captured") from None
     count = len(layers) + 1
     if not -count <= layer < count:
         raise ValueError(f"layer {layer} is out of range: {type(backbone).__name__} has {count} hidden states "

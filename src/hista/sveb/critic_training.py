@@ -15,9 +15,10 @@ from typing import Optional, Sequence
 from .. import __version__, provenance
 from ..critic.config import CPU_LAYERS, FitConfig
 from ..critic.fit import FrozenFeatures, default_layers, fit
-from ..critic.model import CONFIG, ValueModel, check_layers, decoder_layers
+from ..critic.model import CONFIG, ValueModel, check_layers
 from ..errors import InputError
 from ..jsonio import write_json_atomic
+from ..models.forward import decoder_layers
 from ..types import RolloutGroup
 from .cases import CaseFile, fold_problems, read_cases
 from .critics import FOLDS, FOLDS_FORMAT, MODES, case_groups, check_trained
@@ -208,7 +209,7 @@ def _backbone(model: Optional[str], case_file: CaseFile, device: Optional[str]):
 def _check_backbone_of_kept(kept: dict, lm, layers: Optional[int]) -> None:
     """The trained layers checked against the backbone, and every kept critic against this run's
     backbone and trained layers, before anything is written."""
-    count = len(decoder_layers(lm.model.base_model)[1])
+    count = decoder_layers(lm.model.base_model)
     if layers is not None:
         check_layers(layers, count, field="--layers")
     ours = {"backbone": {"model": lm.name, "revision": lm.revision},
