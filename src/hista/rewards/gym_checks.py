@@ -64,15 +64,15 @@ def _plain_value(node: ast.AST) -> bool:
     return isinstance(node, (ast.Constant, ast.Name))
 
 
-def _number(node: ast.AST) -> Optional[Fraction]:
+def _literal_fraction(node: ast.AST) -> Optional[Fraction]:
     """The value of a constant number written with digits, ``-`` and ``/`` only, or None."""
     if isinstance(node, ast.Constant) and type(node.value) in (int, float):
         return Fraction(node.value)
     if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub):
-        inner = _number(node.operand)
+        inner = _literal_fraction(node.operand)
         return None if inner is None else -inner
     if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Div):
-        a, b = _number(node.left), _number(node.right)
+        a, b = _literal_fraction(node.left), _literal_fraction(node.right)
         return None if a is None or b is None or b == 0 else a / b
     return None
 
@@ -95,7 +95,7 @@ def _expression_error(node: ast.AST, ops: tuple, names: frozenset, calls: frozen
             stack.append(node.operand)
         elif isinstance(node, ast.BinOp) and isinstance(node.op, ops):
             if isinstance(node.op, ast.Pow):
-                exponent = _number(node.right)
+                exponent = _literal_fraction(node.right)
                 if exponent is None or abs(exponent) > MAX_EXPONENT:
                     return f"an exponent must be a number of at most {MAX_EXPONENT}"
                 stack.append(node.left)

@@ -28,7 +28,7 @@ TIE_TOLERANCE = 1e-12
 POSITION_LABELS = ("t/T [0, 1/3)", "t/T [1/3, 2/3)", "t/T [2/3, 1]")
 
 
-def _number(x: Any) -> float:
+def _float_or_nan(x: Any) -> float:
     """``x`` as a float when it is a finite number (not a boolean), else NaN."""
     if isinstance(x, bool) or not isinstance(x, (int, float)):
         return math.nan
@@ -141,7 +141,7 @@ def paired_summary(rows: Sequence[Mapping[str, Any]], methods: Sequence[str], n_
     _check_inputs(rows, methods, n_boot, level)
     length_of, cuts = length_slices(rows)
     members = _members(rows, length_of)
-    targets = [_number(row["target"]) for row in rows]
+    targets = [_float_or_nan(row["target"]) for row in rows]
     grpo = [grpo_value(row) for row in rows]
     problems = case_problems(rows)
     out_rows: dict[str, dict[str, dict[str, Any]]] = {}

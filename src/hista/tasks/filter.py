@@ -10,7 +10,7 @@ from hista.errors import InputError
 _EPS = 1e-6
 
 
-def _number(v: object) -> float | None:
+def _finite_float(v: object) -> float | None:
     """``v`` as a finite float (plain, numpy or 0-d tensor numbers), else None."""
     if isinstance(v, (bool, str, bytes)):
         return None
@@ -35,14 +35,14 @@ def filter_by_accuracy(problems: Sequence[dict], accuracies: Sequence[float],
         raise InputError(f"got {len(problems)} problems but {len(accuracies)} accuracies",
                          field="accuracies")
     for name, v in (("lo", lo), ("hi", hi)):
-        if _number(v) is None:
+        if _finite_float(v) is None:
             raise InputError(f"must be a finite number, got {v!r}", field=name)
     lo, hi = float(lo), float(hi)
     if lo > hi:
         raise InputError(f"lo ({lo}) must not exceed hi ({hi})", field="lo")
     kept = []
     for i, (p, a) in enumerate(zip(problems, accuracies)):
-        acc = _number(a)
+        acc = _finite_float(a)
         if acc is None:
             raise InputError(f"accuracies[{i}] must be a finite number, got {a!r}",
                              field="accuracies")
