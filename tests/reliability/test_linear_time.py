@@ -138,17 +138,8 @@ def _assert_linear(fn, cases=None, quarters=None):
     imports and first-call set-up are not timed."""
     cases, quarters = (FAMILIES, QUARTERS) if cases is None else (cases, quarters)
     fn(FAMILIES["mixed"][:300] if cases is FAMILIES else next(iter(cases.values())))
-    slow = {}
-    for name, arg in cases.items():
-        t = CLOCK.best_of_3(fn, arg, limit=LIMIT_S, guard_s=GUARD_S)
-        if t == float("inf"):
-            slow[name] = "stopped after %.0f s" % GUARD_S
-        elif t >= 10 * LIMIT_S:
-            slow[name] = "%.3f s" % t
-        elif t >= LIMIT_S:
-            quarter = CLOCK.best_of_3(fn, quarters[name], limit=t / GROWTH, guard_s=GUARD_S)
-            if t > GROWTH * quarter:
-                slow[name] = "%.3f s, %.1f times its quarter-length version" % (t, t / quarter)
+    slow = {name: why for name, arg in cases.items()
+            if (why := CLOCK.over_budget(fn, arg, quarters[name], limit=LIMIT_S, guard_s=GUARD_S, growth=GROWTH))}
     assert not slow, f"over {LIMIT_S} s of CPU time, and not linear, on {len(slow)} 64k-character inputs: {slow}"
 
 

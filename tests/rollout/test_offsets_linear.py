@@ -421,15 +421,10 @@ def _assert_fast(monkeypatch, tokenizer, families):
         text, offsets = decode_with_offsets(tokenizer, ids)  # fills the cache of token bytes
         assert len(offsets) == N and offsets[-1][1] == len(text), name
         limit = LIMIT_S * max(1.0, len(text) / 65536)
-        t = CLOCK.best_of_3(decode_with_offsets, tokenizer, ids, limit=limit, guard_s=GUARD_S)
-        if t == float("inf") or t >= 10 * limit:
-            slow[name] = "stopped after %.0f s" % GUARD_S if t == float("inf") else "%.3f s" % t
-        elif t >= limit:  # a slow machine: linear work costs about 4 times its first quarter
-            quarter = CLOCK.best_of_3(decode_with_offsets, tokenizer, ids[: N // 4], limit=t / GROWTH,
-                                      guard_s=GUARD_S)
-            if t > GROWTH * quarter:
-                slow[name] = "%.3f s for %d characters (limit %.3f s), %.1f times its first quarter" % (
-                    t, len(text), limit, t / quarter)
+        why = CLOCK.over_budget(lambda x: decode_with_offsets(tokenizer, x), ids, ids[: N // 4], limit=limit,
+                                guard_s=GUARD_S, growth=GROWTH)
+        if why:
+            slow[name] = "%s for %d characters (limit %.3f s)" % (why, len(text), limit)
     assert not slow, (f"over {LIMIT_S} s of CPU time per 64k characters, and not linear, on {len(slow)} inputs "
                       f"of {N} tokens: {slow}")
 
