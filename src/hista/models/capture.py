@@ -13,6 +13,8 @@ from typing import Callable, Iterator, Optional
 
 import torch
 
+from .forward import decoder_layers
+
 
 @dataclass
 class PassRecord:
@@ -50,9 +52,8 @@ def backbone_of(model: torch.nn.Module) -> torch.nn.Module:
 def decoder_stack(backbone: torch.nn.Module) -> tuple[str, torch.nn.ModuleList]:
     """The backbone's stack of decoder layers and its name (``layers`` for Llama / Qwen /
     Mistral, ``h`` for GPT-2): the ModuleList of ``num_hidden_layers`` blocks of its text config
-    (SPEC §4.5). (Their number alone: :func:`hista.models.forward.decoder_layers`.)"""
-    config = backbone.config
-    count = int((config.get_text_config() if hasattr(config, "get_text_config") else config).num_hidden_layers)
+    (SPEC §4.5), whose number is :func:`hista.models.forward.decoder_layers`."""
+    count = decoder_layers(backbone)
     for name, module in backbone.named_modules():
         if isinstance(module, torch.nn.ModuleList) and len(module) == count:
             return name, module
