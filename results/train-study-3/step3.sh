@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Pilot, step 3 (PILOT.md): what the candidate arms (arms.yaml) would do, before any arm trains.
-# Reads step 2's pool (runs/train-study-3/pilot-grpo/pool/pool.jsonl: the train problems the
-# base policy solves 2-6 times of 8) and its step-20 checkpoint.
+# Reads step 2's pool (pool.jsonl here, kept by pilot-grpo.sh: the train problems the base policy
+# solves 2-6 times of 8) and its step-20 checkpoint (runs/train-study-3/pilot-grpo/checkpoint-20).
 #
 #     OMP_NUM_THREADS=1 results/train-study-3/step3.sh grad base   # update direction and differ, at the start
 #     OMP_NUM_THREADS=1 results/train-study-3/step3.sh grad mid    # the same at GRPO's step 20
@@ -14,8 +14,8 @@ cd "$(dirname "$0")/../.."
 H=${HISTA:-.venv/bin/hista}
 D=results/train-study-3
 run=runs/train-study-3/pilot-grpo
-pool=$run/pool/pool.jsonl
-[[ -f $pool ]] || { echo "no $pool: step 2's pool is not measured yet" >&2; exit 2; }
+pool=$D/pool.jsonl
+[[ -f $pool ]] || { echo "no $pool: step 2's pool is not measured yet (pilot-grpo.sh keep)" >&2; exit 2; }
 problems=runs/train-study-3/pool-problems.jsonl
 .venv/bin/python - "$pool" "$D/train.jsonl" "$problems" <<'PY'
 import json, sys
