@@ -14,6 +14,7 @@ several workers (pytest-xdist) the wall time is shorter.
 from __future__ import annotations
 
 import argparse
+import gzip
 import xml.etree.ElementTree as ET
 from collections import defaultdict
 from pathlib import Path
@@ -22,9 +23,12 @@ from arguments import POSITIVE
 
 
 def read(path: Path) -> dict[str, float]:
-    """Test id (file::name) -> seconds, for every test case of a JUnit XML report."""
+    """Test id (file::name) -> seconds, for every test case of a JUnit XML report (gzipped when
+    its name ends in .gz)."""
     out = {}
-    for case in ET.parse(path).getroot().iter("testcase"):
+    with (gzip.open(path) if path.suffix == ".gz" else open(path, "rb")) as f:
+        root = ET.parse(f).getroot()
+    for case in root.iter("testcase"):
         module = case.get("classname", "").replace(".", "/")
         out[f"{module}.py::{case.get('name')}"] = float(case.get("time") or 0.0)
     return out

@@ -44,6 +44,7 @@ CASES = [
     ("grad_cost.py", ["--groups", "0"], "--groups"),
     ("suite_durations.py", ["/nonexistent.xml"], "/nonexistent.xml"),
     ("suite_durations.py", [str(CASES_FILE), "--top", "0"], "--top"),
+    ("examples.py", ["--threads", "0"], "--threads"),
 ]
 
 

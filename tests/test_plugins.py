@@ -16,6 +16,8 @@ import pytest
 
 from hista.cli import main
 
+pytestmark = pytest.mark.xdist_group("plugins")  # its module fixtures are built once (tests/conftest.py)
+
 PLUGIN = textwrap.dedent('''
     """A third-party plugin for hista (test fixture)."""
     import dataclasses

@@ -27,7 +27,7 @@ BUILD = ["sveb", "build", "--model", "tiny", "--tasks", "builtin:arith", "--task
 FAST = ["--epochs", "1", "--layers", "1", "--device", "cpu"]
 
 
-pytestmark = pytest.mark.usefixtures("one_thread")  # tests/conftest.py
+pytestmark = [pytest.mark.usefixtures("one_thread"), pytest.mark.xdist_group("critic")]  # tests/conftest.py
 
 
 @pytest.fixture(scope="module")

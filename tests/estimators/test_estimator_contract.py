@@ -15,6 +15,8 @@ from hista import estimators
 from hista.errors import InputError
 from hista.types import Rollout, RolloutGroup, State
 
+pytestmark = pytest.mark.xdist_group("estimator-contract")  # its module fixtures are built once (tests/conftest.py)
+
 METHODS = [(name, profile) for name in estimators.names() for profile in estimators.profiles(name)]
 IDS = [name if profile == "default" else f"{name}-{profile}" for name, profile in METHODS]
 PIECES = [" 3", " +", " 4", " =", " 7", ".", " so", " 12", " and", " x"]

@@ -27,6 +27,8 @@ from omegaconf import OmegaConf  # noqa: E402
 from hista.integrations import verl as plugin  # noqa: E402
 from hista.integrations import verl_hidden, verl_trainer  # noqa: E402
 
+pytestmark = pytest.mark.xdist_group("verl-hidden")  # its module fixtures are built once (tests/conftest.py)
+
 LAYERS = 4
 ACTOR = Path(__file__).with_name("verl_cpu_actor.py")
 

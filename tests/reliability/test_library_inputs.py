@@ -24,6 +24,8 @@ from hista.models import check_device, check_weights
 from hista.rollout import SamplingConfig
 from hista.types import Rollout, RolloutGroup
 
+pytestmark = pytest.mark.xdist_group("library-inputs")  # its module fixtures are built once (tests/conftest.py)
+
 BAD = [math.nan, math.inf, -math.inf]
 
 

@@ -32,6 +32,8 @@ from pathlib import Path
 import pytest
 from cputime import CpuClock
 
+pytestmark = pytest.mark.xdist_group("timing")  # the CPU-time tests take turns on one worker (tests/conftest.py)
+
 N = 65536
 LIMIT_S = 0.1
 GUARD_S = 5.0

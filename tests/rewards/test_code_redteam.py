@@ -20,7 +20,8 @@ from hista import rewards
 from hista.rewards import boundary, sandbox
 from hista.rewards.sandbox import sandbox_backend
 
-pytestmark = pytest.mark.skipif(sandbox_backend() != "bwrap", reason="the trust boundary is tested under bubblewrap")
+pytestmark = [pytest.mark.skipif(sandbox_backend() != "bwrap", reason="the trust boundary is tested under bubblewrap"),
+              pytest.mark.xdist_group("code-redteam")]  # its module fixtures are built once (tests/conftest.py)
 
 ROWS = [json.loads(line) for line in (Path(__file__).parents[1] / "data" / "mbpp_style.jsonl").read_text().splitlines()]
 

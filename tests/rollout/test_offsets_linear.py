@@ -24,6 +24,8 @@ from cputime import CpuClock
 from hista.rollout import decode_with_offsets
 from hista.rollout import offsets as offsets_module
 
+pytestmark = pytest.mark.xdist_group("timing")  # the CPU-time tests take turns on one worker (tests/conftest.py)
+
 N = 65536
 LIMIT_S = 0.1
 GUARD_S = 10.0

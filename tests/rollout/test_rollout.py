@@ -7,6 +7,8 @@ from hista.models import forward
 from hista.rollout import GenerateEngine, SamplingConfig, decode_with_offsets
 from hista.rollout.engines import available_engines
 
+pytestmark = pytest.mark.xdist_group("rollout-engines")  # its module fixtures are built once (tests/conftest.py)
+
 
 def test_offsets_tile_text_and_match_tokens(tiny):
     tok = tiny.tokenizer

@@ -14,6 +14,8 @@ from hista.cli import main
 from hista.rollout.engines import available_engines
 from hista.sveb import cases as case_file
 
+pytestmark = pytest.mark.xdist_group("sveb-build-and-eval")  # its module fixtures are built once (tests/conftest.py)
+
 BUILD = ["sveb", "build", "--model", "tiny", "--tasks", "builtin:arith", "--tasks", "builtin:choice",
          "--rollouts", "4", "--continuations", "3", "--max-new-tokens", "6", "--no-filter", "--seed", "5"]
 

@@ -21,6 +21,8 @@ from hista.jsonio import cut_unterminated, jsonable
 from hista.sveb import cases, metrics, results
 from hista.sveb.report import report_file
 
+pytestmark = pytest.mark.xdist_group("sveb-files")  # its module fixtures are built once (tests/conftest.py)
+
 DELETE = object()
 INF = "__INF__"  # a JSON number that parses to infinity (1e400), spliced in after dumping
 

@@ -7,6 +7,8 @@ import pytest
 from hista import sharding
 from hista.cli import main
 
+pytestmark = pytest.mark.xdist_group("sveb-shards")  # its module fixtures are built once (tests/conftest.py)
+
 # 3 + 3 problems in chunks of 8 // 4 = 2 problems: three chunks
 BUILD = ["sveb", "build", "--model", "tiny", "--tasks", "builtin:arith", "--tasks", "builtin:choice",
          "--rollouts", "4", "--continuations", "3", "--max-new-tokens", "6", "--no-filter", "--problems", "3",

@@ -21,6 +21,8 @@ from hista.sveb.methods import build_method, format_method, parse_method, read_m
 from hista.sveb.selection import select, selection_plan
 from hista.sveb.sweep_outputs import markdown, ranked, summary_text, write_outputs
 
+pytestmark = pytest.mark.xdist_group("sveb-sweep")  # its module fixtures are built once (tests/conftest.py)
+
 DATA = Path(__file__).parents[1] / "data"
 TINY = str(DATA / "sveb_cases_tiny.jsonl")
 FINE = "min_distance=1e-4"  # the tiny model's hidden states are close: let distances matter

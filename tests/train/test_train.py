@@ -945,6 +945,7 @@ def _same_state(a, b) -> None:
         assert a == b
 
 
+@pytest.mark.xdist_group("train-uninterrupted")  # these tests share one module fixture each
 @pytest.mark.parametrize("checkpoint", [4, 5])
 def test_a_resume_past_an_epoch_draws_what_an_uninterrupted_run_drew(uninterrupted, tmp_path, checkpoint):
     """Issue 41, item 4: 6 steps, an epoch of 4; resumed from checkpoint-4 (the epoch boundary) or
@@ -961,6 +962,7 @@ def test_a_resume_past_an_epoch_draws_what_an_uninterrupted_run_drew(uninterrupt
     _resumed_like(uninterrupted, tmp_path / "run", checkpoint)
 
 
+@pytest.mark.xdist_group("train-uninterrupted")
 def test_a_run_killed_past_an_epoch_resumes_to_what_it_would_have_drawn(uninterrupted, tmp_path):
     """Issue 41, item 4: the same run in a process of its own (tests/helpers/probe_run.py), killed
     (SIGKILL) in the step after checkpoint-4, resumes from its newest complete checkpoint to what
@@ -1041,6 +1043,7 @@ def uninterrupted_reused(tmp_path_factory):
     return trainer, drawn
 
 
+@pytest.mark.xdist_group("train-uninterrupted")
 def test_a_resume_inside_a_generation_batch_draws_what_an_uninterrupted_run_drew(uninterrupted_reused, tmp_path):
     """Issue 41, item 4: with ``num_iterations=2``, checkpoint-3 falls inside the batch drawn at
     step 2; resumed from it, the run trains step 3 on that batch (from the checkpoint, not drawn
@@ -1057,7 +1060,7 @@ def test_a_resume_inside_a_generation_batch_draws_what_an_uninterrupted_run_drew
     _resumed_like(uninterrupted_reused, tmp_path / "run", 3, num_iterations=2)
 
 
-
+@pytest.mark.xdist_group("train-uninterrupted")
 def test_a_checkpoint_of_an_earlier_hista_inside_a_generation_batch_draws_it_again(uninterrupted_reused, tmp_path,
                                                                                    capsys):
     """A checkpoint written before hista kept the generation state (no generation-0.pt, a marker
