@@ -1,10 +1,12 @@
-"""Run by tests/train/test_train.py under `torch.distributed.run --nproc_per_node N` (gloo, CPU): one
-training step on the tiny model with PER_DEVICE rows per process and groups of G rollouts, so
-groups lie on one process (PER_DEVICE a multiple of G) or span several. Each rank saves what it
-saw locally, the per-token advantages it kept, and every collective or point-to-point call
-made while the advantages were computed (name, tensor bytes, peer).
+"""Run by tests/train/test_train.py under `torch.distributed.run --nproc_per_node N` (gloo, CPU): for
+each configuration ESTIMATOR:PER_DEVICE:G, one training step on the tiny model with PER_DEVICE rows
+per process and groups of G rollouts, so groups lie on one process (PER_DEVICE a multiple of G) or
+span several. Each rank saves, per configuration, what it saw locally, the per-token advantages it
+kept, and every collective or point-to-point call made while the advantages were computed (name,
+tensor bytes, peer), in OUT/K/rankR.pt (K: the configuration's place in the list). One launch
+serves every configuration of a process count.
 
-    python -m torch.distributed.run --nproc_per_node N split_groups.py OUT ESTIMATOR PER_DEVICE G
+    python -m torch.distributed.run --nproc_per_node N split_groups.py OUT ESTIMATOR:PER_DEVICE:G ...
 
 ESTIMATOR is a name or name-profile (``hista-paper``).
 """
@@ -19,7 +21,7 @@ from trl import GRPOConfig
 from hista.models.loading import build_tiny
 from hista.train.trainer import HistaGRPOTrainer
 
-out_dir, estimator, per_device, group = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
+out_dir, configurations = sys.argv[1], [c.split(":") for c in sys.argv[2:]]
 saved = {}
 calls = []
 original = HistaGRPOTrainer.token_advantages
@@ -79,17 +81,21 @@ def reward(completions, **_):
     return [float(len(c[-1]["content"]) % 3 == 0) + 0.1 * len(c[-1]["content"]) for c in completions]
 
 
-lm = build_tiny()
 data = Dataset.from_list([{"prompt": [{"role": "user", "content": f"What is {i} + {i}?"}]} for i in range(16)])
-args = GRPOConfig(output_dir=f"{out_dir}/run", per_device_train_batch_size=per_device, num_generations=group,
-                  max_completion_length=6, max_steps=1, report_to="none", seed=0, save_strategy="no",
-                  bf16=False, disable_tqdm=True, activation_checkpointing=False, use_cpu=True)
-trainer = HistaGRPOTrainer(model=lm.model, reward_funcs=[reward], args=args, train_dataset=data,
-                           processing_class=lm.tokenizer,
-                           advantage_estimator=dict(zip(("name", "profile"), estimator.split("-"))),
-                           loss={"name": "dapo"})
-trainer.train()
-torch.save(saved, f"{out_dir}/rank{saved['rank']}.pt")
+for k, (estimator, per_device, group) in enumerate(configurations):
+    saved.clear()
+    calls.clear()
+    lm = build_tiny()
+    args = GRPOConfig(output_dir=f"{out_dir}/{k}/run", per_device_train_batch_size=int(per_device),
+                      num_generations=int(group), max_completion_length=6, max_steps=1, report_to="none", seed=0,
+                      save_strategy="no", bf16=False, disable_tqdm=True, activation_checkpointing=False, use_cpu=True)
+    trainer = HistaGRPOTrainer(model=lm.model, reward_funcs=[reward], args=args, train_dataset=data,
+                               processing_class=lm.tokenizer,
+                               advantage_estimator=dict(zip(("name", "profile"), estimator.split("-"))),
+                               loss={"name": "dapo"})
+    trainer.train()
+    os.makedirs(f"{out_dir}/{k}", exist_ok=True)
+    torch.save(saved, f"{out_dir}/{k}/rank{saved['rank']}.pt")
 # Shut the gloo group down before the interpreter exits; otherwise a rank can abort in teardown.
 trainer.accelerator.wait_for_everyone()
 torch.distributed.destroy_process_group()

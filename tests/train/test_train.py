@@ -380,7 +380,8 @@ def test_reward_curves_from_metrics_files(tmp_path):
     assert png.read_bytes()[:4] == b"\x89PNG"
 
 
-@pytest.mark.parametrize("estimator, processes, per_device, group", [
+#: (estimator, processes, per_device, group) of the multi-process test
+SPLITS = [
     ("grpo", 2, 2, 4), ("hista-paper", 2, 2, 4),  # each group split 2 + 2 over two processes
     ("hista", 2, 2, 4),                           # the structure rule's stride 5: vectors travel
     ("hista-paper", 2, 4, 4),                     # group-local: one group per process
@@ -388,8 +389,36 @@ def test_reward_curves_from_metrics_files(tmp_path):
     ("hista", 4, 4, 4),                           # four processes, group-local
     ("probe", 2, 6, 4),                           # rank 0 owns groups 0 and 1 (1 split), rank 1 group 2
     ("probe", 2, 8, 4),                           # group-local, two groups per process
-])
-def test_multi_process_advantages_equal_single_process(tmp_path, estimator, processes, per_device, group):
+]
+
+
+@pytest.fixture(scope="module")
+def split_runs(tmp_path_factory):
+    """One launch per process count (issue 66) running every configuration of SPLITS with that
+    count, one after another: (processes, K) -> the folder of the K-th configuration's rank files."""
+    import socket
+    import subprocess
+    import sys
+
+    script = ROOT / "tests" / "helpers" / "split_groups.py"
+    folders = {}
+    for processes in sorted({split[1] for split in SPLITS}):
+        mine = [(e, d, g) for e, n, d, g in SPLITS if n == processes]
+        out = tmp_path_factory.mktemp(f"split{processes}")
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+        proc = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", str(processes),
+                               "--master_port", str(port), str(script), str(out),
+                               *(f"{e}:{d}:{g}" for e, d, g in mine)], capture_output=True, text=True, timeout=900)
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        folders.update({(processes, mine.index((e, d, g))): out / str(mine.index((e, d, g))) for e, d, g in mine})
+    return folders
+
+
+@pytest.mark.xdist_group("train-split")  # the tests share split_runs's launches
+@pytest.mark.parametrize("estimator, processes, per_device, group", SPLITS)
+def test_multi_process_advantages_equal_single_process(split_runs, estimator, processes, per_device, group):
     """CPU processes (gloo) running one training step: every rank's advantages equal those of
     the estimator run in one process on the whole batch rebuilt from all ranks' local data
     (the probe: each owner's groups fitted on one another, ``for_batch``). Group-local layouts
@@ -397,22 +426,12 @@ def test_multi_process_advantages_equal_single_process(tmp_path, estimator, proc
     Split layouts gather nothing either: only the processes sharing a group exchange, point to
     point; for Hista what travels is the moved rows' compressed vectors past the prompt, for
     the probe the completion tokens' hidden states."""
-    import socket
-    import subprocess
-    import sys
-
     from hista import estimators
     from hista.types import Rollout, RolloutGroup
 
-    script = ROOT / "tests" / "helpers" / "split_groups.py"
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    proc = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", str(processes),
-                           "--master_port", str(port), str(script), str(tmp_path), estimator, str(per_device),
-                           str(group)], capture_output=True, text=True, timeout=600)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    ranks = [torch.load(tmp_path / f"rank{r}.pt", weights_only=False) for r in range(processes)]
+    mine = [(e, d, g) for e, n, d, g in SPLITS if n == processes]
+    folder = split_runs[processes, mine.index((estimator, per_device, group))]
+    ranks = [torch.load(folder / f"rank{r}.pt", weights_only=False) for r in range(processes)]
     rows = [row for rank in ranks for row in rank["rows"]]
     rewards = ranks[0]["rewards"]
     assert all(rank["rewards"] == rewards for rank in ranks) and len(rows) == len(rewards) == processes * per_device
