@@ -470,6 +470,28 @@ def test_math_parts_refuses_a_malformed_gold_answer(answer):
     assert rewards.verify_with_reason("math-parts", "\\boxed{6}", answer) == (0.0, "invalid gold answer")
 
 
+@pytest.mark.parametrize("completion,score,reason", [
+    ("\\boxed{6} \\boxed{15} \\boxed{5}", 1.0, "correct"),
+    ("1. 6\n2. 15\n3. 5", 1.0, "correct"),
+    ("\\boxed{6} \\boxed{14} \\boxed{5}", 2 / 3, "2 of 3 parts right; part 2 wrong: got 14"),
+    ("1. 7\n2. 14\n3. 5", 1 / 3, "1 of 3 parts right; part 1 wrong: got 7"),
+    ("1.\n2. 15\n3. 5", 2 / 3, "2 of 3 parts right; part 1: no answer found"),
+    # guesses gain nothing: the last three boxes answer, in order
+    ("\\boxed{6} \\boxed{15} \\boxed{5} \\boxed{5}", 1 / 3, "1 of 3 parts right; part 1 wrong: got 15"),
+    ("\\boxed{2+4} \\boxed{15} \\boxed{5}", 2 / 3, "2 of 3 parts right; part 1 wrong: got 2+4"),
+    ("\\boxed{6} \\boxed{15}", 0.0, "2 boxed answers and 0 numbered items for 3 parts"),
+    ("6, 15 and 5", 0.0, "0 boxed answers and 0 numbered items for 3 parts"),
+])
+def test_math_parts_share_pays_the_share_of_parts_right(completion, score, reason):
+    """Issue 65, amendment 4: each part read as math-parts reads it, k of N right pays k / N."""
+    assert rewards.verify_with_reason("math-parts-share", completion, "6; 15; 5") == (score, reason)
+
+
+@pytest.mark.parametrize("answer", [None, 6, "", "6; ; 5", ";"])
+def test_math_parts_share_refuses_a_malformed_gold_answer(answer):
+    assert rewards.verify_with_reason("math-parts-share", "\\boxed{6}", answer) == (0.0, "invalid gold answer")
+
+
 # ---- a number asks for a number (found in the pilot of issue 42) --------------------------------
 
 @pytest.mark.parametrize("completion", [

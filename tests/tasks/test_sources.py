@@ -171,10 +171,30 @@ def test_arith_parts_1_is_the_plain_task():
     assert tasks.load("builtin:arith?steps=2&parts=1", 5) == tasks.load("builtin:arith?steps=2", 5)
 
 
-@pytest.mark.parametrize("value", ["0", "6", "x"])
+@pytest.mark.parametrize("value", ["0", "10", "x"])
 def test_arith_parts_out_of_range_is_refused(value):
     with pytest.raises(InputError, match="parts"):
         tasks.check_spec(f"builtin:arith?parts={value}")
+
+
+def test_arith_score_share_pays_the_share_of_parts_right():
+    """``score=share`` (issue 65, amendment 4): problems of their own (the id prefix, which seeds
+    them, names the option), verified by math-parts-share, which pays k / N for k of N parts right."""
+    from hista import rewards
+
+    share = tasks.load("builtin:arith?steps=1&ops=+&parts=4&score=share", 10, seed=1)
+    assert all(r["id"].startswith("arith-s1-m10-a-plain-p4-share-seed1-") for r in share)
+    for r in share:
+        assert r["verifier"] == "math-parts-share"
+        answers = r["answer"].split("; ")
+        for k in range(5):
+            given = answers[:k] + [str(int(a) + 1) for a in answers[k:]]
+            assert rewards.verify("math-parts-share", " ".join(f"\\boxed{{{a}}}" for a in given),
+                                  r["answer"]) == k / 4
+    with pytest.raises(InputError, match="score"):
+        tasks.load("builtin:arith?score=share", 1)
+    with pytest.raises(InputError, match="score"):
+        tasks.check_spec("builtin:arith?parts=2&score=some")
 
 
 def _recompute(meta):

@@ -739,32 +739,59 @@ def _item_answer(item: str) -> tuple[Optional[str], Optional[list[Any]]]:
     return found, parsed
 
 
-@register("math-parts")
-@_never_raises("math-parts")
-def verify_math_parts(completion: Any, answer: Any) -> tuple[float, str]:
-    """Score a completion that answers several problems in order (``builtin:arith?parts=N``):
-    ``answer`` is the parts' gold answers joined by ``;``. The completion's answers are the last
-    N boxes that lie in no other box, in order; with fewer boxes, the answers of its numbered
-    items 1..N (:func:`numbered_items`: each item's last box, else math-verify's extraction on
-    the item, as ``math`` reads a completion without a box). 1.0 only if every part equals its
-    gold answer (all or nothing), else 0.0 with the first wrong part; never raises (SPEC §6).
-    Boxes before the last N, and items after a list's first N, do not count, so a completion
-    gains nothing by writing several guesses."""
+def _parts_checked(completion: Any, answer: Any) -> tuple[Optional[list[str]], str]:
+    """Each part's verdict for a completion that answers several problems in order: a list of
+    ``"correct"`` or why the part is wrong (``"part k wrong: got X"``, ``"part k: no answer
+    found"``), one per gold answer of ``answer`` (joined by ``;``); or None with the reason when
+    no part can be read (a malformed gold answer, fewer answers than parts). The answers are the
+    last N boxes that lie in no other box, in order; with fewer boxes, the answers of the
+    numbered items 1..N (:func:`numbered_items`: each item's last box, else math-verify's
+    extraction on the item, as ``math`` reads a completion without a box). Boxes before the last
+    N, and items after a list's first N, do not count, so a completion gains nothing by writing
+    several guesses."""
     if not isinstance(completion, str):
-        return 0.0, "completion is not a string"
+        return None, "completion is not a string"
     golds = [part.strip() for part in answer.split(";")] if isinstance(answer, str) else []
     if not golds or not all(_clean(gold) for gold in golds):
-        return 0.0, "invalid gold answer"
+        return None, "invalid gold answer"
     preds: list[tuple[Optional[str], Optional[list[Any]]]] = [
         (box, None) for box in last_outer_boxed(completion, len(golds))]
     if len(preds) < len(golds):
         items = numbered_items(completion, len(golds))
         if len(items) < len(golds):
-            return 0.0, f"{len(preds)} boxed answers and {len(items)} numbered items for {len(golds)} parts"
+            return None, f"{len(preds)} boxed answers and {len(items)} numbered items for {len(golds)} parts"
         preds = [_item_answer(item) for item in items]
-    for k, (gold, (pred, parsed)) in enumerate(zip(golds, preds), start=1):
-        if pred is None:
-            return 0.0, f"part {k}: no answer found"
-        if not math_equal(gold, pred, pred_parsed=parsed):
-            return 0.0, f"part {k} wrong: got {shown(pred)}"
-    return 1.0, "correct"
+    return [f"part {k}: no answer found" if pred is None
+            else "correct" if math_equal(gold, pred, pred_parsed=parsed)
+            else f"part {k} wrong: got {shown(pred)}"
+            for k, (gold, (pred, parsed)) in enumerate(zip(golds, preds), start=1)], ""
+
+
+@register("math-parts")
+@_never_raises("math-parts")
+def verify_math_parts(completion: Any, answer: Any) -> tuple[float, str]:
+    """Score a completion that answers several problems in order (``builtin:arith?parts=N``):
+    ``answer`` is the parts' gold answers joined by ``;``, read as :func:`_parts_checked` reads
+    them. 1.0 only if every part equals its gold answer (all or nothing), else 0.0 with the
+    first wrong part; never raises (SPEC §6)."""
+    verdicts, reason = _parts_checked(completion, answer)
+    if verdicts is None:
+        return 0.0, reason
+    wrong = next((v for v in verdicts if v != "correct"), None)
+    return (0.0, wrong) if wrong else (1.0, "correct")
+
+
+@register("math-parts-share")
+@_never_raises("math-parts-share")
+def verify_math_parts_share(completion: Any, answer: Any) -> tuple[float, str]:
+    """Score a completion that answers several problems in order
+    (``builtin:arith?parts=N&score=share``) by the share of its parts that equal their gold
+    answers: k of N right pays k / N (partial credit, each part read as ``math-parts`` reads
+    it, so extra guesses gain nothing); 0.0 when no part can be read. The reason names the
+    first wrong part. Never raises (SPEC §6)."""
+    verdicts, reason = _parts_checked(completion, answer)
+    if verdicts is None:
+        return 0.0, reason
+    right = sum(v == "correct" for v in verdicts)
+    wrong = next((v for v in verdicts if v != "correct"), None)
+    return right / len(verdicts), (f"{right} of {len(verdicts)} parts right; {wrong}" if wrong else "correct")

@@ -15,7 +15,7 @@ Everything here is pure (no I/O) and deterministic. A *record* is one benchmark 
 from __future__ import annotations
 
 import math
-from typing import Any, Hashable, Iterator, Mapping, Optional, Sequence
+from typing import Any, Collection, Hashable, Iterator, Mapping, Optional, Sequence
 
 import numpy as np
 
@@ -225,6 +225,17 @@ def grpo_value(row: Mapping[str, Any]) -> float:
     if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
         return math.nan
     return float(v)
+
+
+#: the name of the row a report builds from :data:`GRPO_FIELD` when ``grpo`` is not among the methods
+GRPO_ROW = "GRPO"
+
+
+def grpo_name(names: Collection[str]) -> Optional[str]:
+    """What GRPO's baseline is called among ``names`` (a report's rows): the ``grpo`` method when
+    it was evaluated, else the :data:`GRPO_ROW` built from each case's :data:`GRPO_FIELD`, else
+    None."""
+    return "grpo" if "grpo" in names else GRPO_ROW if GRPO_ROW in names else None
 
 
 def has_grpo(rows: Sequence[Mapping[str, Any]]) -> bool:

@@ -29,7 +29,7 @@ from typing import Any, Mapping, Sequence
 
 import numpy as np
 
-from .metrics import case_problems, grpo_value, has_grpo, pearson, resampling, value_of
+from .metrics import GRPO_ROW, case_problems, grpo_name, grpo_value, has_grpo, pearson, resampling, value_of
 
 __all__ = ["ranks", "spearman", "auroc", "rank_summary", "STATISTICS", "MIN_WITHIN"]
 
@@ -110,7 +110,7 @@ def rows_of(records: Sequence[Mapping[str, Any]], methods: Sequence[str], mcs: S
         return (i, value, float(rec["target"]), *_outcomes(rec.get("continuations") or []))
 
     if "grpo" not in methods and has_grpo(records):
-        out["GRPO"] = row([own(i, rec, grpo_value(rec)) for i, rec in enumerate(records)])
+        out[GRPO_ROW] = row([own(i, rec, grpo_value(rec)) for i, rec in enumerate(records)])
     for method in methods:
         out[method] = row([own(i, rec, value_of(rec, method)) for i, rec in enumerate(records)
                            if math.isfinite(value_of(rec, method))])
@@ -179,7 +179,7 @@ def rank_summary(records: Sequence[Mapping[str, Any]], methods: Sequence[str], m
              for name, row in rows.items()}
     draws = _resampled(rows, within, problem, len(numbers), clustered, n_boot, seed)
     alpha = (1.0 - level) / 2.0
-    base = "grpo" if "grpo" in rows else "GRPO" if "GRPO" in rows else None
+    base = grpo_name(rows)
     out: dict[str, Any] = {}
     for name, row in rows.items():
         paired = base is not None and name != base and not name.startswith("MCS@")

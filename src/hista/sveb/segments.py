@@ -17,7 +17,7 @@ import math
 from collections import defaultdict
 from typing import Any, Optional, Sequence
 
-from .metrics import bootstrap_ci
+from .metrics import GRPO_ROW, bootstrap_ci
 
 #: |MC change| from which a segment counts as decisive (4 of 16 continuations swing)
 DECISIVE = 0.25
@@ -88,7 +88,7 @@ def segment_table(summary: dict, labels: Optional[dict] = None) -> str:
         return "—" if math.isnan(x) else f"{x:.0%}"
 
     for method, cell in summary["methods"].items():
-        label = (labels or {}).get(method, "GRPO" if method == "grpo" else method)
+        label = (labels or {}).get(method, GRPO_ROW if method == "grpo" else method)
         lines.append(f"| {label} | {cell['error']:.3f} [{cell['lo']:.3f}, {cell['hi']:.3f}] | "
                      f"{share(cell['sign'])} | {share(cell['flat'])} |")
     return "\n".join(lines) + "\n"

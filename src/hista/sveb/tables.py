@@ -12,7 +12,7 @@ from typing import Any, Mapping, Sequence
 
 from .labels import field_label, label_of, lam_text
 from .methods import Method
-from .metrics import is_mcs_row, summary_rows
+from .metrics import GRPO_ROW, is_mcs_row, summary_rows
 from .present import finite, fmt, signed
 from .present import resampled as over
 from .ranks import MIN_WITHIN
@@ -167,7 +167,7 @@ def table1(summary: dict, methods: Mapping[str, Method], labels: Mapping[str, st
     grpo_mae = (summary.get("grpo_mae") or {}).get("all")
     if not out and finite(grpo_mae):
         n = (summary.get("counts") or {}).get("all", math.nan)
-        out.append({"label": "GRPO", "cells": {NO_LAMBDA: {"method": None, "mae": grpo_mae, "lo": math.nan,
+        out.append({"label": GRPO_ROW, "cells": {NO_LAMBDA: {"method": None, "mae": grpo_mae, "lo": math.nan,
                                                            "hi": math.nan, "n": n}}})
     first_critic_row = len(out)
     for m in sorted(critics, key=lambda m: found[m].estimator_label):  # PPO-1, then PPO-N

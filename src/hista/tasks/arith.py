@@ -15,13 +15,17 @@ real objects.  Knobs, given as ``builtin:arith?steps=3&max_value=20&ops=+-*&styl
 * ``style``: ``word`` (a short story with a named person and objects), ``plain``
   ("Start with 7. Add 5. Then multiply by 2. What number do you get?") or ``expr``
   ("What is (7 + 5) * 2?", evaluated left to right), default ``plain``.
-* ``parts``: how many independent problems one prompt poses (1..5, default 1). With 2 or
+* ``parts``: how many independent problems one prompt poses (1..9, default 1; a numbered item
+  is read by its one-digit marker). With 2 or
   more the problem is a numbered list of them, to be answered in order, each in its own
   ``\boxed{}``; the answer is the parts' answers joined by ``"; "`` and the verifier
   ``math-parts`` (the last N boxes, else the response's numbered items 1..N, the form the
   embedded model writes) pays 1 only when every part is right (all or nothing: a response with some
   parts right and one wrong scores 0, the case where one advantage per response punishes the
-  right parts).
+  right parts);
+* ``score``: with ``parts`` of 2 or more, ``all`` (the default, ``math-parts``) or ``share``
+  (``math-parts-share``: k of N parts right pays k / N, so a response's right parts earn
+  reward beside its wrong ones; issue 65, amendment 4).
 
 Measured on the embedded SmolLM2-135M-Instruct at temperature 0.7 (16 problems x 8 rollouts,
 ``bench/difficulty.py``, then ``bench/arith_difficulty.py``): plain ``steps=1`` 0.32, ``expr``
@@ -50,6 +54,7 @@ from __future__ import annotations
 import random
 from typing import Optional
 
+from hista.errors import InputError
 from hista.tasks._common import (
     EXPLAIN,
     Knob,
@@ -65,7 +70,7 @@ from hista.tasks._common import (
 NAME = "arith"
 DESCRIPTION = (
     "multi-step arithmetic (word stories or plain steps) with non-negative integer "
-    "intermediates; options steps, max_value, ops, style, parts"
+    "intermediates; options steps, max_value, ops, style, parts, score"
 )
 FIELD = "number"
 DEFAULT_N = 1000
@@ -88,7 +93,8 @@ KNOBS = {
     "ops": Knob(_parse_ops, "+-", "subset of '+-*'"),
     "style": Knob(one_of("word", "plain", "expr"), "plain", "'word', 'plain' or 'expr'"),
     "explain": EXPLAIN,
-    "parts": Knob(int_in(1, 5), 1, "independent problems per prompt, integer 1..5"),
+    "parts": Knob(int_in(1, 9), 1, "independent problems per prompt, integer 1..9"),
+    "score": Knob(one_of("all", "share"), "all", "'all' (every part right) or 'share' (the share of parts right)"),
 }
 #: how a prompt of several parts asks for its answers
 PARTS_TEXT = "Solve the {n} problems below. Give the answers in order, each in its own \\boxed{{}}."
@@ -220,8 +226,12 @@ def load(spec: str, query: str, n: Optional[int] = None, seed: int = 0,
     n = check_count(n, DEFAULT_N)
     seed = check_seed(seed)
     split = canonical_split(split)
-    return generate(spec, _id_prefix(opts, seed), split, n, lambda rng: _problem(rng, opts),
-                    verifier="math" if opts["parts"] == 1 else "math-parts", field=FIELD)
+    if opts["score"] == "share" and opts["parts"] == 1:
+        raise InputError(f"{spec}: score=share needs parts of 2 or more (one part is scored right or wrong)",
+                         field="score")
+    verifier = "math" if opts["parts"] == 1 else "math-parts-share" if opts["score"] == "share" else "math-parts"
+    return generate(spec, _id_prefix(opts, seed), split, n, lambda rng: _problem(rng, opts), verifier=verifier,
+                    field=FIELD)
 
 
 def _id_prefix(opts: dict, seed: int) -> str:
@@ -229,7 +239,7 @@ def _id_prefix(opts: dict, seed: int) -> str:
     code = "".join(_OP_CODE[o] for o in opts["ops"])
     explain, parts = opts["explain"] == "yes", opts["parts"]
     return (f"arith-s{opts['steps']}-m{opts['max_value']}-{code}-{opts['style']}{'-explain' if explain else ''}"
-            f"{f'-p{parts}' if parts > 1 else ''}-seed{seed}")
+            f"{f'-p{parts}' if parts > 1 else ''}{'-share' if opts['score'] == 'share' else ''}-seed{seed}")
 
 
 def _problem(rng: random.Random, opts: dict) -> Optional[tuple[str, str, dict]]:
