@@ -395,7 +395,7 @@ SPLITS = [
 @pytest.fixture(scope="module")
 def split_runs(tmp_path_factory):
     """One launch per process count (issue 66) running every configuration of SPLITS with that
-    count, one after another: (processes, K) -> the folder of the K-th configuration's rank files."""
+    count, one after another: each SPLITS entry -> the folder of its rank files."""
     import socket
     import subprocess
     import sys
@@ -412,7 +412,7 @@ def split_runs(tmp_path_factory):
                                "--master_port", str(port), str(script), str(out),
                                *(f"{e}:{d}:{g}" for e, d, g in mine)], capture_output=True, text=True, timeout=900)
         assert proc.returncode == 0, proc.stderr[-3000:]
-        folders.update({(processes, mine.index((e, d, g))): out / str(mine.index((e, d, g))) for e, d, g in mine})
+        folders.update({(e, processes, d, g): out / str(k) for k, (e, d, g) in enumerate(mine)})
     return folders
 
 
@@ -429,8 +429,7 @@ def test_multi_process_advantages_equal_single_process(split_runs, estimator, pr
     from hista import estimators
     from hista.types import Rollout, RolloutGroup
 
-    mine = [(e, d, g) for e, n, d, g in SPLITS if n == processes]
-    folder = split_runs[processes, mine.index((estimator, per_device, group))]
+    folder = split_runs[estimator, processes, per_device, group]
     ranks = [torch.load(folder / f"rank{r}.pt", weights_only=False) for r in range(processes)]
     rows = [row for rank in ranks for row in rank["rows"]]
     rewards = ranks[0]["rewards"]
