@@ -8,7 +8,9 @@ A candidate's problems are the first 100 distinct problems of its validation spl
 split stays unseen until the study's design is written). The report gives per candidate: greedy
 accuracy (100 problems), avg@8 and pass@8 at temperature 0.7 (the first 50), answer length in
 tokens (mean, median, share cut at 256), and the share of problems whose 8 samples score inside
-the pool band 0.15-0.75 (what dynamic sampling can train on).
+the pool band 0.15-0.75 (what dynamic sampling can train on). With ``score=share`` a sample's
+reward is its share of parts right, and accuracy is the mean share. Candidates measured in an
+earlier round keep their rows in pilot-base.md.
 """
 
 from __future__ import annotations
@@ -64,13 +66,22 @@ def samples(path: Path) -> list[list[dict]]:
     return [p["samples"] for p in json.loads(path.read_text())["problems"]]
 
 
+def measured_before() -> dict[str, str]:
+    """pilot-base.md's rows by candidate: a round's report keeps the rows of candidates measured
+    in an earlier round (their runs/ are gone with that session)."""
+    path = HERE / "pilot-base.md"
+    rows = path.read_text().splitlines()[2:] if path.exists() else []
+    return {row.split("|")[1].strip(): row for row in rows if "not run" not in row}
+
+
 def report() -> None:
     lines = ["| candidate | setting | greedy | avg@8 | pass@8 | tokens mean | median | cut at 256 | problems in band |",
              "|---|---|---|---|---|---|---|---|---|"]
+    earlier = measured_before()
     for key, spec in candidates().items():
         greedy, sampled = OUT / f"{key}-greedy.json", OUT / f"{key}-t07.json"
         if not (greedy.exists() and sampled.exists()):
-            lines.append(f"| {key} | `{spec}` | not run | | | | | | |")
+            lines.append(earlier.get(key, f"| {key} | `{spec}` | not run | | | | | | |"))
             continue
         g = [s[0] for s in samples(greedy)]
         t = samples(sampled)

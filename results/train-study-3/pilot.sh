@@ -11,7 +11,7 @@ H=${HISTA:-.venv/bin/hista}
 D=results/train-study-3
 out=runs/train-study-3/pilot
 mkdir -p $out
-for c in ${@:-A B C D}; do
+for c in ${@:?name the candidates, e.g. A B}; do
   [[ -f $out/$c.jsonl ]] || { echo "no $out/$c.jsonl: run python $D/pilot.py sets first" >&2; exit 2; }
   echo "$c: $(sed -n "s/^$c  *//p" $D/candidates.txt) ($(date -u +%H:%M:%S))"
   $H eval --suite jsonl:$out/$c.jsonl --limit 100 --temperature 0 --max-new-tokens 256 --out $out/$c-greedy.json

@@ -1,13 +1,16 @@
-"""Pilot step 2's curve (PILOT.md): the GRPO run's train reward, completion length and entropy per
-step, and its greedy validation accuracy and answer length every 10 steps, from pilot-grpo/ here.
+"""Pilot step 2's curve (PILOT.md): a candidate's GRPO run, its train reward, completion length
+and entropy per step, and its greedy validation accuracy and answer length every 10 steps, from
+pilot-grpo-KEY/ here (step 0 from validation-step-0.json.gz there: step 1's greedy evaluation of
+the same 100 problems; candidate A's was not kept, its figures are pilot-base.md's).
 
-    python results/train-study-3/pilot_curve.py    # pilot-grpo/curve.png and the table it prints
+    python results/train-study-3/pilot_curve.py KEY    # pilot-grpo-KEY/curve.png and the table it prints
 """
 
 from __future__ import annotations
 
 import gzip
 import json
+import sys
 from pathlib import Path
 
 import matplotlib
@@ -17,13 +20,16 @@ from hista.train.curves import read_metrics
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
-HERE = Path(__file__).resolve().parent / "pilot-grpo"
+KEY = sys.argv[1] if len(sys.argv) > 1 else "A"
+HERE = Path(__file__).resolve().parent / f"pilot-grpo-{KEY}"
+SPEC = dict(line.split(None, 1) for line in (HERE.parent / "candidates.txt").read_text().splitlines()
+            if line.strip())[KEY]
 
 
 def validation() -> dict[int, tuple[float, float]]:
     """step -> (greedy accuracy, mean answer tokens) on the 100 validation problems; step 0 is
-    the base model (pilot-base.md, candidate A)."""
-    out = {0: (0.18, 171.0)}
+    the base model."""
+    out = {0: (0.18, 171.0)} if KEY == "A" else {}  # candidate A: pilot-base.md
     for path in sorted(HERE.glob("validation-step-*.json.gz")):
         with gzip.open(path, "rt") as fh:
             (bench,) = json.load(fh)["summary"]["benchmarks"].values()
@@ -46,7 +52,7 @@ def main() -> None:
         ax.set_title(title)
         ax.set_xlabel("optimiser step")
         ax.legend()
-    fig.suptitle("train-study-3 pilot, step 2: GRPO on candidate A (one explained addition to 40)")
+    fig.suptitle(f"train-study-3 pilot, step 2: GRPO on candidate {KEY} ({SPEC.strip()})", fontsize=9)
     fig.tight_layout()
     fig.savefig(HERE / "curve.png", dpi=80)
     print("| step | greedy validation accuracy | validation answer tokens | train reward | train tokens |")
