@@ -1,0 +1,10 @@
+# train-study-3's arms (DESIGN.md): the recipe overrides of each arm, sourced by run.sh.
+# GRPO and Hista (its default profile) are fixed by issue 65; the third arm is the best of Numca,
+# the probe and the blend on the selection half of this setting's leak-free SVEB cases (pilot
+# step 3, PILOT.md). Nothing is tuned: every estimator trains at its default.
+declare -A ARM_ARGS=(
+  [grpo]="advantage_estimator.name=grpo"
+  [hista]="advantage_estimator.name=hista"
+)
+DEFAULT_ARMS="grpo hista"
+DEFAULT_SEEDS="0 1 2 3 4 5 6 7"
