@@ -3,6 +3,7 @@
     python results/train-study-3/pilot.py sets     # runs/train-study-3/pilot/C.jsonl per candidate
     python results/train-study-3/pilot.py report   # pilot-base.md here, from pilot.sh's evaluations
     python results/train-study-3/pilot.py study KEY TRAIN   # train.jsonl, validation.jsonl here (step 2)
+    python results/train-study-3/pilot.py test KEY N        # test.jsonl here (step 4, with DESIGN.md)
 
 A candidate's problems are the first 100 distinct problems of its validation split (the test
 split stays unseen until the study's design is written). The report gives per candidate: greedy
@@ -62,6 +63,18 @@ def study(key: str, train: str) -> None:
     write(HERE / "validation.jsonl", distinct(spec, "validation", N))
 
 
+def test(key: str, n: str) -> None:
+    """The study's test problems: the chosen candidate's first N distinct test problems, none of
+    them among the train or validation problems here (checked)."""
+    rows = distinct(candidates()[key], "test", int(n))
+    seen = {json.loads(line)["problem"] for name in ("train.jsonl", "validation.jsonl")
+            for line in (HERE / name).read_text().splitlines()}
+    shared = [r["id"] for r in rows if r["problem"] in seen]
+    if len(rows) < int(n) or shared:
+        sys.exit(f"{len(rows)} distinct test problems; {len(shared)} also in train or validation: {shared[:5]}")
+    write(HERE / "test.jsonl", rows)
+
+
 def samples(path: Path) -> list[list[dict]]:
     return [p["samples"] for p in json.loads(path.read_text())["problems"]]
 
@@ -99,4 +112,4 @@ def report() -> None:
 
 
 if __name__ == "__main__":
-    {"sets": sets, "report": report, "study": study}[sys.argv[1]](*sys.argv[2:])
+    {"sets": sets, "report": report, "study": study, "test": test}[sys.argv[1]](*sys.argv[2:])
