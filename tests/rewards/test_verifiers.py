@@ -436,6 +436,10 @@ def test_code_never_raises_without_code(completion, answer):
     "(1) 6\n(2) \\boxed{15}\n  (3) 8 - 3 = 5",
     "1) The answer is 6.\n2) 15\n3) 5\n1) 7",  # items after the first list do not count
     "Here:\n1. 6\n2. $15$\n3. 5.",
+    # the list ends at a blank line and an unindented line: a closing line is not part 3's answer
+    "1. 2 + 4 = 6\n2. 9 + 6 = 15\n3. 1 + 4 = 5\n\nThe final answer is 11.",
+    "1. 6\n2. 15\n3. 1 + 4\n\n   = 5\n\nSo 7.",  # an indented line after a blank one continues the item
+    "1. 6\n2. 15\n3.\n\n5\n\nSo 7.",  # an item's own text may start after a blank line
 ])
 def test_math_parts_pays_when_every_part_is_right_in_order(completion):
     assert rewards.verify_with_reason("math-parts", completion, "6; 15; 5") == (1.0, "correct")
@@ -460,6 +464,8 @@ def test_math_parts_pays_when_every_part_is_right_in_order(completion):
     ("1.5 + 4.5 = 6\n2. 15\n3. 5", "0 boxed answers and 0 numbered items for 3 parts"),  # 1.5 is no marker
     ("1. 6 \\boxed{7}\n2. 15\n3. 5", "part 1 wrong: got 7"),  # an item's box is its answer
     ("1.\n2. 15\n3. 5", "part 1: no answer found"),
+    ("1. 6\n2. 15\n3. 1 + 3 = 4\n\nThe final answer is 5.", "part 3 wrong: got 4"),  # closing line: not an answer
+    ("1. 6\n2. 15\n3. 1 + 4 = 5\nso 3", "part 3 wrong: got 3"),  # no blank line: still the item
 ])
 def test_math_parts_pays_nothing_for_a_wrong_or_missing_part(completion, reason):
     assert rewards.verify_with_reason("math-parts", completion, "6; 15; 5") == (0.0, reason)

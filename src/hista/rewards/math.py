@@ -712,22 +712,35 @@ def verify_math_boxed(completion: Any, answer: Any) -> tuple[float, str]:
 
 #: a numbered item's marker at the start of a line: "1." / "1)" / "(1)" (not "1.5")
 _ITEM = re.compile(r"^[ \t]*(?:\(\s*([1-9])\s*\)|([1-9])[.)](?![0-9]))", re.MULTILINE)
+#: where a list ends after its last marker: a blank line, then a line that starts unindented
+_LIST_END = re.compile(r"\n[ \t]*\n(?:[ \t]*\n)*(?=[^ \t\n])")
+_SPACE = re.compile(r"\s*")
 
 
 def numbered_items(text: str, k: int) -> list[str]:
     """The texts of items 1..k of a numbered list in ``text`` (markers "1." / "1)" / "(1)" at
     the start of a line), without their markers: item j is the first marker j after item
-    j - 1's, and runs to the next marker of any number (or the end); fewer when the list stops
-    short (SPEC §6). Linear in ``text``: one scan finds the markers."""
+    j - 1's, and runs to the next marker of any number; an item that no marker follows runs to
+    the end of the list (a blank line, then an unindented line, as in Markdown) or of the text,
+    so a closing line after the list ("The final answer is 11.") is not the last item's answer
+    (issue 65). Fewer items when the list stops short (SPEC §6). Linear in ``text``: one scan
+    finds the markers, one more the end of the list."""
     markers = [(m.start(), m.end(), int(m.group(1) or m.group(2))) for m in _ITEM.finditer(text)]
     items: list[str] = []
     for i, (_, end, number) in enumerate(markers):
         if number == len(items) + 1:
-            stop = markers[i + 1][0] if i + 1 < len(markers) else len(text)
+            stop = markers[i + 1][0] if i + 1 < len(markers) else _list_end(text, end)
             items.append(text[end:stop])
             if len(items) == k:
                 break
     return items
+
+
+def _list_end(text: str, start: int) -> int:
+    """Where the list whose last item starts at ``start`` ends: the first blank line after the
+    item's first written character that an unindented line follows, else the end of ``text``."""
+    end = _LIST_END.search(text, _SPACE.match(text, start).end())
+    return end.start() if end else len(text)
 
 
 def _item_answer(item: str) -> tuple[Optional[str], Optional[list[Any]]]:
