@@ -4,6 +4,8 @@ pilot-grpo-KEY/ here (step 0 from validation-step-0.json.gz there: step 1's gree
 the same 100 problems; candidate A's was not kept, its figures are pilot-base.md's).
 
     python results/train-study-3/pilot_curve.py KEY    # pilot-grpo-KEY/curve.png and the table it prints
+
+KEY is a candidate of candidates.txt, or CANDIDATE-NAME for another run of it (pilot-grpo-E-NAME/).
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 KEY = sys.argv[1] if len(sys.argv) > 1 else "A"
 HERE = Path(__file__).resolve().parent / f"pilot-grpo-{KEY}"
 SPEC = dict(line.split(None, 1) for line in (HERE.parent / "candidates.txt").read_text().splitlines()
-            if line.strip())[KEY]
+            if line.strip())[KEY.split("-")[0]]  # a second run of a candidate: KEY-NAME
 
 
 def validation() -> dict[int, tuple[float, float]]:
