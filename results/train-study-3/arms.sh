@@ -5,6 +5,7 @@
 declare -A ARM_ARGS=(
   [grpo]="advantage_estimator.name=grpo"
   [hista]="advantage_estimator.name=hista"
+  [probe]="advantage_estimator.name=probe"   # pilot step 3: the best of the three on the SVEB selection half
 )
-DEFAULT_ARMS="grpo hista"
+DEFAULT_ARMS="grpo hista probe"
 DEFAULT_SEEDS="0 1 2 3 4 5 6 7"
