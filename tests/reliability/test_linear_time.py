@@ -223,6 +223,7 @@ def test_math_parts_verifier_is_linear(math_verify_excluded):
 
     _assert_linear(lambda text: last_outer_boxed(text, 3))
     _assert_linear(lambda text: numbered_items(text, 3))
+    _assert_linear(lambda text: numbered_items("1. 6\n2. 15\n3. 5" + text, 3))  # the last item runs to its list end
     _assert_linear(lambda text: verify_math_parts("1. " + text + "\n2. 15\n3. 5", "6; 15; 5"))
     _assert_linear(lambda text: verify_math_parts(text, "6; 15; 5"))
     _assert_linear(lambda text: verify_math_parts(text + " \\boxed{6} \\boxed{" + text[:900] + "} \\boxed{5}",

@@ -713,7 +713,8 @@ def verify_math_boxed(completion: Any, answer: Any) -> tuple[float, str]:
 #: a numbered item's marker at the start of a line: "1." / "1)" / "(1)" (not "1.5")
 _ITEM = re.compile(r"^[ \t]*(?:\(\s*([1-9])\s*\)|([1-9])[.)](?![0-9]))", re.MULTILINE)
 #: where a list ends after its last marker: a blank line, then a line that starts unindented
-_LIST_END = re.compile(r"\n[ \t]*\n(?:[ \t]*\n)*(?=[^ \t\n])")
+#: (one blank line matched, the last of a run: no nested repetition, so no backtracking over runs)
+_LIST_END = re.compile(r"\n[ \t]*\n(?=[^ \t\n])")
 _SPACE = re.compile(r"\s*")
 
 
@@ -737,8 +738,9 @@ def numbered_items(text: str, k: int) -> list[str]:
 
 
 def _list_end(text: str, start: int) -> int:
-    """Where the list whose last item starts at ``start`` ends: the first blank line after the
-    item's first written character that an unindented line follows, else the end of ``text``."""
+    """Where the list whose last item starts at ``start`` ends: at the first blank line after the
+    item's first written character that an unindented line follows (the item keeps any blank
+    lines before it), else the end of ``text``."""
     end = _LIST_END.search(text, _SPACE.match(text, start).end())
     return end.start() if end else len(text)
 
