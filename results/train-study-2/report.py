@@ -22,13 +22,13 @@ RUNS = HERE / "runs"
 ARMS = ("grpo", "hista", "numca", "probe", "strace")
 
 sys.path.insert(0, str(HERE.parent))  # the statistics and tables: results/paired_study.py
-import paired_study  # noqa: E402
 from paired_study import paired, read_json_gz, setting_report, summary  # noqa: E402,F401  (issue63.py imports them)
+from paired_study import runs as runs_under  # noqa: E402
 
 
 def runs(setting: int) -> dict[str, dict[int, Path]]:
     """arm -> seed -> folder of the complete runs of ``setting``."""
-    return paired_study.runs(RUNS, f"s{setting}-")
+    return runs_under(RUNS, f"s{setting}-")
 
 
 def main() -> None:
