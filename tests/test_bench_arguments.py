@@ -45,6 +45,7 @@ CASES = [
     ("suite_durations.py", ["/nonexistent.xml"], "/nonexistent.xml"),
     ("suite_durations.py", [str(CASES_FILE), "--top", "0"], "--top"),
     ("examples.py", ["--threads", "0"], "--threads"),
+    ("top_p.py", ["--settings", "0.7:1.5"], "--settings"),
 ]
 
 
