@@ -145,3 +145,20 @@ def test_bad_padded_input_names_the_argument():
         token_advantages("hista", prompt_ids, completion_ids, REWARDS, KEYS, hidden=hidden[:, 1:], **base)
     with pytest.raises(ValueError, match="^prompt_ids, completion_ids"):
         token_advantages("grpo", prompt_ids, COMPLETIONS, REWARDS, KEYS)
+
+
+def test_one_way_back_from_groups_to_rows():
+    """Issue 67 item 3: token_advantages, the trainer and the verl plugin cut a batch by
+    group_rows and write advantages back with scatter: rows named per group, or consecutive."""
+    from hista.advantages import group_rows, scatter
+
+    assert group_rows(["b", "a", "b", "a"], 4) == {"b": [0, 2], "a": [1, 3]}
+    with pytest.raises(ValueError, match="group 'c' has one row"):
+        group_rows(["a", "a", "c"], 3)
+    assert group_rows(["a", "a", "c"], 3, singles=True) == {"a": [0, 1], "c": [2]}
+    per_group = [[torch.tensor([1.0, 2.0]), torch.tensor([3.0])], [torch.tensor([4.0])]]
+    named = scatter(per_group, (3, 3), rows=[[2, 0], [1]])
+    assert named.tolist() == [[3.0, 0.0, 0.0], [4.0, 0.0, 0.0], [1.0, 2.0, 0.0]]
+    assert scatter(per_group, (3, 2)).tolist() == [[1.0, 2.0], [3.0, 0.0], [4.0, 0.0]]
+    with pytest.raises(ValueError, match="3 rollouts but the batch has 4 rows"):
+        scatter(per_group, (4, 2))

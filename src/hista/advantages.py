@@ -7,8 +7,9 @@ hidden states) the model or the hidden states already at hand; it returns the [B
 Underneath, the layout functions convert a padded batch, TRL's (``prompt_ids`` [B, P] padded on
 the left, ``completion_ids`` [B, T] padded on the right), into the RolloutGroups estimators read
 and their advantages back (:func:`batch_to_groups`, :func:`unpad`, :func:`build_group`,
-:func:`groups_to_batch`), and :func:`estimate` runs an estimator on a batch's groups; hista's
-trainer uses these too.
+:func:`group_rows`, :func:`scatter`), and :func:`estimate` runs an estimator on a batch's groups;
+hista's trainer and the verl plugin take the same path: rows cut into groups, :func:`estimate`,
+:func:`scatter`.
 """
 
 from __future__ import annotations
@@ -109,19 +110,23 @@ def build_group(prompts: Sequence[Sequence[int]], completions: Sequence[Sequence
     return RolloutGroup(rollouts, prompt_id=prompt_id)
 
 
-def groups_to_batch(advantages: Sequence[Sequence[torch.Tensor]], shape: Sequence[int],
-                    device: Optional[torch.device] = None) -> torch.Tensor:
-    """The inverse direction (SPEC §9): per-group lists of per-rollout advantages [T_i] (in the
-    order of :func:`batch_to_groups`) written into a zero-padded float32 tensor of ``shape``
-    [B, T]."""
+def scatter(per_group: Sequence[Sequence[torch.Tensor]], shape: Sequence[int], *,
+            rows: Optional[Sequence[Sequence[int]]] = None, device: Optional[torch.device] = None) -> torch.Tensor:
+    """The way back from groups to a batch (SPEC §9): each group's per-rollout advantages [T_i]
+    written into the batch rows ``rows`` names for the group (default: the groups' rollouts in
+    consecutive rows, the order of :func:`batch_to_groups`), in a zero-padded float32 tensor of
+    ``shape`` [B, T] on ``device``. Every path from a batch to advantages ends here:
+    :func:`token_advantages`, hista's trainer and the verl plugin."""
     out = torch.zeros(tuple(shape), dtype=torch.float32, device=device)
-    row = 0
-    for group in advantages:
-        for adv in group:
-            out[row, : adv.numel()] = adv.to(out.device)
-            row += 1
-    if row != out.size(0):
-        raise ValueError(f"advantages for {row} rollouts but the batch has {out.size(0)} rows")
+    if rows is None:
+        sizes = [len(group) for group in per_group]
+        if sum(sizes) != out.size(0):
+            raise ValueError(f"advantages for {sum(sizes)} rollouts but the batch has {out.size(0)} rows")
+        starts = [sum(sizes[:g]) for g in range(len(sizes))]
+        rows = [range(start, start + size) for start, size in zip(starts, sizes)]
+    for group_rows, advantages in zip(rows, per_group):
+        for r, adv in zip(group_rows, advantages):
+            out[r, : adv.numel()] = adv.to(out.device)
     return out
 
 
@@ -191,7 +196,7 @@ def token_advantages(estimator: Union[str, Estimator], prompt_ids: Ids, completi
                          f"got {batch_size!r}")
     batch = _Batch.of(prompt_ids, completion_ids, prompt_mask, completion_mask)
     reward = _rewards(rewards, len(batch.prompts))
-    members = _members(groups, len(batch.prompts))
+    members = group_rows(groups, len(batch.prompts))
     if est.needs_text:
         if tokenizer is None:
             raise ValueError(f"tokenizer: {est.name} reads the completions' text; pass the tokenizer that made the ids")
@@ -200,7 +205,7 @@ def token_advantages(estimator: Union[str, Estimator], prompt_ids: Ids, completi
     built = batch.groups(members, reward, states, tokenizer if est.needs_text else None)
     batch_std = float(reward.std()) if reward.numel() > 1 else 0.0
     per_group = estimate(est, built, gae_lambda=gae_lambda, scale=scale, batch_std=batch_std)
-    return batch.scatter(members, per_group)
+    return scatter(per_group, (len(batch.prompts), batch.width), rows=list(members.values()))
 
 
 def _check_served(est: Estimator) -> None:
@@ -331,15 +336,6 @@ class _Batch:
                             problem_id=str(key), tokenizer=tokenizer)
                 for key, rows in members.items()]
 
-    def scatter(self, members: dict[Hashable, list[int]], per_group: list[list[torch.Tensor]]) -> torch.Tensor:
-        """The groups' advantages back in their rows of a [B, width] float32 CPU tensor, zero-padded."""
-        out = torch.zeros(len(self.prompts), self.width, dtype=torch.float32)
-        for rows, advantages in zip(members.values(), per_group):
-            for r, a in zip(rows, advantages):
-                out[r, : a.numel()] = a.float().cpu()
-        return out
-
-
 def _id_lists(name: str, rows: Any) -> list[list[int]]:
     """``rows``, B sequences of token ids, as lists of ints; a row holding a float, a string or
     anything else that is not an integer raises ValueError naming ``name``."""
@@ -381,8 +377,10 @@ def _rewards(rewards: Union[torch.Tensor, Sequence[float]], rows: int) -> torch.
     return reward.float()
 
 
-def _members(groups: Sequence[Hashable], rows: int) -> dict[Hashable, list[int]]:
-    """The rows of each group key, keys in order of first appearance."""
+def group_rows(groups: Sequence[Hashable], rows: int, *, singles: bool = False) -> dict[Hashable, list[int]]:
+    """The batch rows of each group key, keys in order of first appearance (SPEC §3): what
+    :func:`token_advantages` and the verl plugin cut a batch by. A group of one row is refused
+    unless ``singles`` (verl's batches without a ``uid``: a row is its own group)."""
     keys = groups.tolist() if isinstance(groups, torch.Tensor) else list(groups)
     if len(keys) != rows:
         raise ValueError(f"groups: {len(keys)} group keys for {rows} completions (one per row)")
@@ -396,7 +394,7 @@ def _members(groups: Sequence[Hashable], rows: int) -> dict[Hashable, list[int]]
             raise ValueError(f"groups: the key of row {row} is {key!r:.60}, which does not hash by value; give "
                              "one key per row, e.g. a str or an int (the prompt's index), or a 1-D tensor") from None
     single = [key for key, rows_ in members.items() if len(rows_) < 2]
-    if single:
+    if single and not singles:
         raise ValueError(f"groups: group {single[0]!r} has one row ({len(single)} such group(s)); an advantage "
                          "compares a rollout with the other rollouts of its prompt, so a group needs two or more")
     return members

@@ -521,7 +521,7 @@ def _padded_batch(prompts, completions, hidden_width=None, seed=0):
 
 def test_batch_to_groups_and_back():
     from hista import estimators
-    from hista.advantages import batch_to_groups, groups_to_batch
+    from hista.advantages import batch_to_groups, scatter
     from hista.types import Rollout, RolloutGroup
 
     prompts = [[5, 6, 7], [5, 6, 7], [9], [9]]
@@ -538,7 +538,7 @@ def test_batch_to_groups_and_back():
         torch.testing.assert_close(r.hidden, hidden[i][keep])  # padding dropped, prompt then completion
     # the same estimator on hand-built groups gives the same [B, T] advantages
     est = estimators.get("hista", interval=2, max_k=3, min_k=1)
-    got = groups_to_batch([est.token_advantages(g) for g in groups], completion_ids.shape)
+    got = scatter([est.token_advantages(g) for g in groups], completion_ids.shape)
     by_hand = [RolloutGroup([Rollout(prompts[i], completions[i], float(rewards[i]), hidden=flat[i].hidden)
                              for i in rows]) for rows in ([0, 1], [2, 3])]
     want = torch.zeros(4, 4)
@@ -553,7 +553,7 @@ def test_batch_to_groups_and_back():
     with pytest.raises(ValueError, match="groups of 3"):
         batch_to_groups(prompt_ids, prompt_mask, completion_ids, completion_mask, rewards, 3)
     with pytest.raises(ValueError, match="3 rollouts"):
-        groups_to_batch([[torch.zeros(1)] * 3], (4, 4))
+        scatter([[torch.zeros(1)] * 3], (4, 4))
 
 
 def test_batch_to_groups_decodes_text_when_asked(tiny):

@@ -34,7 +34,8 @@ from typing import Any, Callable, Optional
 import numpy as np
 import torch
 
-from .. import estimators, losses
+from .. import losses
+from ..advantages import estimate, group_rows, scatter
 from ..errors import InputError
 from ..types import Rollout, RolloutGroup
 from .verl_settings import ESTIMATOR_ENV, ESTIMATORS, LOSS_ENV, estimator_for, reset_estimators, settings
@@ -136,8 +137,11 @@ def make_estimator(name: str) -> Callable:
         held = _held_rows(verl_name, source, states, lengths, response_mask.shape[-1])
         if held is not None:
             lengths = [h[1] if states else len(h[0]) for h in held]
-        members, groups = _groups(index, lengths, rewards, held, states)
-        out = _advantages(est, members, groups, lengths, rewards, token_level_rewards, lam=lam, scale=scale)
+        rows, groups = _groups(index, lengths, rewards, held, states)
+        batch_std = float(rewards.std()) if rewards.numel() > 1 else 0.0
+        with torch.no_grad():
+            per_group = estimate(est, groups, gae_lambda=lam, scale=scale, batch_std=batch_std)
+        out = scatter(per_group, token_level_rewards.shape, rows=rows, device=token_level_rewards.device)
         out = out * response_mask
         return out, out
 
@@ -174,33 +178,18 @@ def _rollout(row: int, length: int, reward: float, held: Optional[list], states:
 
 
 def _groups(index: Any, lengths: list[int], rewards: torch.Tensor, held: Optional[list],
-            states: bool) -> tuple[dict[Any, list[int]], list[RolloutGroup]]:
+            states: bool) -> tuple[list[list[int]], list[RolloutGroup]]:
     """The rows of each group key (verl's ``uid``; else one group a row) and each group as a RolloutGroup."""
-    keys = np.asarray(index if index is not None else np.arange(len(lengths)), dtype=object)
-    members: dict[Any, list[int]] = {}
-    for row, key in enumerate(keys.tolist()):
-        members.setdefault(key, []).append(row)
+    keys = np.asarray(index if index is not None else np.arange(len(lengths)), dtype=object).tolist()
+    rows = list(group_rows(keys, len(lengths), singles=True).values())
     groups = []
-    for key, rows in members.items():
-        group = RolloutGroup([_rollout(r, lengths[r], float(rewards[r]), held, states) for r in rows],
-                             prompt_id=str(key))
+    for members in rows:
+        group = RolloutGroup([_rollout(r, lengths[r], float(rewards[r]), held, states) for r in members],
+                             prompt_id=str(keys[members[0]]))
         if states:
-            group.representations = [held[r][2] for r in rows]
+            group.representations = [held[r][2] for r in members]
         groups.append(group)
-    return members, groups
-
-
-def _advantages(est: Any, members: dict[Any, list[int]], groups: list[RolloutGroup], lengths: list[int],
-                rewards: torch.Tensor, like: torch.Tensor, *, lam: float, scale: str) -> torch.Tensor:
-    """Each row's token advantages under ``est`` (fitted per group when it learns across groups), zero-padded."""
-    scorers = est.for_batch(groups) if isinstance(est, estimators.LearnsAcrossGroups) else [est] * len(groups)
-    batch_std = float(rewards.std()) if rewards.numel() > 1 else 0.0
-    out = torch.zeros_like(like, dtype=torch.float32)
-    with torch.no_grad():
-        for rows, group, scorer in zip(members.values(), groups, scorers):
-            for r, adv in zip(rows, scorer.token_advantages(group, gae_lambda=lam, scale=scale, batch_std=batch_std)):
-                out[r, : lengths[r]] = adv.to(out.device)
-    return out
+    return rows, groups
 
 
 def register() -> dict[str, list[str]]:

@@ -36,7 +36,7 @@ from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
 from trl import GRPOTrainer
 
 from .. import estimators, losses
-from ..advantages import batch_to_groups, build_group, estimate, groups_to_batch, unpad
+from ..advantages import batch_to_groups, build_group, estimate, scatter, unpad
 from ..errors import InputError
 from ..models.capture import capture_logprob_pass
 from ..models.forward import decoder_layers
@@ -360,7 +360,7 @@ class HistaGRPOTrainer(GRPOTrainer):
         if self.critic is not None:  # PPO's order: advantages from the values before the critic's update
             for key, value in self.critic.update(groups).items():
                 self._metrics["train"][key].append(value)
-        advantages = groups_to_batch(per_group, batch[2].shape, device=batch[2].device)
+        advantages = scatter(per_group, batch[2].shape, device=batch[2].device)
         if not local:
             advantages = advantages[first: first + local_b, :local_t]
         self._log_advantages(advantages, out["completion_mask"])
@@ -407,7 +407,7 @@ class HistaGRPOTrainer(GRPOTrainer):
 
         per_row = split.estimate_split(rows, rewards, self.num_generations, estimate,
                                        represent if hidden is not None else None)
-        return groups_to_batch([per_row], out["completion_ids"].shape, device=out["completion_ids"].device)
+        return scatter([per_row], out["completion_ids"].shape, device=out["completion_ids"].device)
 
     def _log_advantages(self, advantages: torch.Tensor, mask: torch.Tensor) -> None:
         valid = advantages[mask.bool()]
