@@ -217,7 +217,7 @@ def test_the_design_document_has_the_sections_the_code_cites():
             for match in re.finditer(r"(?<!paper )§(\d+(?:\.\d+)?)", text):
                 if match.group(1) not in sections:
                     missing.append(f"{path.relative_to(ROOT)}: bare §{match.group(1)}")
-    assert count > 500 and missing == []
+    assert count > 300 and missing == []
 
 
 @pytest.mark.parametrize("text, cited", [

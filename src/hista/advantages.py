@@ -112,7 +112,7 @@ def build_group(prompts: Sequence[Sequence[int]], completions: Sequence[Sequence
 
 def scatter(per_group: Sequence[Sequence[torch.Tensor]], shape: Sequence[int], *,
             rows: Optional[Sequence[Sequence[int]]] = None, device: Optional[torch.device] = None) -> torch.Tensor:
-    """The way back from groups to a batch (SPEC §9): each group's per-rollout advantages [T_i]
+    """The way back from groups to a batch: each group's per-rollout advantages [T_i]
     written into the batch rows ``rows`` names for the group (default: the groups' rollouts in
     consecutive rows, the order of :func:`batch_to_groups`), in a zero-padded float32 tensor of
     ``shape`` [B, T] on ``device``. Every path from a batch to advantages ends here:
@@ -137,7 +137,7 @@ def _digest(token_ids: Sequence[int]) -> str:
 
 def estimate(est: Estimator, groups: Sequence[RolloutGroup], *, gae_lambda: Optional[float] = None,
              scale: Optional[str] = None, batch_std: Optional[float] = None) -> list[list[torch.Tensor]]:
-    """Each group's per-token advantages under ``est`` (SPEC §4, §9): an estimator that learns
+    """Each group's per-token advantages under ``est`` (SPEC §4): an estimator that learns
     across groups (the probe) is fitted for each group on the batch's other groups and its own
     history first (``for_batch``, which then adds the batch to that history). ``gae_lambda`` and
     ``scale`` default to the estimator's own (1.0; its ``default_scale``, else ``group``);

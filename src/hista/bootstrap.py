@@ -1,4 +1,4 @@
-"""The bootstrap that SVEB's and ``hista eval``'s intervals share (SPEC §8, §10): the means of
+"""The bootstrap that SVEB's and ``hista eval``'s intervals share: the means of
 resamples drawn with replacement, of entries or of whole clusters (entries with equal labels), in
 chunks that bound memory.
 Seeding and the interval read from the means are the caller's."""

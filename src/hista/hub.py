@@ -1,4 +1,4 @@
-"""Is the Hugging Face Hub usable? One probe shared by models and datasets (SPEC §7).
+"""Is the Hugging Face Hub usable? One probe shared by models and datasets.
 
 Before anything is fetched from the hub (a model by id, an ``hf:`` dataset), the endpoint
 (``HF_ENDPOINT``, default https://huggingface.co) is probed with a short timeout

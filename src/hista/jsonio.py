@@ -244,7 +244,7 @@ def read_input_unzipped(path: str | os.PathLike, what: str) -> bytes:
 
 
 def complete_lines(raw: bytes, path: str | os.PathLike, what: str) -> bytes:
-    """The complete lines of the bytes ``raw`` of an append-only JSON-lines file (SPEC §8, §10,
+    """The complete lines of the bytes ``raw`` of an append-only JSON-lines file (§10,
     §11: case files, sweep values, per-problem files): an unterminated last line is left out
     when it can be what a crash mid-write leaves of one of its lines (it starts with ``{``);
     anything else at the end (a file that is not the command's own: notes, a one-line text) is

@@ -1,4 +1,4 @@
-"""Small checks shared by the file schemas hista reads (SPEC §11): SVEB's case and results files
+"""Small checks shared by the file schemas hista reads: SVEB's case and results files
 (:mod:`hista.sveb.cases`, :mod:`hista.sveb.results`) and the evaluation's results and
 per-problem files (:mod:`hista.evaluation.store`). Each failure is an InputError located at the
 file, the line where there is one, and the field."""

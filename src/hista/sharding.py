@@ -1,4 +1,4 @@
-"""Splitting a long job over machines and seeding its parts (SPEC §8, §10): a job that processes
+"""Splitting a long job over machines and seeding its parts: a job that processes
 its items in fixed chunks (an SVEB build's problems, an evaluation's batches) can be cut into N
 shards, shard K taking every N-th chunk from K-1 (round robin, so that the parts take about
 equally long), and each chunk's seed depends only on the job's seed and the chunk's own names,

@@ -18,7 +18,7 @@ class Rollout:
     tokens, shape ``[len(prompt_ids) + len(completion_ids), H]``; ``logprobs`` and
     ``entropies`` are per completion token under the sampling (old) policy. ``reward`` must be
     finite (a NaN or infinite reward raises ValueError: it would poison every advantage of the
-    group, SPEC §12).
+    group).
     """
 
     prompt_ids: list[int]
@@ -80,7 +80,7 @@ class RolloutGroup:
     #: Monte-Carlo continuation rewards sampled from states, keyed by (rollout index, t)
     continuations: dict[tuple[int, int], list[float]] = field(default_factory=dict)
     #: Each rollout's :meth:`hista.estimators.base.Estimator.represent`, computed where the rollout
-    #: lay (training with groups split over processes, SPEC §9); an estimator that has
+    #: lay (training with groups split over processes); an estimator that has
     #: ``represent`` reads these instead of ``Rollout.hidden``. None: not precomputed.
     representations: Optional[list[torch.Tensor]] = None
 

@@ -1,4 +1,4 @@
-"""The ``hista`` command line (SPEC §11). Thin: parse options, call the library, print where
+"""The ``hista`` command line. Thin: parse options, call the library, print where
 outputs went. Bad input exits with code 2 and a message naming the file, line and field.
 
 :mod:`.main` holds the parser and :func:`main`; one module per command group holds its parsers

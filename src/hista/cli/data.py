@@ -1,4 +1,4 @@
-"""``hista sample``, ``hista models`` and ``hista tasks`` (SPEC §7, §11): problems, models and
+"""``hista sample``, ``hista models`` and ``hista tasks``: problems, models and
 rollouts, each parser next to its handler."""
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ HELP = {
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    """Add ``sample``, ``models`` and ``tasks`` to the command parser ``sub`` (SPEC §11)."""
+    """Add ``sample``, ``models`` and ``tasks`` to the command parser ``sub``."""
     p = add_command(sub, "sample", *HELP["sample"])
     p.add_argument("--tasks", action="append", required=True, metavar="SPEC",
                    help="task source, repeatable: builtin:arith[?steps=2&max_value=20], builtin:choice, "
@@ -58,7 +58,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def cmd_sample(args: argparse.Namespace) -> int:
-    """`hista sample`: sample and verify rollouts, print accuracies, write them as JSONL (SPEC §7, §11).
+    """`hista sample`: sample and verify rollouts, print accuracies, write them as JSONL.
     A problem whose prompt with ``--max-new-tokens`` passes the model's context is refused, named,
     before anything is sampled."""
     from .. import tasks
@@ -106,7 +106,7 @@ def cmd_sample(args: argparse.Namespace) -> int:
 
 
 def cmd_models(args: argparse.Namespace) -> int:
-    """`hista models`: list the model aliases or prepare the embedded model (SPEC §7, §11)."""
+    """`hista models`: list the model aliases or prepare the embedded model."""
     from ..models import ALIASES, EMBEDDED, cache_dir, prepare_embedded
 
     if args.action == "prepare":
@@ -120,7 +120,7 @@ def cmd_models(args: argparse.Namespace) -> int:
 
 
 def cmd_tasks(args: argparse.Namespace) -> int:
-    """`hista tasks`: list, preview or difficulty-filter task sources (SPEC §7, §11)."""
+    """`hista tasks`: list, preview or difficulty-filter task sources."""
     from .. import tasks
 
     if args.action == "list":
@@ -142,8 +142,8 @@ def cmd_tasks(args: argparse.Namespace) -> int:
 
 def filter_tasks(args: argparse.Namespace) -> int:
     """`hista tasks filter`: keep the problems whose accuracy under the policy lies in [--lo,
-    --hi] and write them as JSONL (SPEC §7); a problem whose prompt with ``--max-new-tokens``
-    passes the model's context is refused, named, before anything is sampled (SPEC §11)."""
+    --hi] and write them as JSONL; a problem whose prompt with ``--max-new-tokens``
+    passes the model's context is refused, named, before anything is sampled."""
     from .. import tasks
     from ..jsonio import check_not_inputs, check_output_file, write_jsonl_atomic
     from ..rollout.engine import check_prompts

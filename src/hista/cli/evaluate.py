@@ -1,4 +1,4 @@
-"""``hista eval`` with ``merge`` and ``compare`` (SPEC §10): evaluate a model or a ``hista
+"""``hista eval`` with ``merge`` and ``compare``: evaluate a model or a ``hista
 train`` checkpoint on benchmark suites, join a sharded evaluation, put runs side by side; each
 parser next to its handler."""
 
@@ -29,8 +29,7 @@ HELP = {
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    """Add ``eval`` (and its actions ``merge`` and ``compare``) to the command parser ``sub``
-    (SPEC §11)."""
+    """Add ``eval`` (and its actions ``merge`` and ``compare``) to the command parser ``sub``."""
     p = _add_eval(sub)
     actions = p.add_subparsers(dest="action", metavar="[compare|merge]")
     _add_merge(actions)
@@ -70,7 +69,7 @@ def _add_eval(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
 
 
 def cmd_eval(args: argparse.Namespace) -> int:
-    """`hista eval`: evaluate a model on benchmark suites, avg@k and pass@k, resumably (SPEC §10)."""
+    """`hista eval`: evaluate a model on benchmark suites, avg@k and pass@k, resumably."""
     from ..evaluation import EvalConfig, evaluate
     from ..sharding import parse
 
@@ -105,7 +104,7 @@ def _add_merge(actions: argparse._SubParsersAction) -> None:
 
 
 def cmd_eval_merge(args: argparse.Namespace) -> int:
-    """`hista eval merge`: join the results of a sharded evaluation (SPEC §10)."""
+    """`hista eval merge`: join the results of a sharded evaluation."""
     from ..evaluation.merge import merge
 
     table = merge(args.parts, args.merge_out)
@@ -129,7 +128,7 @@ def _add_compare(actions: argparse._SubParsersAction) -> None:
 
 
 def cmd_eval_compare(args: argparse.Namespace) -> int:
-    """`hista eval compare`: results side by side with paired differences from the first (SPEC §10)."""
+    """`hista eval compare`: results side by side with paired differences from the first."""
     from ..evaluation.compare import compare_to_files
 
     _, text, written = compare_to_files(args.results, args.compare_out, force=args.force, metric=args.metric,

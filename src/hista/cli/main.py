@@ -1,4 +1,4 @@
-"""The ``hista`` entry point (SPEC §11): the command parser, built from one module per command
+"""The ``hista`` entry point: the command parser, built from one module per command
 group, and :func:`main`, which turns bad input into exit code 2 with a located message."""
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from . import data, evaluate, sveb, train
 
 
 def build_parser() -> argparse.ArgumentParser:
-    """The argument parser of every ``hista`` command (SPEC §11); building it imports no torch."""
+    """The argument parser of every ``hista`` command; building it imports no torch."""
     parser = argparse.ArgumentParser(prog="hista", description=(
         "Credit assignment for RL of LLMs: token-level advantages, the SVEB benchmark, training."))
     parser.add_argument("--version", action="version", version=f"hista {__version__}")
@@ -25,7 +25,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
-    """Entry point of the ``hista`` command (SPEC §11): bad input (an InputError, or an OSError
+    """Entry point of the ``hista`` command: bad input (an InputError, or an OSError
     about a path, such as a full disk or a permission) exits 2 with a message naming the file,
     line and field; any other exception is a bug and keeps its traceback."""
     parser = build_parser()

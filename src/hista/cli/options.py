@@ -1,4 +1,4 @@
-"""Option types and option groups that several ``hista`` commands share (SPEC §11): the one way a
+"""Option types and option groups that several ``hista`` commands share: the one way a
 command's parser is made, numbers in a range, choices and lists, a device this machine has, the
 sampling and engine options, and the model and engine they load. A value out of range is a usage
 error naming the option (exit 2). Nothing here imports torch until a command runs."""
@@ -22,7 +22,7 @@ def add_command(sub: argparse._SubParsersAction, name: str, help: str,
 
 def number(kind: type, lo: float, hi: float = math.inf, *, lo_open: bool = False, what: str = ""):
     """An argparse type: a ``kind`` number in [lo, hi] (or (lo, hi] with ``lo_open``); a value
-    outside is a usage error naming the option (exit 2, SPEC §11)."""
+    outside is a usage error naming the option (exit 2)."""
 
     def parse(text: str):
         try:
@@ -56,7 +56,7 @@ def layers(text: str) -> Optional[int]:
 
 
 def choice(*valid: str):
-    """An argparse type: one of ``valid`` (SPEC §11)."""
+    """An argparse type: one of ``valid``."""
 
     def parse(text: str) -> str:
         if text not in valid:
@@ -67,7 +67,7 @@ def choice(*valid: str):
 
 
 def list_of(item):
-    """An argparse type: a comma list of ``item`` values, without repeats (SPEC §11)."""
+    """An argparse type: a comma list of ``item`` values, without repeats."""
 
     def parse(text: str) -> list:
         values = [item(part.strip()) for part in text.split(",")]
@@ -79,7 +79,7 @@ def list_of(item):
 
 
 def device(text: str) -> str:
-    """An argparse type: a torch device this machine has (SPEC §11)."""
+    """An argparse type: a torch device this machine has."""
     from ..models import check_device
 
     try:
@@ -90,7 +90,7 @@ def device(text: str) -> str:
 
 def add_sampling_options(p: argparse.ArgumentParser) -> None:
     """``--model``, ``--device``, the sampling settings and the engine options of a command that
-    samples (SPEC §7): ``sample`` and ``tasks filter``."""
+    samples: ``sample`` and ``tasks filter``."""
     d = SamplingConfig()
     p.add_argument("--model", default="smollm2-135m-instruct",
                    help="alias (smollm2-135m-instruct, tiny), local path or Hugging Face id (default: %(default)s)")
@@ -107,7 +107,7 @@ def add_sampling_options(p: argparse.ArgumentParser) -> None:
 
 
 def add_engine_options(p: argparse.ArgumentParser, default: Optional[str]) -> None:
-    """``--engine`` and ``--tensor-parallel-size`` (SPEC §7); ``default`` None leaves them to a
+    """``--engine`` and ``--tensor-parallel-size``; ``default`` None leaves them to a
     preset."""
     shown = default or "the preset's, hf"
     p.add_argument("--engine", choices=["hf", "vllm"], default=default,
@@ -118,14 +118,14 @@ def add_engine_options(p: argparse.ArgumentParser, default: Optional[str]) -> No
 
 
 def sampling_config(args: argparse.Namespace) -> SamplingConfig:
-    """The :class:`~hista.rollout.config.SamplingConfig` of a command's sampling options (SPEC §7)."""
+    """The :class:`~hista.rollout.config.SamplingConfig` of a command's sampling options."""
     return SamplingConfig(temperature=args.temperature, top_p=args.top_p, max_new_tokens=args.max_new_tokens,
                           batch_size=args.batch_size)
 
 
 def sampler(args: argparse.Namespace, config: SamplingConfig):
     """The model and engine of ``--model``, ``--engine``, ``--tensor-parallel-size`` and
-    ``--device`` (SPEC §7), printing what loaded and how long it took."""
+    ``--device``, printing what loaded and how long it took."""
     from ..rollout.engines import load_model, make_engine
 
     start = time.time()

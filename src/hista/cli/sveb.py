@@ -1,4 +1,4 @@
-"""``hista sveb`` and ``hista critic`` (SPEC §4.5, §8): build, merge, evaluate, sweep, split and
+"""``hista sveb`` and ``hista critic`` (SPEC §4.5): build, merge, evaluate, sweep, split and
 report the State Value Estimation Benchmark, and train the PPO critics its ``ppo-1`` and
 ``ppo-n`` methods read; each parser next to its handler."""
 

@@ -1,4 +1,4 @@
-"""``hista train`` and ``hista verl`` (SPEC §9, docs/verl.md): train a policy from a YAML
+"""``hista train`` and ``hista verl`` (docs/verl.md): train a policy from a YAML
 recipe on TRL, and check hista's plugin inside verl; each parser next to its handler."""
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ HELP = {
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    """Add ``train`` and ``verl`` (check) to the command parser ``sub`` (SPEC §11)."""
+    """Add ``train`` and ``verl`` (check) to the command parser ``sub``."""
     p = add_command(sub, "train", *HELP["train"])
     p.add_argument("recipe", help="recipe YAML, e.g. recipes/cpu-smoke.yaml")
     p.add_argument("overrides", nargs="*", metavar="KEY=VALUE", help="recipe overrides (dotted keys)")
@@ -44,7 +44,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def cmd_train(args: argparse.Namespace) -> int:
-    """`hista train`: validate a recipe and train with it (SPEC §9, §11). A dry run makes the
+    """`hista train`: validate a recipe and train with it. A dry run makes the
     checks a run makes before it loads anything, the output folder's included."""
     from ..train import load_recipe, train
     from ..train.recipe import check_model

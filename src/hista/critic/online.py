@@ -1,4 +1,4 @@
-"""The critic of the PPO baseline in training (SPEC §4.5, §9): a :class:`ValueModel` copied from
+"""The critic of the PPO baseline in training (SPEC §4.5): a :class:`ValueModel` copied from
 the policy when the trainer starts, with its own AdamW optimiser, trained on every generation
 batch alongside the policy.
 
@@ -45,8 +45,8 @@ MAX_GRAD_NORM = 1.0
 
 
 def policy_revision(model: Any, name: str) -> str:
-    """The revision string :func:`hista.models.load` records for a model it loads by ``name``
-    (SPEC §7), for a policy that TRL loaded instead: the hub commit hash when known, else
+    """The revision string :func:`hista.models.load` records for a model it loads by ``name``, for
+    a policy that TRL loaded instead: the hub commit hash when known, else
     ``path:<absolute path>`` for a local folder, else the name."""
     commit = getattr(getattr(model, "config", None), "_commit_hash", None)
     if commit:

@@ -34,7 +34,7 @@ def layer_at_depth(num_layers: int, depth: float) -> int:
 
 def check_finite(values: torch.Tensor, name: str = "rewards") -> torch.Tensor:
     """Return ``values`` unchanged, or raise ValueError naming ``name`` when it holds a NaN or
-    an infinite entry (SPEC §12, reliability: one NaN reward would silently make every
+    an infinite entry (reliability: one NaN reward would silently make every
     advantage of its group non-finite). Costs one ``torch.isfinite(...).all()``."""
     values = torch.as_tensor(values)
     if values.is_floating_point() and not bool(torch.isfinite(values).all()):
@@ -108,7 +108,7 @@ def scale_advantages(
 
 
 def state_field(state: Any, name: str, owner: str, kind: type, expected: str) -> Any:
-    """The one field ``name`` of ``owner``'s checkpointed state (SPEC §9), checked: ``state`` is
+    """The one field ``name`` of ``owner``'s checkpointed state, checked: ``state`` is
     a dict holding ``name`` and nothing else, and its value is a ``kind`` (``expected`` says
     what, in the message). Anything else is an InputError naming the field."""
     if not isinstance(state, dict):
@@ -219,7 +219,7 @@ class Estimator(abc.ABC):
         return None
 
     def load_state_dict(self, state: dict[str, Any], *, hidden_size: Optional[int] = None) -> None:
-        """Restore what :meth:`state_dict` gave (SPEC §9), read back from a checkpoint and so
+        """Restore what :meth:`state_dict` gave, read back from a checkpoint and so
         checked first: a state that is not exactly what this estimator writes is an InputError
         naming the field; ``hidden_size``, when given, is the width of the policy's hidden states
         (what a probe's features must have). The default keeps nothing, and a ValueError says so
@@ -235,8 +235,8 @@ class Estimator(abc.ABC):
         return {}
 
     def represent(self, rollout: Rollout) -> Optional[tuple[torch.Tensor, int]]:
-        """For an estimator that reads hidden states through a per-sequence representation
-        (SPEC §9): that representation of ``rollout`` and how many of its leading vectors depend
+        """For an estimator that reads hidden states through a per-sequence representation: that
+        representation of ``rollout`` and how many of its leading vectors depend
         on the prompt alone (the same for every rollout of a group), so that a trainer can
         compute it where the rollout lies and send only the rest. None (the default): the
         estimator reads the hidden states themselves."""
@@ -279,7 +279,7 @@ class Estimator(abc.ABC):
         return {"name": self.name, "config": self.config.to_dict()}
 
     def method_label(self) -> str:
-        """What reports call this estimator (SPEC §8): its label, with the profile when not the
+        """What reports call this estimator: its label, with the profile when not the
         default."""
         label = self.label or self.name
         return label if self.profile == "default" else f"{label}-{self.profile}"

@@ -290,7 +290,7 @@ class PreparedGroup:
 
 
 def _check_hidden(rollouts: Sequence[Rollout], where: str) -> None:
-    """Every rollout must carry hidden states of shape [P + T, H] with one H (SPEC §3, §12);
+    """Every rollout must carry hidden states of shape [P + T, H] with one H (SPEC §3);
     checked here too because ``Rollout.hidden`` can be assigned after construction."""
     width = None
     for i, r in enumerate(rollouts):

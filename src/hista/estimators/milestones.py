@@ -421,7 +421,7 @@ class ValueTable:
     @classmethod
     def from_state(cls, state: object, field: str = "table") -> "ValueTable":
         """The table :meth:`state_dict` gave, read back from a checkpoint and so checked
-        strictly (SPEC §9, §11): exactly its four fields, of one length n; ``parent`` int64 [n]
+        strictly: exactly its four fields, of one length n; ``parent`` int64 [n]
         with −1 for ∅ (the first state, if any) and an earlier index for every other; ``key`` n
         strings, "" for ∅ alone; ``count`` float64 [n] of whole numbers >= 1; ``total`` float64
         [n], finite; no state twice. Anything else is an InputError naming ``field`` and the

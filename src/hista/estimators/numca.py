@@ -15,7 +15,7 @@ keeps the reference's leaks (``states="path"``, ``leave_one_out=False``).
 State: with ``persist=True`` the estimator keeps one value table per ``prompt_id`` across
 ``token_advantages`` calls (one call = one training step of that prompt), as the reference
 trainer does; ``reset()`` forgets them, ``state_dict()`` gives them for a checkpoint and
-``load_state_dict()`` restores them, checked (SPEC §9). With ``persist=False`` (the default) it
+``load_state_dict()`` restores them, checked. With ``persist=False`` (the default) it
 is a pure function of the group.
 """
 
@@ -141,7 +141,7 @@ class Numca(Estimator):
         return {"tables": {prompt: table.state_dict() for prompt, table in self._tables.items()}}
 
     def load_state_dict(self, state: dict, *, hidden_size: Optional[int] = None) -> None:
-        """Restore the tables :meth:`state_dict` gave (SPEC §9), checked strictly first (they are
+        """Restore the tables :meth:`state_dict` gave, checked strictly first (they are
         read back from a checkpoint): ``{"tables": {prompt id: table}}``, each table as
         :meth:`ValueTable.from_state` checks it. Anything else is an InputError naming the
         field, and the tables are left as they were. ``hidden_size`` is unused (Numca reads no

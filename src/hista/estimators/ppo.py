@@ -136,7 +136,7 @@ class PPON(_PPOCritic):
 
 @dataclasses.dataclass
 class CriticConfig(EstimatorConfig):
-    """The PPO baseline in training (SPEC §4.5, §9). ``lam``: the GAE λ of the critic's targets
+    """The PPO baseline in training (SPEC §4.5). ``lam``: the GAE λ of the critic's targets
     (γ = 1) and the default ``gae_lambda`` of its advantages; ``critic_lr``: AdamW's learning
     rate; ``value_clip``: ε of PPO's clipped value loss around the values the batch was scored
     with (None: plain squared error); ``critic_layers``: the last k decoder layers that train
@@ -177,7 +177,7 @@ class CriticConfig(EstimatorConfig):
 
 @register("critic")
 class PPOBaseline(_PPOCritic):
-    """The PPO baseline in training (SPEC §4.5, §9): V(s) is the value of a critic that the
+    """The PPO baseline in training (SPEC §4.5): V(s) is the value of a critic that the
     trainer copies from the policy when it starts and trains on every generation batch
     (:class:`hista.critic.online.OnlineCritic`); the advantages are PPO's GAE(λ) over those
     values, with λ = ``gae_lambda`` (default: the critic's ``lam``). Its advantages are left

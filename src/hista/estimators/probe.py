@@ -143,8 +143,8 @@ def total(data: Sequence[ProbeData]) -> ProbeData:
 
 
 def checked_data(entry: object, field: str, hidden_size: Optional[int] = None) -> ProbeData:
-    """``entry``, a ProbeData's fields as :meth:`Probe.state_dict` wrote them, as ProbeData
-    (SPEC §9), or an InputError naming ``field`` and the key at fault: exactly the fields of
+    """``entry``, a ProbeData's fields as :meth:`Probe.state_dict` wrote them, as ProbeData, or an
+    InputError naming ``field`` and the key at fault: exactly the fields of
     ProbeData; ``weight`` (≥ 0) and ``y`` finite numbers, ``low`` and ``high`` numbers (±inf
     for no rollouts); ``x``, ``xy`` [H] and ``xx`` [H, H] finite float64 tensors, or all three
     None (a batch without fitted states), H = ``hidden_size`` when given, else the width of
@@ -327,7 +327,7 @@ class Probe(LearnsAcrossGroups):
 
     def for_batch(self, groups: Sequence[RolloutGroup]) -> list["Probe"]:
         """One fitted probe per group of a training generation batch (docs/estimators.md
-        "Probe"; SPEC §9): group j's is fitted on every other group of the batch and on the
+        "Probe"): group j's is fitted on every other group of the batch and on the
         last ``buffer`` batches this probe saw, never on group j itself; then the batch joins
         the history."""
         data = [self.data(g) for g in groups]
@@ -348,7 +348,7 @@ class Probe(LearnsAcrossGroups):
         return {"history": [dataclasses.asdict(d) for d in self.history]}
 
     def load_state_dict(self, state: dict, *, hidden_size: Optional[int] = None) -> None:
-        """Restore the history :meth:`state_dict` gave (SPEC §9), checked strictly first (it is
+        """Restore the history :meth:`state_dict` gave, checked strictly first (it is
         read back from a checkpoint): ``{"history": [...]}`` with at most ``buffer`` batches, each
         exactly ProbeData's fields (:func:`checked_data`). Anything else is an InputError naming
         the field, and the history is left as it was."""

@@ -1,4 +1,4 @@
-"""Evaluation of policies on benchmark suites (SPEC §10): ``hista eval`` and ``hista eval compare``.
+"""Evaluation of policies on benchmark suites: ``hista eval`` and ``hista eval compare``.
 
 :mod:`.suites` (benchmarks, presets, problems), :mod:`.checkpoint` (what ``--model`` names,
 ``hista train`` runs included), :mod:`.metrics` (avg@k, pass@k, bootstrap intervals),

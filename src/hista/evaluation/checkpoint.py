@@ -1,4 +1,4 @@
-"""What ``--model`` names (SPEC §7, §10): an alias, a Hugging Face id or folder, or a ``hista
+"""What ``--model`` names: an alias, a Hugging Face id or folder, or a ``hista
 train`` run, whose checkpoints are evaluated with the system prompt the run trained with.
 
 A ``hista train`` output folder holds ``recipe.yaml`` (the recipe as it ran), ``checkpoint-N/``
@@ -78,7 +78,7 @@ def _last_model(run: Path) -> Path:
 
 
 def resolve(model: str) -> ModelSource:
-    """What ``model`` names (SPEC §7, §10; module docstring): an alias or hub id as it is; a
+    """What ``model`` names (module docstring): an alias or hub id as it is; a
     model folder as it is; a ``hista train`` run folder, or its ``final/`` or ``checkpoint-N/``,
     as that checkpoint, posed with the ``system_prompt`` of the run's ``recipe.yaml`` and
     recorded with the run's folder, checkpoint, step, base model, estimator and loss."""
@@ -104,7 +104,7 @@ def resolve(model: str) -> ModelSource:
 
 def weights_stamp(load_as: str) -> Optional[str]:
     """For a model folder, a SHA-256 of the names, sizes and modification times of its weight
-    and config files (SPEC §10), so that a checkpoint written again at the same path is not
+    and config files, so that a checkpoint written again at the same path is not
     taken for the one an earlier evaluation used; None for an alias or a hub id. Reads no
     weights, so it costs microseconds."""
     folder = Path(load_as)

@@ -1,4 +1,4 @@
-"""``hista eval compare``: runs side by side, with paired differences from the first (SPEC §10).
+"""``hista eval compare``: runs side by side, with paired differences from the first.
 
 Runs are comparable when their settings are equal but for the model (name, revision, weights):
 the same benchmarks and problems (their fingerprints), temperature, k, token cap, system
@@ -66,7 +66,7 @@ def _entry(metric: str, interval: Optional[dict]) -> dict:
 
 def compare(paths: Sequence[str], *, force: bool = False, metric: str = "avg", seed: int = 0,
             n_boot: int = N_BOOT) -> dict:
-    """Compare the results files ``paths`` (SPEC §10; module docstring) under ``metric``
+    """Compare the results files ``paths`` (module docstring) under ``metric``
     (``avg`` or ``pass@K``). Raises an InputError for fewer than two files, a file that is not a
     results file (any field that :func:`hista.evaluation.run.check_results` refuses, named), a
     bad metric, or (without ``force``) settings that differ from the first run's
@@ -138,10 +138,10 @@ def _runs(paths: Sequence[str], runs: list[dict], own: list[dict], metric: str) 
 
 def compare_to_files(paths: Sequence[str], out: Optional[str | Path] = None, *, force: bool = False,
                      metric: str = "avg", seed: int = 0) -> tuple[dict, str, list[Path]]:
-    """``hista eval compare`` (SPEC §10): :func:`compare` the results files ``paths`` and render
+    """``hista eval compare``: :func:`compare` the results files ``paths`` and render
     the markdown table; with ``out`` (a ``.md`` name) write the table there and the numbers to
     the ``.json`` beside it. Both outputs are checked before anything is read (neither may be
-    one of ``paths``, SPEC §11) and written atomically. Returns the comparison, the table and
+    one of ``paths``) and written atomically. Returns the comparison, the table and
     the paths written."""
     written: list[Path] = []
     if out is not None:

@@ -1,4 +1,4 @@
-"""``hista eval merge``: join the results of a sharded evaluation (SPEC §10).
+"""``hista eval merge``: join the results of a sharded evaluation.
 
 ``hista eval --shard K/N`` evaluates every N-th chunk of problems from chunk K-1, over all
 benchmarks in order, with the seeds a whole evaluation uses, so its problems' samples are those a
@@ -49,7 +49,7 @@ def _versions(data: dict, path: Path) -> dict:
 
 
 def merge(parts: Sequence[str | Path], out: str | Path) -> str:
-    """Join the results files of every shard of one evaluation into ``out`` (SPEC §10): the
+    """Join the results files of every shard of one evaluation into ``out``: the
     problems in the whole evaluation's order, the summary over all of them, ``results.md`` and
     the per-problem file beside it. Refuses, naming the file (and field), an output that is one
     of the parts (or a part's per-problem file), a part that is not a shard's results (every

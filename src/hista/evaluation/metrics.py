@@ -1,4 +1,4 @@
-"""Evaluation metrics (SPEC §10): accuracy avg@k, the unbiased pass@k, their macro averages by
+"""Evaluation metrics: accuracy avg@k, the unbiased pass@k, their macro averages by
 category and overall, and stratified bootstrap intervals over problems, single and paired.
 
 Pure and deterministic: no I/O, no model. A *problem score* is one number per problem (its
@@ -36,7 +36,7 @@ LEVEL = 0.95
 
 def pass_at_k(n: int, c: int, k: int) -> float:
     """The unbiased pass@k estimate of one problem with ``c`` correct samples out of ``n``
-    (SPEC §10; Chen et al. 2021, the Codex paper): ``1 − C(n − c, k) / C(n, k)``, the chance
+    (Chen et al. 2021, the Codex paper): ``1 − C(n − c, k) / C(n, k)``, the chance
     that k samples drawn without replacement from the n include a correct one. Exact (integer
     binomials); ``k`` must lie in [1, n] and ``c`` in [0, n], else ValueError."""
     if not (isinstance(n, int) and isinstance(c, int) and isinstance(k, int)):
@@ -51,7 +51,7 @@ def pass_at_k(n: int, c: int, k: int) -> float:
 
 
 def problem_score(rewards: Sequence[float], metric: str) -> float:
-    """One problem's score under ``metric`` from the rewards of its n samples (SPEC §10):
+    """One problem's score under ``metric`` from the rewards of its n samples:
     ``"avg"``, the mean reward (avg@n: the share of correct samples for 0/1 rewards), or
     ``"pass@K"``, the unbiased pass@K with a sample counted correct when its reward is 1 (K ≤ n)."""
     if not rewards:
@@ -73,7 +73,7 @@ def _interval(values: np.ndarray, point: float) -> dict:
 
 def mean_interval(scores: Sequence[float], n_boot: int = N_BOOT, seed: int = 0) -> dict:
     """``{"mean", "lo", "hi"}``: the mean of ``scores`` with its percentile bootstrap 95%
-    interval over the entries (SPEC §10), seeded."""
+    interval over the entries, seeded."""
     return bootstrap({"x": list(scores)}, {"x": "x"}, n_boot=n_boot, seed=seed)["benchmarks"]["x"]
 
 

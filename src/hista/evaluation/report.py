@@ -1,4 +1,4 @@
-"""Markdown tables of evaluations (SPEC §10): one run's results, and runs side by side.
+"""Markdown tables of evaluations: one run's results, and runs side by side.
 
 Scores are percentages with one decimal, as in the paper's tables; an interval is the bootstrap
 95% interval in brackets. The *paper layout* puts one run per row and one column per
@@ -19,7 +19,7 @@ def pct(value: Optional[float], signed: bool = False) -> str:
 
 
 def with_interval(entry: Optional[dict], signed: bool = False) -> str:
-    """``mean [lo, hi]`` of an interval ``{"mean", "lo", "hi"}`` in percent (SPEC §10)."""
+    """``mean [lo, hi]`` of an interval ``{"mean", "lo", "hi"}`` in percent."""
     if entry is None:
         return "n/a"
     return f"{pct(entry['mean'], signed)} [{pct(entry['lo'], signed)}, {pct(entry['hi'], signed)}]"
@@ -30,7 +30,7 @@ def _table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> list[str]:
 
 
 def paper_layout(labels: Sequence[str], summaries: Sequence[dict], metric: str = "avg") -> list[str]:
-    """One row per run, a column per benchmark then per category and ALL (SPEC §10; module
+    """One row per run, a column per benchmark then per category and ALL (module
     docstring); runs after the first show their difference from it, as the paper's arrows do."""
     first = summaries[0]
     names = list(first["benchmarks"])
@@ -67,7 +67,7 @@ def _problems(benchmark: dict) -> str:
 
 
 def result_markdown(results: dict) -> str:
-    """The markdown report of one evaluation (SPEC §10): the paper layout, then per benchmark
+    """The markdown report of one evaluation: the paper layout, then per benchmark
     avg@n and pass@n with intervals, the share of responses without an extractable answer, the
     share cut at the token cap and response lengths; category and overall rows last."""
     s, settings, model = results["summary"], results["settings"], results["model"]
@@ -96,7 +96,7 @@ def result_markdown(results: dict) -> str:
 
 
 def compare_markdown(comparison: dict) -> str:
-    """The markdown of :func:`hista.evaluation.compare.compare` (SPEC §10): the paper layout,
+    """The markdown of :func:`hista.evaluation.compare.compare`: the paper layout,
     then per benchmark, category and ALL each run's score with its interval and each later
     run's paired difference from the first with its interval."""
     runs, metric = comparison["runs"], comparison["metric"]

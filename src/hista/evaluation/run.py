@@ -1,4 +1,4 @@
-"""``hista eval``: evaluate a model on benchmark suites, resumably (SPEC §10).
+"""``hista eval``: evaluate a model on benchmark suites, resumably.
 
 The problems left to do of all benchmarks sampled alike (temperature, samples per problem) go
 to the rollout engine in one call, ``batch_size`` samples decoding at a time, problems mixed
@@ -6,7 +6,7 @@ to the rollout engine in one call, ``batch_size`` samples decoding at a time, pr
 samples are seeded by the evaluation seed, the benchmark and the problem's id alone, so they do
 not depend on the batch or on what ran before: a resumed or sharded evaluation samples what an
 uninterrupted one does, and evaluates only the problems the per-problem file lacks. Each
-problem is verified with the verifiers that give training rewards (SPEC §6) and appended the
+problem is verified with the verifiers that give training rewards and appended the
 moment its samples are done; at the end ``results.json`` (settings, model, versions, every
 problem's samples with verdict and reason, the summary) and ``results.md`` are written
 atomically. Sharding still cuts each benchmark's problems into fixed chunks of
@@ -45,12 +45,12 @@ FORMAT = "hista-eval-results/1"
 
 @dataclasses.dataclass
 class EvalConfig:
-    """Settings of ``hista eval`` (SPEC §10). ``suites``: preset names and task specs;
+    """Settings of ``hista eval``. ``suites``: preset names and task specs;
     ``temperature`` and ``k``: when given, every benchmark's (else each benchmark's own: a plain
     spec is greedy, k = 1); ``max_new_tokens``: None takes the suites' own cap; ``limit``: at
     most this many problems per benchmark (the first ones); ``seed`` seeds the sampling;
     ``batch_size``: sequences per generation batch; ``engine`` and ``tensor_parallel_size``: the
-    rollout engine (SPEC §7). A bad value raises an InputError naming the field (the CLI
+    rollout engine. A bad value raises an InputError naming the field (the CLI
     option's name)."""
 
     model: str = EMBEDDED
@@ -82,19 +82,19 @@ class EvalConfig:
 
 
 def results_markdown_path(out: Path) -> Path:
-    """The markdown table written beside the results file ``out`` (SPEC §10)."""
+    """The markdown table written beside the results file ``out``."""
     return out.with_suffix(".md") if out.suffix == ".json" else out.with_name(out.name + ".md")
 
 
 def output_paths(out: str | Path) -> tuple[Path, Path, Path]:
-    """The files an evaluation into ``out`` writes (SPEC §10): the results file, its per-problem
+    """The files an evaluation into ``out`` writes: the results file, its per-problem
     samples file (:func:`hista.evaluation.store.samples_path`) and its markdown table."""
     out = Path(out)
     return out, store.samples_path(out), results_markdown_path(out)
 
 
 def check_suites(config: EvalConfig, *, load: bool = False) -> None:
-    """Resolve the suites of ``config`` (SPEC §10; an InputError names one that is not a preset
+    """Resolve the suites of ``config`` (an InputError names one that is not a preset
     or task spec) and, with ``load``, load every benchmark's problems now, so that a run that
     will evaluate them fails before it writes anything (SPEC §9 ``eval:``, §11)."""
     benchmarks = suites.resolve(config.suites, temperature=config.temperature, k=config.k)[0]
@@ -104,13 +104,13 @@ def check_suites(config: EvalConfig, *, load: bool = False) -> None:
 
 
 def problem_key(benchmark: str, problem: dict) -> str:
-    """The key of a problem in the per-problem file: ``BENCHMARK/ID`` (SPEC §10)."""
+    """The key of a problem in the per-problem file: ``BENCHMARK/ID``."""
     return f"{benchmark}/{problem['id']}"
 
 
 def read_results(path: str | Path) -> dict:
-    """A results file written by :func:`evaluate` or :func:`hista.evaluation.merge.merge`
-    (SPEC §10), checked by :func:`check_results`: an InputError naming the file and field
+    """A results file written by :func:`evaluate` or :func:`hista.evaluation.merge.merge`, checked
+    by :func:`check_results`: an InputError naming the file and field
     when it is not one (not JSON, another format, no settings, summary or problems, a bad
     field in them)."""
     path = Path(path)
@@ -139,7 +139,7 @@ def _benchmark(entry: object, k: int, where: Where) -> dict:
 
 
 def check_results(data: object, path: str | Path) -> dict:
-    """``data`` when it is a hista eval results file (SPEC §10), else an InputError naming
+    """``data`` when it is a hista eval results file, else an InputError naming
     ``path`` and the field: its ``format``; ``settings`` with ``suites`` (strings), ``seed``
     (an integer >= 0), ``max_new_tokens`` (>= 1) and ``benchmarks`` (a non-empty list, each
     with a unique name, a category, a temperature and a sample count); ``model`` with ``name``
@@ -254,14 +254,14 @@ def check_outputs_not_inputs(out: Path, siblings: Sequence[Path], inputs: Sequen
 
 def task_files(specs: Sequence[str]) -> list[Path]:
     """The local files that the ``jsonl:`` task specs among ``specs`` (an evaluation's suites;
-    presets name none) read (SPEC §10): inputs that no output of the evaluation may overwrite."""
+    presets name none) read: inputs that no output of the evaluation may overwrite."""
     return [Path(os.path.expanduser(spec.strip()[len("jsonl:"):])) for spec in specs
             if isinstance(spec, str) and spec.strip().startswith("jsonl:") and spec.strip()[len("jsonl:"):]]
 
 
 def _settings(config: EvalConfig, source: checkpoint.ModelSource, benchmarks: list, problems: dict,
               categories: dict, max_new_tokens: int) -> dict:
-    """What a resumed evaluation must match and a comparison must share (SPEC §10)."""
+    """What a resumed evaluation must match and a comparison must share."""
     model = str(Path(source.load_as)) if Path(source.load_as).exists() else source.load_as
     return {"model": model, "revision": None, "engine": None, "weights": checkpoint.weights_stamp(source.load_as),
             "system_prompt": source.system_prompt,
@@ -291,7 +291,7 @@ def _check_earlier(out: Path, samples: Path, settings: dict) -> tuple[Optional[d
 
 
 def _record(benchmark: str, category: str, problem: dict, rollouts, eos: set[int]) -> dict:
-    """One finished problem: its samples verified (SPEC §6, §10)."""
+    """One finished problem: its samples verified."""
     samples = []
     for r in rollouts:
         reward, reason = verify_with_reason(problem["verifier"], r.completion_text, problem["answer"])
@@ -316,7 +316,7 @@ def _versions() -> dict:
 def evaluate(config: EvalConfig, out: str | Path, *, lm: Optional[LoadedModel] = None, device: Optional[str] = None,
              progress: bool = True, log: Callable[[str], None] = print,
              source: Optional[checkpoint.ModelSource] = None, shard: Optional[tuple[int, int]] = None) -> dict:
-    """Evaluate ``config.model`` on ``config.suites`` into ``out`` (SPEC §10; module docstring),
+    """Evaluate ``config.model`` on ``config.suites`` into ``out`` (module docstring),
     resuming an earlier evaluation with the same settings there. Everything is checked before
     the model loads: the suites and their problems (an unreachable hub fails in seconds), the
     output files (none may be a ``jsonl:`` task file the suites read), and the settings of an

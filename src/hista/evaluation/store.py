@@ -1,4 +1,4 @@
-"""The per-problem file of an evaluation (SPEC §10): append-only JSON lines beside the results.
+"""The per-problem file of an evaluation: append-only JSON lines beside the results.
 
 ``results.json`` has a companion ``results.samples.jsonl`` written as the evaluation goes. Its
 first line is the header ``{"kind": "settings", "settings": {...}}``; every other line is one
@@ -27,15 +27,14 @@ from ..schema import Where, is_int, is_unit, require, short, text
 
 
 def samples_path(out: str | os.PathLike) -> Path:
-    """The per-problem file of the results file ``out``: ``X.samples.jsonl`` for ``X.json``
-    (SPEC §10)."""
+    """The per-problem file of the results file ``out``: ``X.samples.jsonl`` for ``X.json``."""
     out = Path(out)
     return out.with_suffix(".samples.jsonl") if out.suffix == ".json" else out.with_name(out.name + ".samples.jsonl")
 
 
 def differences(old: Any, new: Any, prefix: str = "", sides: tuple[str, str] = ("there", "here")) -> list[str]:
     """The dotted names of the fields where two settings differ (``benchmarks[1].temperature``),
-    each with both values labelled by ``sides``, for messages (SPEC §10)."""
+    each with both values labelled by ``sides``, for messages."""
     if isinstance(old, dict) and isinstance(new, dict):
         out = []
         for key in sorted(old.keys() | new.keys()):
@@ -48,7 +47,7 @@ def differences(old: Any, new: Any, prefix: str = "", sides: tuple[str, str] = (
 
 
 def check_settings(stored: dict, current: dict, where: Where, what: str) -> None:
-    """Refuse ``stored`` settings that differ from ``current`` (SPEC §10): an InputError at
+    """Refuse ``stored`` settings that differ from ``current``: an InputError at
     ``where`` whose field is the first differing one and whose message lists them all."""
     diff = differences(stored, current)
     if diff:
@@ -73,7 +72,7 @@ def check_problem(record: Any, where: Where, prefix: str = "") -> dict:
     """``record`` when it is a well-formed problem record (module docstring: key, benchmark,
     category, verifier, problem and samples, each sample with text, reason, truncated, tokens
     >= 0 and a reward in [0, 1]), else an InputError at ``where`` naming the field, after
-    ``prefix`` (``problems[3].`` in a results file; SPEC §10). The one check of a problem
+    ``prefix`` (``problems[3].`` in a results file). The one check of a problem
     record: the per-problem file, ``hista eval merge`` and ``hista eval compare`` all use it."""
     if not isinstance(record, dict):
         where.fail(f"expected a problem record (an object), got {short(record)}", prefix[:-1] or None)
@@ -93,7 +92,7 @@ HEADER_START = b'{"hista_version":'
 
 
 def read(path: str | os.PathLike) -> tuple[Optional[dict], list[dict]]:
-    """The settings header and the problem records of a per-problem file (SPEC §10); a missing or
+    """The settings header and the problem records of a per-problem file; a missing or
     empty file has neither. The file is only read, never changed: an unterminated last line, a
     crash's trace, is left out (:func:`hista.jsonio.cut_unterminated` cuts it off once the evaluation has
     passed every check). The file is identified first: an InputError names the file, line and
@@ -168,5 +167,5 @@ def _records(path: Path, lines: list[bytes]) -> tuple[Optional[dict], list[dict]
 
 def append(path: str | os.PathLike, records: Iterable[dict]) -> None:
     """Append finished problem records (or the header) to the per-problem file with one write
-    and an fsync (SPEC §10; :func:`hista.jsonio.append_jsonl`)."""
+    and an fsync (:func:`hista.jsonio.append_jsonl`)."""
     append_jsonl(path, records)

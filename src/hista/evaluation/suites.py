@@ -1,4 +1,4 @@
-"""Evaluation suites (SPEC §10): benchmarks, the presets that mirror the paper, and the problems
+"""Evaluation suites: benchmarks, the presets that mirror the paper, and the problems
 of a benchmark.
 
 A *benchmark* is one or more task sources (:mod:`hista.tasks` specs) scored together, with a
@@ -31,7 +31,7 @@ SPLIT, TASK_SEED = "test", 0
 
 @dataclasses.dataclass(frozen=True)
 class Benchmark:
-    """One benchmark of a suite (SPEC §10). ``specs``: its task sources, pooled in order;
+    """One benchmark of a suite. ``specs``: its task sources, pooled in order;
     ``category``: math, science, general or code (None: from its records' verifiers, see
     :data:`VERIFIER_CATEGORY`); ``temperature`` and ``k``: the sampling, one sample per problem
     when greedy; ``problems``: how many a built-in generator draws (None: the source's default,
@@ -47,11 +47,11 @@ class Benchmark:
 
     @property
     def samples(self) -> int:
-        """Samples per problem: k, or 1 when greedy (SPEC §10)."""
+        """Samples per problem: k, or 1 when greedy."""
         return 1 if self.temperature == 0 else self.k
 
     def to_dict(self) -> dict:
-        """The benchmark's settings, JSON-ready (recorded in results; SPEC §10)."""
+        """The benchmark's settings, JSON-ready (recorded in results)."""
         out = dataclasses.asdict(self)
         out["specs"] = list(self.specs)
         out.pop("missing")
@@ -61,7 +61,7 @@ class Benchmark:
 
 @dataclasses.dataclass(frozen=True)
 class Preset:
-    """A named suite (SPEC §10): its benchmarks and the completion cap it is meant for."""
+    """A named suite: its benchmarks and the completion cap it is meant for."""
 
     description: str
     benchmarks: tuple[Benchmark, ...]
@@ -170,7 +170,7 @@ def _unknown(name: str) -> InputError:
 
 def resolve(suites: Sequence[str], *, temperature: Optional[float] = None,
             k: Optional[int] = None) -> tuple[list[Benchmark], int, list[str]]:
-    """The benchmarks of ``suites`` (preset names and task specs; SPEC §10), the completion cap
+    """The benchmarks of ``suites`` (preset names and task specs), the completion cap
     they are meant for (the largest of their presets', else :data:`DEFAULT_MAX_NEW_TOKENS`) and
     notes for the user. ``temperature`` and ``k``, when given, replace every benchmark's own
     (a plain spec's defaults: greedy, k = 1). Checks each task spec without loading it (a
@@ -217,7 +217,7 @@ def resolve(suites: Sequence[str], *, temperature: Optional[float] = None,
 
 
 def load_problems(benchmark: Benchmark, limit: Optional[int] = None) -> list[dict]:
-    """The problems of ``benchmark`` (SPEC §7, §10): its sources' records in order, built-ins
+    """The problems of ``benchmark``: its sources' records in order, built-ins
     from the test split with seed 0, the first ``limit`` when given. Raises the task sources'
     InputErrors (an unreachable hub fails in seconds), and one for a problem id that two of its
     sources share."""
@@ -240,7 +240,7 @@ def load_problems(benchmark: Benchmark, limit: Optional[int] = None) -> list[dic
 
 
 def category_of(benchmark: Benchmark, problems: Sequence[dict]) -> str:
-    """The benchmark's category (SPEC §10): its own, else the category of the verifier its
+    """The benchmark's category: its own, else the category of the verifier its
     problems name (:data:`VERIFIER_CATEGORY`; ``mixed`` when they name several, ``other`` for a
     verifier outside the table)."""
     if benchmark.category:
@@ -252,7 +252,7 @@ def category_of(benchmark: Benchmark, problems: Sequence[dict]) -> str:
 
 
 def fingerprint(problems: Sequence[dict]) -> str:
-    """A SHA-256 of the problems' ids, texts, answers and verifiers (SPEC §10), so that a
+    """A SHA-256 of the problems' ids, texts, answers and verifiers, so that a
     resumed or compared evaluation knows it has the same problems."""
     digest = hashlib.sha256()
     for p in problems:

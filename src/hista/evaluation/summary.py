@@ -1,4 +1,4 @@
-"""The summary of an evaluation (SPEC §10): per benchmark, per category and overall, from the
+"""The summary of an evaluation: per benchmark, per category and overall, from the
 per-problem records (:mod:`hista.evaluation.store`).
 
 Per benchmark: avg@n (n samples per problem: k, or 1 when greedy) and the unbiased pass@k' for
@@ -37,7 +37,7 @@ def _share(records: Sequence[dict], test) -> float:
 
 
 def summarise(records: Sequence[dict], benchmarks: Sequence[dict], *, seed: int = 0, n_boot: int = N_BOOT) -> dict:
-    """The summary of an evaluation (SPEC §10; module docstring) from its problem records and
+    """The summary of an evaluation (module docstring) from its problem records and
     its benchmarks' settings (``name``, ``category``, ``temperature``, ``samples``; the
     ``benchmarks`` of the results' settings, in order). Every interval comes from
     :func:`hista.evaluation.metrics.bootstrap` with ``seed``; avg and a pass@k' that every
@@ -85,6 +85,6 @@ def summarise(records: Sequence[dict], benchmarks: Sequence[dict], *, seed: int 
 
 
 def empty_summary() -> dict:
-    """The summary of no problems (SPEC §10): what an empty shard (one with fewer chunks than
+    """The summary of no problems: what an empty shard (one with fewer chunks than
     shards) records; no benchmark, no category and no overall score (the markdown shows n/a)."""
     return {"benchmarks": {}, "categories": {}, "overall": {"avg": None, "pass": {}}}

@@ -180,7 +180,7 @@ def check_start(config: Any) -> None:
 
 
 def save_probe(folder: str) -> None:
-    """Write the probe's history (``hista_probe``'s, SPEC §9) into verl's checkpoint folder
+    """Write the probe's history (``hista_probe``'s) into verl's checkpoint folder
     ``folder`` (``global_step_N``), before verl marks the checkpoint as the latest."""
     from verl.utils.fs import local_mkdir_safe
 
@@ -205,7 +205,7 @@ def load_probe(folder: str) -> None:
 
 
 def register_trainers() -> list[str]:
-    """Register ``hista_<mode>`` for each verl v1 trainer mode of :data:`MODES` (SPEC §9),
+    """Register ``hista_<mode>`` for each verl v1 trainer mode of :data:`MODES`,
     skipping names already taken. Raises ImportError when verl's v1 trainer cannot be imported
     (it needs ``TransferQueue``, in verl's ``verl-core`` extra). Returns the names registered."""
     from verl.trainer.ppo.v1 import trainer_base

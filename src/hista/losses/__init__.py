@@ -103,7 +103,7 @@ def policy_loss(name: str, logp: Tensor, old_logp: Tensor, advantages: Tensor, m
     policy loss before the KL term). An unknown name or keyword raises a ValueError, and so do
     a ``mask`` that is not bool or 0/1 and a NaN or infinite value of ``advantages``,
     ``old_logp``, ``entropies`` (when the loss needs them), ``ref_logp`` (when ``beta`` != 0) or
-    ``token_weights`` at a valid token, naming the argument (SPEC §12). Metrics are
+    ``token_weights`` at a valid token, naming the argument. Metrics are
     python floats over the valid tokens: clip_frac_low, clip_frac_high, ratio_mean/min/max,
     kept_frac (strace), kl (beta != 0).
     """

@@ -39,7 +39,7 @@ def check_mask(mask: Tensor) -> Tensor:
 
 def _check_finite(mask: Tensor, tensors: list[tuple[str, Tensor]]) -> None:
     """Raise ValueError naming the first of ``tensors`` (each broadcastable to ``mask``) that
-    holds a NaN or an infinite value at a valid token (SPEC §12); padding is not read. One
+    holds a NaN or an infinite value at a valid token; padding is not read. One
     ``.all()`` for all of them together."""
     finite = torch.ones_like(mask)
     for _, t in tensors:

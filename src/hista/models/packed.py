@@ -1,4 +1,4 @@
-"""Inference on CPU with the linear layers' weights reordered once for oneDNN (SPEC §7, §12).
+"""Inference on CPU with the linear layers' weights reordered once for oneDNN.
 
 PyTorch multiplies a float32 ``nn.Linear`` on the CPU with the BLAS it was built with (MKL),
 which on the machines hista is measured on is 1.3x (prefill) to 1.7x (a decode step at batch
@@ -19,7 +19,7 @@ _ACTIVE = "_hista_packed"
 
 
 def available(model: torch.nn.Module) -> bool:
-    """Whether ``model``'s linear layers can run on packed weights here (SPEC §12): its first
+    """Whether ``model``'s linear layers can run on packed weights here: its first
     parameter on the CPU, gradients off, and this PyTorch built with oneDNN's linear ops."""
     ops = getattr(torch.ops, "mkldnn", None)
     weight = next(model.parameters(), None)
@@ -69,7 +69,7 @@ def _packed(group: list[torch.nn.Linear]) -> tuple[torch.Tensor, torch.Tensor | 
 
 
 def forget(model: torch.nn.Module) -> None:
-    """Drop the packed copies of ``model``'s linear layers (SPEC §12), so that the next block
+    """Drop the packed copies of ``model``'s linear layers, so that the next block
     packs the weights as they are now. A copy is remade when a weight's storage or version
     counter changes, but fused optimizers (``torch.optim.AdamW(fused=True)``, transformers'
     default ``adamw_torch_fused``) update weights in place without bumping the counter: code that
@@ -80,7 +80,7 @@ def forget(model: torch.nn.Module) -> None:
 
 def product(group: list[torch.nn.Linear]) -> Callable[[torch.Tensor], torch.Tensor]:
     """``x -> [m(x) for m in group]`` side by side in one float32 product on the group's packed
-    weights (SPEC §12): what :func:`packed_linears` computes for the group, without the modules.
+    weights: what :func:`packed_linears` computes for the group, without the modules.
     For CPU float32 inputs without gradients (see :func:`available`)."""
     weight, bias = _packed(group)
     return lambda x: torch.ops.mkldnn._linear_pointwise(x, weight, bias, "none", [], "")
@@ -124,7 +124,7 @@ class _Product:
 def packed_linears(model: torch.nn.Module) -> Iterator[None]:
     """Within the block, every float32 ``nn.Linear`` of a CPU ``model`` multiplies with a copy
     of its weight packed for oneDNN when called without gradients, sibling projections of
-    :data:`SIBLINGS` as one product (SPEC §7, §12); outside it, and on other devices or
+    :data:`SIBLINGS` as one product; outside it, and on other devices or
     dtypes, nothing changes. A packed copy (about 0.15 s and 0.5 GB per 135M parameters) is
     kept for later blocks while its module lives and is made anew once a weight's storage or
     version counter changes; after a fused optimiser's step call :func:`forget`. Re-entrant: a

@@ -1,4 +1,4 @@
-"""Reward verifiers (SPEC §6): ``math``, ``choice`` and ``code``, registered by name.
+"""Reward verifiers: ``math``, ``choice`` and ``code``, registered by name.
 
 A verifier is a function ``f(completion, answer) -> (reward, reason)`` registered with
 ``@register(name)`` next to its definition; other packages add theirs through the entry-point
@@ -28,24 +28,24 @@ REGISTRY = Registry("verifier", __name__, "hista.verifiers")
 
 def register(name: str, *, replace: bool = False) -> Callable[[Verifier], Verifier]:
     """Decorator registering a verifier ``f(completion, answer) -> (reward, reason)`` under
-    ``name`` (SPEC §6). A taken name raises ``ValueError`` unless ``replace=True``."""
+    ``name``. A taken name raises ``ValueError`` unless ``replace=True``."""
     return REGISTRY.register(name, replace=replace)
 
 
 def names() -> list[str]:
-    """Names of the registered verifiers, sorted (SPEC §6)."""
+    """Names of the registered verifiers, sorted."""
     return REGISTRY.names()
 
 
 def get(name: str) -> Verifier:
-    """The verifier function registered under ``name`` (SPEC §6); an InputError (a ValueError)
+    """The verifier function registered under ``name``; an InputError (a ValueError)
     listing the valid names if there is none."""
     return REGISTRY.get(name)
 
 
 def verify_with_reason(kind: str, completion: Any, answer: Any) -> tuple[float, str]:
     """Reward of ``completion`` against the gold ``answer`` under verifier ``kind``, with a
-    short reason (SPEC §6).  Raises ``ValueError`` for an unknown ``kind`` (listing the valid
+    short reason.  Raises ``ValueError`` for an unknown ``kind`` (listing the valid
     kinds); never raises because of the completion or the answer."""
     fn = get(kind)
     try:
@@ -61,5 +61,5 @@ def verify_with_reason(kind: str, completion: Any, answer: Any) -> tuple[float, 
 
 def verify(kind: str, completion: Any, answer: Any) -> float:
     """Reward (1.0 or 0.0 for the built-in kinds) of ``completion`` against the gold
-    ``answer`` under verifier ``kind`` (SPEC §6); see ``verify_with_reason``."""
+    ``answer`` under verifier ``kind``; see ``verify_with_reason``."""
     return verify_with_reason(kind, completion, answer)[0]

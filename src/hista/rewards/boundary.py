@@ -1,4 +1,4 @@
-"""The two sides of the ``python-tests`` verifier's trust boundary (SPEC §6), and the plain data
+"""The two sides of the ``python-tests`` verifier's trust boundary, and the plain data
 that crosses it.
 
 The problem's test code is trusted (it comes from the dataset); the completion's code is not.

@@ -1,4 +1,4 @@
-"""Multiple-choice verifier: the chosen option letter (SPEC §6).
+"""Multiple-choice verifier: the chosen option letter.
 
 The gold answer is a letter (``"B"``; ``"(b)"`` and ``"B) text"`` are read as ``B``).  The
 model's choice is taken from, in order:
@@ -98,7 +98,7 @@ def _patterns(letters: str) -> dict[str, re.Pattern]:
 
 
 def extract_choice(completion: str, letters: str = "ABCDEFGHIJ") -> Optional[str]:
-    """The option letter chosen in ``completion`` (upper case), or None (SPEC §6; rules in
+    """The option letter chosen in ``completion`` (upper case), or None (rules in
     the module docstring).  ``letters`` are the allowed option letters."""
     if not isinstance(completion, str) or not completion.strip():
         return None
@@ -124,7 +124,7 @@ def extract_choice(completion: str, letters: str = "ABCDEFGHIJ") -> Optional[str
 @register("choice")
 def verify_choice(completion: Any, answer: Any) -> tuple[float, str]:
     """Score a multiple-choice completion: 1.0 if the extracted letter equals the gold letter
-    ``answer``, else 0.0; with a reason (SPEC §6).  Never raises on malformed input."""
+    ``answer``, else 0.0; with a reason.  Never raises on malformed input."""
     try:
         if not isinstance(completion, str):
             return 0.0, "completion is not a string"

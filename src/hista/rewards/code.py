@@ -1,4 +1,4 @@
-r"""Code verifiers (SPEC §6): ``code`` runs the completion's program on stdin/stdout test cases;
+r"""Code verifiers: ``code`` runs the completion's program on stdin/stdout test cases;
 ``python-tests`` calls the completion's function with a problem's own test code (HumanEval's
 layout, see :func:`verify_python_tests`).
 
@@ -83,7 +83,7 @@ def _fenced_blocks(text: str) -> list[tuple[str, str]]:
 
 def extract_code(completion: str) -> Optional[str]:
     """The completion's last ```` ```python ```` fenced block, else its last fenced block,
-    else None (SPEC §6)."""
+    else None."""
     if not isinstance(completion, str) or "```" not in completion:
         return None
     blocks = [(lang, body) for lang, body in _fenced_blocks(completion) if body.strip()]
@@ -105,7 +105,7 @@ def _decoded(answer: Any) -> Any:
 
 
 def parse_cases(answer: Any) -> list[tuple[str, str]]:
-    """Test cases ``[(stdin, expected_stdout), ...]`` from the gold ``answer`` (SPEC §6).
+    """Test cases ``[(stdin, expected_stdout), ...]`` from the gold ``answer``.
 
     Raises ``ValueError`` with a short message when the answer is malformed.
     """
@@ -141,7 +141,7 @@ def _lines(text: str) -> list[str]:
 
 def outputs_match(got: str, expected: str) -> bool:
     """Whether program output ``got`` equals ``expected`` up to trailing whitespace on each
-    line and trailing blank lines (SPEC §6)."""
+    line and trailing blank lines."""
     return _lines(got) == _lines(expected)
 
 
@@ -208,7 +208,7 @@ def _run_failure(res: Any, where: str, assertions: bool = False) -> Optional[str
 
 
 def _never_raises(name: str):
-    """A code verifier body made safe on model output (SPEC §6): a completion that is not a
+    """A code verifier body made safe on model output: a completion that is not a
     string, a sandbox that cannot run, or any other error scores 0.0 with its reason; a limit
     the body does not take is the caller's error and raises TypeError, as a plain call would."""
     def wrap(body):
@@ -242,7 +242,7 @@ def verify_code(
     max_output_bytes: int = 65536,
 ) -> tuple[float, str]:
     """Score a code completion: 1.0 if its program passes every stdin/stdout test case of
-    ``answer`` in the sandbox, else 0.0; with a reason (SPEC §6).  Sandbox limits apply per
+    ``answer`` in the sandbox, else 0.0; with a reason.  Sandbox limits apply per
     case.  The reason holds the verdict and at most an ``EXCERPT_CHARS``-character escaped
     excerpt of the program's output (module docstring).  Never raises on malformed input."""
     try:
@@ -278,7 +278,7 @@ FUNCTION_KEYS = ("prompt", "test", "entry_point")
 
 
 def parse_function_tests(answer: Any) -> dict:
-    """The ``python-tests`` gold ``answer`` (SPEC §6): a JSON object (or the decoded dict) with
+    """The ``python-tests`` gold ``answer``: a JSON object (or the decoded dict) with
     ``prompt`` (the function's signature and docstring, after any imports and helpers it needs;
     may be empty), ``test`` (code defining ``check(candidate)``, or top-level asserts calling the
     function by name; not blank) and ``entry_point`` (the function's name), as HumanEval's records
@@ -345,7 +345,7 @@ def _body_lines(text: str, fenced: bool) -> list[str]:
 
 
 def assemble_function(completion: str, prompt: str, entry_point: str) -> str:
-    """The module that defines the completion's function (SPEC §6), as models write it: a
+    """The module that defines the completion's function, as models write it: a
     fenced block (else the whole completion) that defines ``entry_point`` replaces the prompt's
     function and keeps what comes before it (imports, helper functions); otherwise the block or
     completion is the function's body in any consistent indentation (spaces or tabs, at column 0
@@ -398,7 +398,7 @@ def _function_failure(judge: Any, subject: Any) -> Optional[str]:
 @_never_raises("python-tests")
 def verify_python_tests(completion: Any, answer: Any, *, timeout_s: float = 10.0, memory_mb: int = 1024,
                         max_processes: int = 64, max_output_bytes: int = 65536) -> tuple[float, str]:
-    """Score a completion against function-call tests (SPEC §6) across a trust boundary: the
+    """Score a completion against function-call tests across a trust boundary: the
     problem's ``prompt`` and ``test`` code (and ``check(entry_point)`` when the test defines
     ``check``: HumanEval; MBPP+'s tests are top-level asserts) run in one sandbox, the judge of
     :mod:`hista.rewards.boundary`; the completion's function (:func:`assemble_function`) runs in

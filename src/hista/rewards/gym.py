@@ -1,4 +1,4 @@
-"""Verifier ``gym``: a reasoning-gym task's own scorer on the model's final answer (SPEC §6), and
+"""Verifier ``gym``: a reasoning-gym task's own scorer on the model's final answer, and
 the adapter to reasoning-gym that the ``gym:`` task source (:mod:`hista.tasks.gym`) shares.
 
 ``pip install 'hista[gym]'`` brings ``reasoning-gym`` (Apache-2.0); it is imported on first use.
@@ -286,7 +286,7 @@ def final_answer(completion: str) -> Optional[str]:
 def verify_gym(completion: Any, answer: Any) -> tuple[float, str]:
     """Score a completion of a ``gym:`` problem: its final answer (:func:`final_answer`) scored by
     the task's own scorer in the worker, 1.0 for a full score and 0.0 otherwise (the score itself
-    when the record asks for partial credit), with a reason (SPEC §6). Never raises."""
+    when the record asks for partial credit), with a reason. Never raises."""
     record = _record(answer)
     if record is None:
         return 0.0, "invalid gold answer: not a gym record"

@@ -1,5 +1,5 @@
 """hista's own checks of a ``gym`` answer, on the host, before any reasoning-gym code sees it
-(SPEC §6; :mod:`hista.rewards.gym`).
+(:mod:`hista.rewards.gym`).
 
 Some of reasoning-gym's scorers evaluate the answer as Python (``eval`` in ``string_insertion``,
 ``spiral_matrix``, ``binary_matrix``, ``n_queens``; sympy's ``parse_expr``, an ``eval``, in

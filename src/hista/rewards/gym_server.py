@@ -1,5 +1,5 @@
 """The reasoning-gym service: a task's generator and scorer run in the sandbox, a fresh process per
-call (SPEC §6; :mod:`hista.rewards.gym` starts it and talks to it).
+call (:mod:`hista.rewards.gym` starts it and talks to it).
 
 This file runs as a script inside the sandbox (:func:`hista.rewards.sandbox.start_service`), where
 hista itself is not importable, so it uses the standard library and reasoning-gym only; the host

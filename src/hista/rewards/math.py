@@ -1,4 +1,4 @@
-"""Math verifier: final answer extraction and equivalence checking (SPEC §6).
+"""Math verifier: final answer extraction and equivalence checking.
 
 Extraction, in order:
 
@@ -143,7 +143,7 @@ def _box_content(text: str, lo: int, hi: int) -> str:
 
 def boxed_contents(text: str) -> list[tuple[int, str]]:
     """All complete ``\\boxed{...}`` / ``\\fbox{...}`` / ``\\boxed X`` answers of ``text`` as
-    ``(start, content)`` sorted by start position (SPEC §6).
+    ``(start, content)`` sorted by start position.
 
     Braces are matched with one linear scan (escaped ``\\{``/``\\}`` do not count); unclosed
     boxes are left out; contents are stripped of surrounding whitespace and ``$``.  The
@@ -159,7 +159,7 @@ def boxed_contents(text: str) -> list[tuple[int, str]]:
 
 
 def last_boxed(text: str) -> Optional[str]:
-    """Content of the last complete, non-empty box in ``text``, or None (SPEC §6).
+    """Content of the last complete, non-empty box in ``text``, or None.
 
     Linear in ``text``: the boxes are found by :func:`_box_spans` and only the contents of
     the last ones are copied (an empty box holds no other box, so those are disjoint).
@@ -173,7 +173,7 @@ def last_boxed(text: str) -> Optional[str]:
 
 def last_outer_boxed(text: str, k: int) -> list[str]:
     """Contents of the last ``k`` non-empty boxes of ``text`` that lie inside no other box, in
-    the order they appear; fewer when ``text`` has fewer (SPEC §6). Linear in ``text``: only
+    the order they appear; fewer when ``text`` has fewer. Linear in ``text``: only
     those contents are copied, and outer boxes are disjoint."""
     outer: list[tuple[int, int]] = []
     end = -1
@@ -235,7 +235,7 @@ def _fallback_extract(text: str) -> tuple[list[Any], Optional[str]]:
 
 def last_answer_tag(text: str) -> Optional[str]:
     """Stripped content of the last closed ``<answer>...</answer>`` (any case), or None when
-    there is none or it is empty (SPEC §6); one backward scan."""
+    there is none or it is empty; one backward scan."""
     low = text.lower()
     close = low.rfind("</answer>")
     if close < 0:
@@ -268,7 +268,7 @@ def _extract(completion: str) -> tuple[Optional[str], str, Optional[list[Any]]]:
 
 def extract_math_answer(completion: str) -> tuple[Optional[str], str]:
     """The final answer string of ``completion`` and where it came from: ``"boxed"``,
-    ``"answer tag"``, ``"fallback"`` or ``"none"`` (SPEC §6; order in the module docstring).
+    ``"answer tag"``, ``"fallback"`` or ``"none"`` (order in the module docstring).
     """
     found, source, _ = _extract(completion)
     return found, source
@@ -618,7 +618,7 @@ def _other_case(gold: str, pred: str) -> bool:
 
 
 def math_equal(gold: str, pred: str, *, pred_parsed: Optional[list[Any]] = None) -> bool:
-    """Whether answer string ``pred`` equals ``gold`` (SPEC §6; the module docstring). A gold
+    """Whether answer string ``pred`` equals ``gold`` (the module docstring). A gold
     answer that is a number asks for a number: ``pred`` must read as one (``1 + 3`` or ``2^2``
     for 4 restates a computation instead of doing it, and is not equal), equal to it exactly
     but for a decimal that rounds a number without a finite decimal expansion (``0.333333`` for
@@ -650,13 +650,13 @@ def math_equal(gold: str, pred: str, *, pred_parsed: Optional[list[Any]] = None)
 
 
 def shown(s: str, n: int = 60) -> str:
-    """``s`` on one line, at most ``n`` characters (an answer quoted in a verifier's reason; SPEC §6)."""
+    """``s`` on one line, at most ``n`` characters (an answer quoted in a verifier's reason)."""
     s = " ".join(s.split())
     return s if len(s) <= n else s[: n - 3] + "..."
 
 
 def _never_raises(name: str) -> Callable[[Callable[[Any, Any], tuple[float, str]]], Callable]:
-    """A verifier body made safe on model output (SPEC §6): an error scores 0.0 with its reason,
+    """A verifier body made safe on model output: an error scores 0.0 with its reason,
     math-verify's timeout (a BaseException) scores 0.0 as ``timeout``."""
     def wrap(body: Callable[[Any, Any], tuple[float, str]]) -> Callable[[Any, Any], tuple[float, str]]:
         @functools.wraps(body)
@@ -678,8 +678,8 @@ def _never_raises(name: str) -> Callable[[Callable[[Any, Any], tuple[float, str]
 @_never_raises("math")
 def verify_math(completion: Any, answer: Any) -> tuple[float, str]:
     """Score a math completion against the gold ``answer``: 1.0 if the extracted final answer
-    (last box, else math-verify's fallback extraction) is equivalent, else 0.0; with a reason
-    (SPEC §6).  Never raises on malformed input.
+    (last box, else math-verify's fallback extraction) is equivalent, else 0.0; with a reason.
+    Never raises on malformed input.
     """
     if not isinstance(completion, str):
         return 0.0, "completion is not a string"
@@ -702,7 +702,7 @@ def verify_math(completion: Any, answer: Any) -> tuple[float, str]:
 @register("math-boxed")
 @_never_raises("math-boxed")
 def verify_math_boxed(completion: Any, answer: Any) -> tuple[float, str]:
-    """``math`` for problems that ask for the answer in ``\\boxed{}`` (SPEC §6; CHAMP's): only a
+    """``math`` for problems that ask for the answer in ``\\boxed{}`` (CHAMP's): only a
     complete box (or an ``<answer>`` tag) is read, never the fallback's last number of the text,
     which in an unfinished derivation is whatever number came last (``c^2`` read as 2)."""
     if isinstance(completion, str) and last_boxed(completion) is None and last_answer_tag(completion) is None:
@@ -724,7 +724,7 @@ def numbered_items(text: str, k: int) -> list[str]:
     j - 1's, and runs to the next marker of any number; an item that no marker follows runs to
     the end of the list (a blank line, then an unindented line, as in Markdown) or of the text,
     so a closing line after the list ("The final answer is 11.") is not the last item's answer
-    (issue 65). Fewer items when the list stops short (SPEC §6). Linear in ``text``: one scan
+    (issue 65). Fewer items when the list stops short. Linear in ``text``: one scan
     finds the markers, one more the end of the list."""
     markers = [(m.start(), m.end(), int(m.group(1) or m.group(2))) for m in _ITEM.finditer(text)]
     items: list[str] = []
@@ -788,7 +788,7 @@ def verify_math_parts(completion: Any, answer: Any) -> tuple[float, str]:
     """Score a completion that answers several problems in order (``builtin:arith?parts=N``):
     ``answer`` is the parts' gold answers joined by ``;``, read as :func:`_parts_checked` reads
     them. 1.0 only if every part equals its gold answer (all or nothing), else 0.0 with the
-    first wrong part; never raises (SPEC §6)."""
+    first wrong part; never raises."""
     verdicts, reason = _parts_checked(completion, answer)
     if verdicts is None:
         return 0.0, reason
@@ -803,7 +803,7 @@ def verify_math_parts_share(completion: Any, answer: Any) -> tuple[float, str]:
     (``builtin:arith?parts=N&score=share``) by the share of its parts that equal their gold
     answers: k of N right pays k / N (partial credit, each part read as ``math-parts`` reads
     it, so extra guesses gain nothing); 0.0 when no part can be read. The reason names the
-    first wrong part. Never raises (SPEC §6)."""
+    first wrong part. Never raises."""
     verdicts, reason = _parts_checked(completion, answer)
     if verdicts is None:
         return 0.0, reason

@@ -1,4 +1,4 @@
-"""Process sandbox for generated code (SPEC §6, §12 "Security").
+"""Process sandbox for generated code (§12 "Security").
 
 Generated programs never run inside the trainer's process.  ``run_sandboxed`` writes the
 program to a fresh ``tempfile.mkdtemp()`` folder and runs it in a child process:
@@ -180,12 +180,12 @@ _WRAPPER = _LIMITS + "os.execv(sys.argv[1], sys.argv[1:])\n"
 
 class SandboxUnavailable(RuntimeError):
     """Raised when no sandbox backend can run programs here, or the backend forced by
-    ``HISTA_SANDBOX_BACKEND`` cannot (SPEC §6)."""
+    ``HISTA_SANDBOX_BACKEND`` cannot."""
 
 
 @dataclass(frozen=True)
 class SandboxResult:
-    """Outcome of one sandboxed run (SPEC §6).
+    """Outcome of one sandboxed run.
 
     ``returncode`` is the program's exit status (negative: killed by that signal; bwrap
     reports a signal death as ``128 + signal``); ``timed_out`` means the wall-clock limit
@@ -203,7 +203,7 @@ class SandboxResult:
 
     @property
     def ok(self) -> bool:
-        """True when the program exited with status 0 within its limits (SPEC §6)."""
+        """True when the program exited with status 0 within its limits."""
         return self.returncode == 0 and not self.timed_out and not self.truncated
 
 
@@ -365,7 +365,7 @@ def _ensure_backend() -> tuple[str, str, tuple[str, ...]]:
                 "subprocess with rlimits and a fresh working directory only -- no filesystem, "
                 "network or PID isolation: it can read every host file its user can read, "
                 "datasets and their reference solutions included, so its rewards can be gamed "
-                "(install 'bubblewrap' for the full sandbox, SPEC §6)",
+                "(install 'bubblewrap' for the full sandbox)",
                 RuntimeWarning,
                 stacklevel=3,
             )
@@ -373,7 +373,7 @@ def _ensure_backend() -> tuple[str, str, tuple[str, ...]]:
 
 
 def reset_backend() -> None:
-    """Forget the probed backend (SPEC §6), so that the next run probes again: after installing
+    """Forget the probed backend, so that the next run probes again: after installing
     bubblewrap or changing ``HISTA_SANDBOX_BACKEND``."""
     global _backend, _python, _bwrap_extra, _warned, _failure
     with _lock:
@@ -381,7 +381,7 @@ def reset_backend() -> None:
 
 
 def sandbox_backend() -> str:
-    """Name of the sandbox backend in use, ``"bwrap"`` or ``"subprocess"`` (SPEC §6).
+    """Name of the sandbox backend in use, ``"bwrap"`` or ``"subprocess"``.
 
     Probed once per process (a trivial program is run); ``"subprocess"`` only when
     ``HISTA_SANDBOX_BACKEND=subprocess`` asks for it, with a ``RuntimeWarning`` once. Raises
@@ -393,7 +393,7 @@ def sandbox_backend() -> str:
 
 def sandbox_python() -> str:
     """Interpreter that runs sandboxed programs: the first candidate (a venv's base
-    interpreter in its place) that starts inside the sandbox (module docstring; SPEC §6)."""
+    interpreter in its place) that starts inside the sandbox (module docstring)."""
     return _ensure_backend()[1]
 
 
@@ -483,7 +483,7 @@ _has_size: Optional[bool] = None
 
 def bwrap_caps_tmpfs() -> bool:
     """Whether this machine's bubblewrap understands ``--size``, which caps the program's
-    private ``/tmp`` (SPEC §6); probed once."""
+    private ``/tmp``; probed once."""
     global _has_size
     if _has_size is None:
         try:
@@ -657,8 +657,7 @@ def run_sandboxed(
     cpu_s: Optional[float] = None,
     file_size_mb: int = 16,
 ) -> SandboxResult:
-    """Run the Python program ``code`` with ``stdin`` in the sandbox and return its outcome
-    (SPEC §6).
+    """Run the Python program ``code`` with ``stdin`` in the sandbox and return its outcome.
 
     Limits: ``timeout_s`` wall-clock seconds (the whole process tree is killed), ``cpu_s``
     CPU seconds per process (default: ``ceil(timeout_s) + 1``), ``memory_mb`` address space
@@ -713,8 +712,8 @@ class Service:
 
 def start_service(code: str, args: Sequence[str] = (), *, readable: Sequence[str] = (), memory_mb: int = 2048,
                   max_processes: int = 16, cpu_s: int = 86_400) -> Service:
-    """Start the Python program ``code`` (with ``args``) as a :class:`Service` in the sandbox
-    (SPEC §6): the isolation of :func:`run_sandboxed` (module docstring), except that its only
+    """Start the Python program ``code`` (with ``args``) as a :class:`Service` in the sandbox: the
+    isolation of :func:`run_sandboxed` (module docstring), except that its only
     writable folder is ``$TMPDIR``, which the service owns (under bubblewrap its private
     ``/dev/shm``; its ``/tmp`` is read-only), stderr is discarded, and the folders ``readable``
     (their real paths) are bound read-only under bubblewrap. It runs as ``python -s main.py ARGS``
@@ -748,7 +747,7 @@ def run_judged(judge: str, judge_input: bytes, subject: str, module: str, *, tim
                memory_mb: int = 1024, max_processes: int = 64, max_output_bytes: int = 65536,
                ) -> tuple[SandboxResult, Optional[SandboxResult]]:
     """Run a trusted program and an untrusted one, each in a sandbox of its own, connected only by
-    two pipes (SPEC §6): the *judge* (Python source; ``judge_input`` on its stdin) and the
+    two pipes: the *judge* (Python source; ``judge_input`` on its stdin) and the
     *subject* (Python source run with ``module`` as ``main.py`` in its working folder, stdin
     empty). Each is run as ``python -s -c SOURCE RFD WFD`` after the limits are set: it reads the
     other's messages from file descriptor RFD and writes its own to WFD. The subject shares no

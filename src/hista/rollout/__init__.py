@@ -1,4 +1,4 @@
-"""Rollout engines (SPEC §7): transformers on CPU or CUDA (``hf``), vLLM on CUDA (``vllm``).
+"""Rollout engines: transformers on CPU or CUDA (``hf``), vLLM on CUDA (``vllm``).
 
 The names below load their module on first use (PEP 562), so that reading the settings of
 :mod:`hista.rollout.config` (as ``hista --help`` does) imports no torch."""

@@ -1,4 +1,4 @@
-"""Rollout settings (SPEC §7): the sampling configuration every engine takes, the engines by
+"""Rollout settings: the sampling configuration every engine takes, the engines by
 name and the default system prompt. Plain values, no model and no torch: the command line
 reads its defaults from here."""
 
@@ -12,7 +12,7 @@ from typing import Any, Optional, Sequence
 from ..errors import InputError
 from ..sharding import derive_seed
 
-#: The rollout engines by name (SPEC §7): transformers (CPU or CUDA) and vLLM (CUDA).
+#: The rollout engines by name: transformers (CPU or CUDA) and vLLM (CUDA).
 ENGINES = ("hf", "vllm")
 
 SYSTEM_PROMPT = (
@@ -23,7 +23,7 @@ SYSTEM_PROMPT = (
 
 @dataclass
 class SamplingConfig:
-    """Sampling settings of a rollout engine (SPEC §7); recorded in every result file.
+    """Sampling settings of a rollout engine; recorded in every result file.
 
     ``temperature``: finite, ≥ 0 (0 = greedy); ``top_p``: in (0, 1]; ``max_new_tokens`` and
     ``batch_size``: integers ≥ 1. A value out of range raises an InputError whose field is the
@@ -57,7 +57,7 @@ class SamplingConfig:
             raise InputError(f"must be a string, got {type(self.system_prompt).__name__}", field="system_prompt")
 
     def to_dict(self) -> dict:
-        """The settings as a JSON-ready dict (recorded in result files; SPEC §7)."""
+        """The settings as a JSON-ready dict (recorded in result files)."""
         return asdict(self)
 
 
@@ -75,7 +75,7 @@ def check_engine(name: Any, tensor_parallel_size: Any = 1) -> None:
 
 
 def sample_seeds(count: int, n: int, seed: int = 0, prompt_seeds: Optional[Sequence[int]] = None) -> list[int]:
-    """The seed of every sample of a call (SPEC §7), prompt-major: sample j of prompt i is seeded
+    """The seed of every sample of a call, prompt-major: sample j of prompt i is seeded
     by the prompt's seed and j alone, the prompt's seed being ``prompt_seeds[i]`` when given (a
     caller that names its prompts, as ``hista eval`` does by problem id) or the call's ``seed``
     and i. So a sample depends on neither its batch, nor the other prompts of the call, nor what

@@ -1,4 +1,4 @@
-"""The transformers rollout engine (SPEC §7): batched, seeded sampling with shared prefixes."""
+"""The transformers rollout engine: batched, seeded sampling with shared prefixes."""
 
 from __future__ import annotations
 
@@ -18,7 +18,7 @@ from .sampling import completion_length, pick, uniforms
 
 
 def chat_messages(problem: str, system_prompt: str = SYSTEM_PROMPT) -> list[dict]:
-    """The conversation that poses one problem (SPEC §7): the system prompt, when there is one,
+    """The conversation that poses one problem: the system prompt, when there is one,
     then the problem as the user's turn. Sampling, SVEB and training all pose problems so."""
     messages = [{"role": "user", "content": problem}]
     if system_prompt:
@@ -28,7 +28,7 @@ def chat_messages(problem: str, system_prompt: str = SYSTEM_PROMPT) -> list[dict
 
 def prompt_ids(lm: LoadedModel, problem: str, system_prompt: str = SYSTEM_PROMPT) -> tuple[str, list[int]]:
     """The chat-templated prompt (text and token ids) for one problem, with the system prompt
-    that asks for the final answer in ``\\boxed{}`` (SPEC §7)."""
+    that asks for the final answer in ``\\boxed{}``."""
     tok = lm.tokenizer
     messages = chat_messages(problem, system_prompt)
     if getattr(tok, "chat_template", None):
@@ -40,7 +40,7 @@ def prompt_ids(lm: LoadedModel, problem: str, system_prompt: str = SYSTEM_PROMPT
 
 
 def check_context(lm: LoadedModel, max_new_tokens: int, prompts: Mapping[str, int] | None = None) -> None:
-    """Refuse a sampling whose rows cannot fit the model's context (SPEC §7), before anything is
+    """Refuse a sampling whose rows cannot fit the model's context, before anything is
     sampled: the engine reserves a cache of prompt + ``max_new_tokens`` positions per row, and a
     model attends over ``lm.context`` positions at most. An InputError about ``max_new_tokens``
     (the option ``--max-new-tokens``) when the cap alone passes the context, else naming the
@@ -64,7 +64,7 @@ def check_context(lm: LoadedModel, max_new_tokens: int, prompts: Mapping[str, in
 def check_prompts(lm: LoadedModel, max_new_tokens: int, problems: Iterable[tuple[str, str]],
                   system_prompt: str = SYSTEM_PROMPT) -> None:
     """Refuse, before anything is sampled or written, problems that cannot be sampled within the
-    model's context (SPEC §7, §11): each ``(name, problem text)`` is posed as the engine poses it
+    model's context: each ``(name, problem text)`` is posed as the engine poses it
     (:func:`prompt_ids`, chat template and ``system_prompt``) and :func:`check_context` refuses
     the cap alone, or the first problem whose prompt's tokens plus ``max_new_tokens`` pass
     ``lm.context``, naming it (e.g. ``SPEC/ID``) and its token count. A prompt is never
@@ -114,7 +114,7 @@ def sample_continuations(model, prefixes: Sequence[Sequence[int]], sources: Sequ
                          done: Optional[Callable[[int, list[int], list[float]], None]] = None
                          ) -> list[tuple[list[int], list[float]]]:
     """Sample one completion per row, row r continuing ``prefixes[sources[r]]`` with the seed
-    ``seeds[r]`` (SPEC §7), at most ``batch_size`` rows at a time (all at once when None).
+    ``seeds[r]``, at most ``batch_size`` rows at a time (all at once when None).
 
     A row stops after an EOS token (unless ``ignore_eos``) or ``max_new_tokens`` tokens;
     ``done(r, tokens, logprobs)`` is called as row r finishes. Row r's tokens depend on its
@@ -250,7 +250,7 @@ def _prefill(model, prefixes: Sequence[Sequence[int]], sources: Sequence[int], m
 
 
 class PosesProblems:
-    """``generate`` for an engine that has ``generate_from_ids`` (SPEC §7): problem texts posed
+    """``generate`` for an engine that has ``generate_from_ids``: problem texts posed
     with the chat template and the config's system prompt, then sampled as token ids."""
 
     def generate(self, problems: Sequence[str], n: int, *, seed: int = 0,
@@ -264,10 +264,10 @@ class PosesProblems:
 
 
 class GenerateEngine(PosesProblems):
-    """The rollout engine (CPU or CUDA; SPEC §7): transformers models driven by
+    """The rollout engine (CPU or CUDA): transformers models driven by
     :func:`sample_continuations`. ``generate`` returns, for each prompt, ``n`` Rollouts with
     prompt/completion ids, completion text, per-token character offsets and old log-probs
-    (SPEC §3, §7). Sample j of prompt i is a function of the model, the prompt and its seed
+    (SPEC §3). Sample j of prompt i is a function of the model, the prompt and its seed
     (:func:`hista.rollout.config.sample_seeds`) alone, up to float rounding: the batch size,
     the other prompts of the call and the order in which rows finish do not choose it. A
     ``max_new_tokens`` beyond the model's context is refused when the engine is made
@@ -281,14 +281,14 @@ class GenerateEngine(PosesProblems):
         check_context(lm, self.config.max_new_tokens)
 
     def identity(self) -> dict:
-        """Which engine samples, for result files (SPEC §7): name and the transformers and torch
+        """Which engine samples, for result files: name and the transformers and torch
         versions; builds and evaluations refuse to mix identities."""
         import transformers
 
         return {"name": self.name, "transformers": transformers.__version__, "torch": torch.__version__}
 
     def with_config(self, config: SamplingConfig) -> "GenerateEngine":
-        """This engine's model with other sampling settings (SPEC §7)."""
+        """This engine's model with other sampling settings."""
         return GenerateEngine(self.lm, config)
 
     @torch.no_grad()
@@ -299,7 +299,7 @@ class GenerateEngine(PosesProblems):
                           prompt_texts: Optional[Sequence[str]] = None,
                           max_new_tokens: Optional[int] = None) -> list[list[Rollout]]:
         """Sample ``n`` continuations of each token-id prompt (e.g. a prompt plus a partial
-        completion, for Monte-Carlo continuations; SPEC §7), ``batch_size`` rows at a time,
+        completion, for Monte-Carlo continuations), ``batch_size`` rows at a time,
         seeded by ``seed`` or, per prompt, by ``prompt_seeds``
         (:func:`hista.rollout.config.sample_seeds`). ``progress(k)`` is called as k more samples
         finish, ``on_group(i, rollouts)`` once prompt i's n samples have. ``max_new_tokens``
@@ -330,7 +330,7 @@ class GenerateEngine(PosesProblems):
 
 
 def eos_ids(lm: LoadedModel) -> list[int]:
-    """The token ids that end a completion (SPEC §7): the tokenizer's EOS and those of the
+    """The token ids that end a completion: the tokenizer's EOS and those of the
     model's generation config (read without the weights for the vllm engine), sorted."""
     ids = {lm.tokenizer.eos_token_id}
     generation = lm.generation_config if lm.model is None else getattr(lm.model, "generation_config", None)

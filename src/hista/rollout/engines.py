@@ -1,4 +1,4 @@
-"""Choosing a rollout engine by name (SPEC §7): ``hf`` (transformers, CPU or CUDA, the default)
+"""Choosing a rollout engine by name: ``hf`` (transformers, CPU or CUDA, the default)
 or ``vllm`` (vLLM, CUDA), and what a result file records of it."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from .engine import GenerateEngine
 
 
 class Engine(Protocol):
-    """What every rollout engine provides (SPEC §7): its ``name``, the model ``lm`` (tokenizer,
+    """What every rollout engine provides: its ``name``, the model ``lm`` (tokenizer,
     name, revision), the sampling ``config``, its ``identity()`` for result files,
     ``with_config(config)`` (the same engine and model with other settings), and
     ``generate`` / ``generate_from_ids`` returning, per prompt, ``n`` Rollouts with token ids,
@@ -36,7 +36,7 @@ class Engine(Protocol):
 
 
 def available_engines() -> list[str]:
-    """The engines this environment can run (SPEC §7): ``hf`` always, ``vllm`` where the vllm
+    """The engines this environment can run: ``hf`` always, ``vllm`` where the vllm
     package imports and a CUDA GPU is visible."""
     from .vllm_engine import check_available
 
@@ -48,7 +48,7 @@ def available_engines() -> list[str]:
 
 
 def load_model(engine: str, model: str, *, device: Optional[str] = None) -> LoadedModel:
-    """The model an engine samples from (SPEC §7): with ``hf`` the model on ``device``; with
+    """The model an engine samples from: with ``hf`` the model on ``device``; with
     ``vllm`` only its tokenizer and revision (vLLM loads the weights itself), checking first that
     vLLM and a GPU are there so that a missing one fails before anything loads."""
     check_engine(engine)
@@ -61,7 +61,7 @@ def load_model(engine: str, model: str, *, device: Optional[str] = None) -> Load
 
 
 def make_engine(engine: str, lm: LoadedModel, config: SamplingConfig, *, tensor_parallel_size: int = 1) -> Engine:
-    """An engine named ``engine`` on ``lm`` with ``config`` (SPEC §7): a
+    """An engine named ``engine`` on ``lm`` with ``config``: a
     :class:`~hista.rollout.GenerateEngine` or a :class:`~hista.rollout.vllm_engine.VLLMEngine`."""
     check_engine(engine, tensor_parallel_size)
     if engine == "vllm":

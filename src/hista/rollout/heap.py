@@ -1,4 +1,4 @@
-"""Keep freed memory for reuse while decoding on CPU (SPEC §12).
+"""Keep freed memory for reuse while decoding on CPU.
 
 A decode step allocates and frees tensors of megabytes: the logits [B, V] (12.6 MB at batch
 64 with a 49k vocabulary) and the temporaries of choosing a token from them, the activations
@@ -27,7 +27,7 @@ _kept = False
 
 def keep_freed_memory() -> bool:
     """Make glibc's allocator reuse freed memory instead of returning it to the system (module
-    docstring; SPEC §12): blocks up to 32 MiB from the heap, no trimming of its top. Once per
+    docstring): blocks up to 32 MiB from the heap, no trimming of its top. Once per
     process; True when set (or set before), False where the C library is not glibc or refuses."""
     global _kept
     if not _kept and platform.system() == "Linux" and platform.libc_ver()[0] == "glibc":

@@ -1,4 +1,4 @@
-"""Decode steps of Llama-family decoders on CPU without transformers' module stack (SPEC §7, §12).
+"""Decode steps of Llama-family decoders on CPU without transformers' module stack.
 
 On two cores, a batch-16 decode step of the embedded model spends about a third of its time
 outside its linear layers, and much of that is Python: some 400 module calls, the cache object,
@@ -44,7 +44,7 @@ def _layers(model: torch.nn.Module) -> list:
 
 
 def supported(model: torch.nn.Module) -> bool:
-    """Whether :class:`Decoder` can run ``model``'s decode steps (SPEC §7): a float32 CPU model of
+    """Whether :class:`Decoder` can run ``model``'s decode steps: a float32 CPU model of
     :data:`FAMILY` with full attention everywhere (:func:`prefix_attention.supported`), whose
     layers have Llama's modules, and oneDNN's packed linears available."""
     layers = _layers(model)
@@ -124,7 +124,7 @@ class Decoder:
     def fill(self, prefixes: Sequence[Sequence[int]], slots: Sequence[Sequence[int]],
              common: Optional[tuple[list[torch.Tensor], list[torch.Tensor]]] = None) -> torch.Tensor:
         """Encode ``prefixes`` into their ``slots`` (prefix j into every slot of ``slots[j]``) and
-        return the float32 logits of each one's next token [N, V] (SPEC §7). The tokens of all
+        return the float32 logits of each one's next token [N, V]. The tokens of all
         prefixes go through the packed products in one ragged batch (no padding), each prefix
         attending causally to its own positions; ``common``: the per-layer keys and values
         [KV, C, D] of the first C tokens every prefix starts with (:func:`_common`), copied into
@@ -210,7 +210,7 @@ class Decoder:
 
     def move(self, order: Sequence[int], first: int) -> None:
         """Move the sequences of slots ``order`` to slots ``first``, ``first + 1``, ... (their keys,
-        values and lengths), as the sampler keeps its rows longest first (SPEC §7). Each run of
+        values and lengths), as the sampler keeps its rows longest first. Each run of
         :data:`CHUNK` moved slots copies the positions its longest row holds."""
         index = torch.tensor(list(order), device=self.lengths.device)
         lengths = self.lengths.index_select(0, index)
@@ -246,7 +246,7 @@ class Decoder:
     @torch.inference_mode()
     def step(self, tokens: torch.Tensor, active: torch.Tensor) -> torch.Tensor:
         """The float32 next-token logits [B, V] after feeding ``tokens`` [B, 1], one per slot, each
-        at its slot's next position (SPEC §7). Slots not ``active`` [B] (empty, or waiting for a
+        at its slot's next position. Slots not ``active`` [B] (empty, or waiting for a
         sequence) compute a throwaway row and keep their length. Attention runs per run of
         :meth:`chunks`, each reading its rows' positions only up to its longest row."""
         rows, heads, kv_heads, dim = tokens.shape[0], self.heads, self.kv_heads, self.dim
@@ -296,7 +296,7 @@ def sample(model: torch.nn.Module, prefixes: Sequence[Sequence[int]], sources: S
            batch_size: int, max_new_tokens: int, temperature: float, top_p: float, eos: Sequence[int], pad: int,
            ignore_eos: bool = False, done: Optional[Callable[[int, list[int], list[float]], None]] = None
            ) -> list[tuple[list[int], list[float]]]:
-    """:func:`hista.rollout.engine.sample_continuations` for a supported model (SPEC §7), by
+    """:func:`hista.rollout.engine.sample_continuations` for a supported model, by
     continuous batching: at most ``batch_size`` rows decode together, in slots of a
     :class:`Decoder`; rows start in order, and as rows finish, waiting rows take their slots
     (prefilled together once an eighth of the slots is free, or when nothing else runs), each

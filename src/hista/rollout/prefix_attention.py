@@ -1,4 +1,4 @@
-"""Decode-step attention that reads a prefix shared by many rows once (SPEC §7, §12).
+"""Decode-step attention that reads a prefix shared by many rows once.
 
 The G rollouts of one prompt, and the M continuations of one SVEB state, decode together and
 attend to the same prefix. Copying the prefix's keys and values to every row makes each decode
@@ -84,7 +84,7 @@ def flash(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, scale: fl
           mask: Optional[torch.Tensor] = None) -> tuple[torch.Tensor, torch.Tensor]:
     """Attention output and log-sum-exp of the scores per query ([N, heads, L]), from the CPU
     kernel that ``scaled_dot_product_attention`` uses (which returns no log-sum-exp itself),
-    with an optional additive ``mask`` broadcast over the scores (SPEC §7)."""
+    with an optional additive ``mask`` broadcast over the scores."""
     return torch.ops.aten._scaled_dot_product_flash_attention_for_cpu(query, key, value, attn_mask=mask,
                                                                       scale=scale)
 
@@ -115,7 +115,7 @@ def attend(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, prefix: 
     """Attention [B, KV, R, D] of ``query`` [B, KV, R, D] (the R query heads of each KV head) over
     each row's prefix in layer ``layer`` of ``prefix`` and its own ``key`` / ``value``
     [B, KV, S, D]: each part attended separately, the two weighted by their shares of the
-    softmax mass (SPEC §7). The prefix part is one call per prefix, or one batched call for all
+    softmax mass. The prefix part is one call per prefix, or one batched call for all
     of them when ``prefix`` lays its rows out so (:data:`BATCHED_GROUPS`)."""
     kv_heads, dim = key.shape[1], query.shape[-1]
     own, own_lse = flash(query, key, value, scale)
@@ -159,7 +159,7 @@ def _batched(query: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, pref
 
 def supported(model: torch.nn.Module) -> bool:
     """Whether ``model``'s decode steps can use shared-prefix attention: its KV cache has only
-    full-attention layers and it is not set to a flash or flex kernel (SPEC §7)."""
+    full-attention layers and it is not set to a flash or flex kernel."""
     from transformers.cache_utils import DynamicCache, DynamicLayer
 
     implementation = getattr(model.config, "_attn_implementation", None)
@@ -173,7 +173,7 @@ def decode_step(model: torch.nn.Module, tokens: torch.Tensor, position: torch.Te
                 prefix: SharedPrefix) -> torch.Tensor:
     """The float32 next-token logits [B, V] of one decode step that feeds ``tokens`` [B, 1] at
     ``position`` [B, 1], with ``cache`` holding each row's generated tokens and ``prefix`` the
-    prefixes (SPEC §7). Raises if a layer of the model did not attend through this module."""
+    prefixes. Raises if a layer of the model did not attend through this module."""
     from transformers import AttentionInterface
 
     AttentionInterface.register(NAME, attention)

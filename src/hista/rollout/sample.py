@@ -1,4 +1,4 @@
-"""Sample and verify groups of rollouts for problem records (SPEC §3, §6, §7)."""
+"""Sample and verify groups of rollouts for problem records (SPEC §3)."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from .engines import Engine
 
 
 def score(problem: dict, rollouts: Sequence[Rollout]) -> None:
-    """Set every rollout's reward with the problem's verifier against its answer (SPEC §6)."""
+    """Set every rollout's reward with the problem's verifier against its answer."""
     for r in rollouts:
         r.reward = verify(problem["verifier"], r.completion_text, problem["answer"])
 
@@ -35,6 +35,6 @@ def policy_accuracy(
     engine: Engine, problems: Sequence[dict], n: int, *, seed: int = 0, progress: bool = True
 ) -> list[float]:
     """Mean reward of ``n`` samples per problem: the accuracy used by the difficulty filter
-    (SPEC §7; paper: keep 0.1-0.8 of 20)."""
+    (paper: keep 0.1-0.8 of 20)."""
     groups = sample_groups(engine, problems, n, seed=seed, progress=progress)
     return [float(g.rewards.mean()) if len(g) else 0.0 for g in groups]

@@ -79,7 +79,7 @@ def draw(probs: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
 def pick(logits: torch.Tensor, temperature: float, top_p: float, u: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """The next token of every row [B, 1] from its float32 ``logits`` [B, V] and its uniform
     number ``u`` [B, 1], and the token's log-prob under softmax(logits / temperature) before
-    top-p, the old-policy log-prob of SPEC §3 (SPEC §7): transformers' ``do_sample`` with
+    top-p, the old-policy log-prob of SPEC §3: transformers' ``do_sample`` with
     ``temperature``, ``top_p`` and no top-k, or the argmax when ``temperature`` is 0."""
     logits = logits / max(temperature, 1e-6)
     logp = torch.log_softmax(logits, dim=-1)
@@ -91,7 +91,7 @@ def pick(logits: torch.Tensor, temperature: float, top_p: float, u: torch.Tensor
 
 
 def completion_length(tokens: Sequence[int], eos: Sequence[int]) -> int:
-    """The number of tokens up to and including the first EOS (SPEC §7; later positions are
+    """The number of tokens up to and including the first EOS (later positions are
     padding)."""
     for k, t in enumerate(tokens):
         if t in eos:

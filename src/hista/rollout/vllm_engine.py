@@ -1,4 +1,4 @@
-"""The vLLM rollout engine (SPEC §7): the same contract as :class:`~hista.rollout.GenerateEngine`
+"""The vLLM rollout engine: the same contract as :class:`~hista.rollout.GenerateEngine`
 on vLLM's offline ``LLM``, for GPUs.
 
 Requests are token-id prompts, one request per sample, each with its own seed derived from the
@@ -40,7 +40,7 @@ GPU_MEMORY_UTILIZATION = 0.85
 
 def check_available() -> Any:
     """The imported ``vllm`` module, or an InputError (exit 2 in the CLI) naming what is missing:
-    the package (``pip install 'hista[vllm]'``) or a CUDA GPU (SPEC §7)."""
+    the package (``pip install 'hista[vllm]'``) or a CUDA GPU."""
     try:
         import vllm
     except ImportError as exc:
@@ -64,7 +64,7 @@ def check_config(config: SamplingConfig) -> None:
 
 
 def request_settings(config: SamplingConfig, *, seed: int, eos: Sequence[int], max_new_tokens: int) -> dict:
-    """The keyword arguments of vLLM's ``SamplingParams`` for one request (SPEC §7): one sample,
+    """The keyword arguments of vLLM's ``SamplingParams`` for one request: one sample,
     the config's temperature (0 = greedy), no top-k or top-p, stop at the model's EOS ids (kept
     in the token ids), the sampled token's log-prob when sampling, no detokenisation (hista
     decodes the ids itself). ``top_p`` below 1 raises an InputError (:func:`check_config`)."""
@@ -87,7 +87,7 @@ def _logprob_value(position: Any, token: int, k: int) -> float:
 
 def completion_of(output: Any, *, eos: Sequence[int], greedy: bool) -> tuple[list[int], list[float]]:
     """The completion ids (up to and including the first EOS) and per-token log-probs of one
-    vLLM ``CompletionOutput`` (SPEC §3, §7). ``output.logprobs`` holds, per generated token, a
+    vLLM ``CompletionOutput`` (SPEC §3). ``output.logprobs`` holds, per generated token, a
     mapping from token id to ``Logprob`` that includes the sampled token (``logprobs=0``); a
     greedy request has none and its log-probs are 0. A ValueError when the output lacks the
     sampled tokens' log-probs."""
@@ -106,7 +106,7 @@ def completion_of(output: Any, *, eos: Sequence[int], greedy: bool) -> tuple[lis
 
 
 def model_source(lm: LoadedModel) -> str:
-    """What vLLM loads for ``lm`` (SPEC §7): the embedded model's safetensors folder, a local
+    """What vLLM loads for ``lm``: the embedded model's safetensors folder, a local
     path, or a Hugging Face id; the in-memory ``tiny`` model is saved to a temporary folder,
     removed when ``lm`` is collected or the process exits."""
     if lm.name == EMBEDDED:
@@ -147,7 +147,7 @@ class VLLMEngine(PosesProblems):
         self._tokens_prompt = vllm.TokensPrompt
 
     def identity(self) -> dict:
-        """Which engine samples, for result files (SPEC §7): name, vLLM and torch versions and
+        """Which engine samples, for result files: name, vLLM and torch versions and
         the tensor-parallel size; builds and evaluations refuse to mix identities."""
         import torch
 
@@ -155,7 +155,7 @@ class VLLMEngine(PosesProblems):
                 "tensor_parallel_size": self.tensor_parallel_size}
 
     def with_config(self, config: SamplingConfig) -> "VLLMEngine":
-        """This engine (the same loaded vLLM model) with other sampling settings (SPEC §7)."""
+        """This engine (the same loaded vLLM model) with other sampling settings."""
         check_config(config)
         other = copy.copy(self)
         other.config = config
@@ -167,7 +167,7 @@ class VLLMEngine(PosesProblems):
                           on_group: Optional[Callable[[int, list[Rollout]], None]] = None,
                           prompt_texts: Optional[Sequence[str]] = None,
                           max_new_tokens: Optional[int] = None) -> list[list[Rollout]]:
-        """Sample ``n`` continuations of each token-id prompt, all in one vLLM call (SPEC §7), one
+        """Sample ``n`` continuations of each token-id prompt, all in one vLLM call, one
         request per sample seeded as every engine seeds it
         (:func:`hista.rollout.config.sample_seeds`); ``progress(k)`` gets the number of sequences
         and ``on_group(i, rollouts)`` every prompt's samples when the call returns."""

@@ -1,4 +1,4 @@
-"""SVEB, the State Value Estimation Benchmark (SPEC §8): build cases, evaluate estimators
+"""SVEB, the State Value Estimation Benchmark: build cases, evaluate estimators
 against Monte-Carlo targets, report tables and plots; :func:`run` does all three.
 
 ``run`` loads its module on first use (PEP 562), so that reading the settings of

@@ -1,4 +1,4 @@
-"""``sveb build``: sample rollouts, pick states, sample Monte-Carlo continuations (SPEC §8).
+"""``sveb build``: sample rollouts, pick states, sample Monte-Carlo continuations.
 
 Every problem gets its own seeds, derived from the build seed and the problem id, so a case
 does not depend on which other cases were built before it: a resumed build writes the same
@@ -30,7 +30,7 @@ from .presets import BuildConfig
 def build(config: BuildConfig, out: str | Path, *, lm: Optional[LoadedModel] = None, progress: bool = True,
           shard: Optional[tuple[int, int]] = None) -> dict:
     """Build (or resume) the case file ``out``; returns counts of cases written, skipped and
-    already present (SPEC §8).
+    already present.
 
     Problems are processed in fixed chunks of ``batch_size // rollouts`` problems whose
     rollouts (and then whose continuations) are sampled in shared batches, so that decoding
@@ -39,7 +39,7 @@ def build(config: BuildConfig, out: str | Path, *, lm: Optional[LoadedModel] = N
     records. ``shard`` (K, N) builds only the chunks of shard K of N
     (:mod:`hista.sveb.shards`) and writes its manifest beside ``out``. Before anything is
     created, cut or appended, every problem of a chunk left to sample must fit the model's
-    context with ``max_new_tokens`` (:func:`hista.rollout.engine.check_prompts`, SPEC §11).
+    context with ``max_new_tokens`` (:func:`hista.rollout.engine.check_prompts`).
     """
     out = Path(out)
     _check_out(out, config, shard)

@@ -1,4 +1,4 @@
-"""The SVEB case file (SPEC §8): one JSON object per line, appended as each case completes.
+"""The SVEB case file: one JSON object per line, appended as each case completes.
 
 Each line is either a *case* (``"kind": "case"``) or a *skip* (``"kind": "skip"``: a problem
 whose initial accuracy fell outside the difficulty range, recorded so that a rerun does not
@@ -153,7 +153,7 @@ def _check(record: Any, path: Path, line: int) -> dict[str, Any]:
 
 
 def read(path: str | os.PathLike, *, partial: bool = False) -> list[dict[str, Any]]:
-    """Read and validate every record of a case file (SPEC §8); a missing file has none.
+    """Read and validate every record of a case file; a missing file has none.
 
     The file must be UTF-8 JSON lines, each ending in a newline, with strict JSON (no NaN or
     Infinity). Every record has ``kind`` ("case" or "skip"), a non-empty ``key`` that no other
@@ -218,12 +218,12 @@ def _records(raw: bytes, path: Path) -> Iterator[dict[str, Any]]:
 
 
 def problem_of(case_id: str) -> str:
-    """The problem id of a case: its key before ``#`` (``PROBLEM_ID#sK``; SPEC §8)."""
+    """The problem id of a case: its key before ``#`` (``PROBLEM_ID#sK``)."""
     return case_id.partition("#")[0]
 
 
 def problems_of(records: Sequence[dict]) -> dict[str, str]:
-    """Each problem id of the case ``records`` -> its problem (SPEC §8): problem ids whose cases
+    """Each problem id of the case ``records`` -> its problem: problem ids whose cases
     share a prompt (the same question, drawn twice by a task) are one problem, named by the
     smallest of those ids. Splits, folds and problem-level intervals go by these problems, so
     that no question is on both sides of a split or fit and scored."""
@@ -286,7 +286,7 @@ class CaseFile:
 
 
 def read_cases(path: str | Path, model: Optional[str] = None) -> CaseFile:
-    """The cases of ``path`` for evaluation (SPEC §8); an InputError when the file is missing or
+    """The cases of ``path`` for evaluation; an InputError when the file is missing or
     holds no case, mixes models or sampling engines (``settings.engine``), or was built with
     another model than ``model``."""
     if not os.path.lexists(path):
@@ -311,7 +311,7 @@ def read_cases(path: str | Path, model: Optional[str] = None) -> CaseFile:
 
 
 def group_of(record: dict, hidden: Optional[list] = None, *, protocol: str = "paper") -> RolloutGroup:
-    """The group of rollouts of a case record (SPEC §8): its stored rollouts (ids, text,
+    """The group of rollouts of a case record: its stored rollouts (ids, text,
     offsets, reward) with ``hidden`` (one tensor per rollout, or None), and the state's stored
     continuation rewards (for estimators that need continuations). ``protocol``: ``"paper"``
     every rollout with its reward, ``"leak-free"`` the state's own rollout without its reward

@@ -1,4 +1,4 @@
-"""PPO critics of SVEB cases (SPEC §4.5, §8): the distinct groups of rollouts a case file trains
+"""PPO critics of SVEB cases (SPEC §4.5): the distinct groups of rollouts a case file trains
 on, and finding the critic that scores a case (``sveb eval --critic DIR``).
 
 A trained folder is either one critic (``critic.json``; PPO-N) or a cross-fitted set

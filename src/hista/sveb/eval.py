@@ -1,5 +1,5 @@
-"""``sveb eval``: estimator values at the stored states against the Monte-Carlo targets
-(SPEC §8). Nothing is generated; what an estimator declares it needs is taken from the case:
+"""``sveb eval``: estimator values at the stored states against the Monte-Carlo targets. Nothing is
+generated; what an estimator declares it needs is taken from the case:
 hidden states of its layer are recomputed from the stored token ids with the model that built
 the cases, texts and offsets are stored, and the continuation rewards are the stored ones."""
 
@@ -29,7 +29,7 @@ from .results import MAX_VALUE
 
 @dataclasses.dataclass
 class Setup:
-    """What scoring methods on cases needs, prepared once before the first case (SPEC §8):
+    """What scoring methods on cases needs, prepared once before the first case:
     the case file, the estimators by method spec, the model that built the cases (None when no
     method reads hidden states), each hidden-state method's layer (its structure rule resolved
     for that model), the critic set of each method that reads a trained critic
@@ -54,7 +54,7 @@ class Setup:
 def open_model(chosen: dict[str, Method], case_file: cases.CaseFile, *, lm: Optional[LoadedModel] = None,
                device: Optional[str] = None) -> tuple[Optional[LoadedModel], dict[str, int]]:
     """The model that built the cases, when a method needs hidden states (``lm`` when given,
-    else loaded), or None, and each such method's hidden layer for that model (SPEC §8; a
+    else loaded), or None, and each such method's hidden layer for that model (a
     layer left to the structure rule resolved from the model's depth); an InputError for
     another revision or a layer the model does not have."""
     wanted = {m: method.estimator for m, method in chosen.items() if method.estimator.needs_hidden}
@@ -77,7 +77,7 @@ def open_model(chosen: dict[str, Method], case_file: cases.CaseFile, *, lm: Opti
 def prepare(chosen: dict[str, Method], case_file: cases.CaseFile, *, critics: Optional[Sequence[str | Path]] = None,
             bound: Optional[dict] = None, lm: Optional[LoadedModel] = None, device: Optional[str] = None,
             todo: Optional[Sequence[dict]] = None, progress: bool = True, protocol: str = "leak-free") -> Setup:
-    """The :class:`Setup` of ``chosen`` on the cases of ``case_file`` (SPEC §8): critics
+    """The :class:`Setup` of ``chosen`` on the cases of ``case_file``: critics
     matched from the ``critics`` folders (``bound``: matched already, by
     :func:`open_critics`), the model loaded and layers resolved
     (:func:`open_model`), the store of the hidden states of the groups of the cases ``todo``
@@ -103,7 +103,7 @@ def prepare(chosen: dict[str, Method], case_file: cases.CaseFile, *, critics: Op
 def open_critics(chosen: dict[str, Method], folders: Optional[Sequence[str | Path]], case_file: cases.CaseFile, *,
                  device: Optional[str] = None) -> dict:
     """Method -> the critic set (:class:`hista.sveb.critics.CriticSet`) of every method that
-    reads a trained critic (SPEC §4.5, §8), from the ``--critic`` ``folders`` (each a folder
+    reads a trained critic (SPEC §4.5), from the ``--critic`` ``folders`` (each a folder
     written by ``hista critic train``, or a folder of such folders), matched by mode and λ and
     checked against the cases: an InputError for a critic of another model or revision, a
     PPO-N critic trained on other rollouts than the cases', a PPO-1 critic whose folds do not
@@ -129,7 +129,7 @@ def open_critics(chosen: dict[str, Method], folders: Optional[Sequence[str | Pat
 
 
 def evaluate_case(record: dict, setup: Setup) -> dict:
-    """The result row of one case (SPEC §8): ``case_id``, ``problem`` (the case file's problem of
+    """The result row of one case: ``case_id``, ``problem`` (the case file's problem of
     the case, :func:`hista.sveb.cases.problems_of`), ``field``, ``target``, ``group_mean`` (of
     the group as the protocol shows it: under ``"leak-free"`` the mean of the other rollouts'
     rewards), ``continuations``, ``state``, ``length`` (completion tokens of the state's
@@ -187,7 +187,7 @@ def evaluate(path: str | Path, methods: Sequence[str] = DEFAULT_METHODS, *, mode
              lm: Optional[LoadedModel] = None, device: Optional[str] = None, progress: bool = True,
              n_boot: int = 2000, critics: Optional[Sequence[str | Path]] = None,
              protocol: str = "leak-free") -> dict:
-    """Evaluate ``methods`` on every case of the file ``path`` (SPEC §8), each case's group shown
+    """Evaluate ``methods`` on every case of the file ``path``, each case's group shown
     as ``protocol`` says (:data:`hista.sveb.cases.PROTOCOLS`; ``"paper"`` reproduces tables made
     before issue 63); returns the results dict (``protocol``, settings, ``methods``: spec ->
     :meth:`hista.sveb.methods.Method.record`, ``labels``,

@@ -134,7 +134,7 @@ def _differences(records: Sequence[dict], method: str) -> list[float]:
 
 def difference_stats(records: Sequence[dict], methods: Mapping[str, Method]) -> dict[str, dict[str, float]]:
     """How far each estimator's value V moves from the GRPO baseline V_GRPO, the case's group
-    mean (the paper's Figure 2; SPEC §8): method -> ``{"n", "mean", "std", "mean_abs"}`` of
+    mean (the paper's Figure 2): method -> ``{"n", "mean", "std", "mean_abs"}`` of
     V − V_GRPO over the cases with both (``std`` the population standard deviation,
     ``mean_abs`` the mean of |V − V_GRPO|; NaN without cases), in the panel order of
     :func:`plot_differences`. ``methods``: spec -> :class:`hista.sveb.methods.Method`."""
@@ -202,7 +202,7 @@ def plot_differences(
 
 def plot_delta(paired: dict, path: str | os.PathLike, labels: dict[str, str] | None = None) -> Path:
     """PNG of the paired comparison with GRPO over all cases: one point per method at its
-    ΔMAE = MAE(method) − MAE(GRPO) (SPEC §8), with its paired bootstrap interval as error
+    ΔMAE = MAE(method) − MAE(GRPO), with its paired bootstrap interval as error
     bar, and a vertical line at 0 (left of it: better than GRPO). A method without cases is
     listed with "no values". Returns the path written."""
     methods = list(paired["methods"])

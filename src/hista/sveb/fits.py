@@ -1,4 +1,4 @@
-"""Cross-fitted estimators in SVEB (SPEC §8; docs/sveb.md "Cross-fitted methods"): an estimator
+"""Cross-fitted estimators in SVEB (docs/sveb.md "Cross-fitted methods"): an estimator
 that learns across groups (a :class:`hista.estimators.LearnsAcrossGroups`: the probe) is fitted, for the cases of
 each fold of problems, on the rollouts of the other folds only, so that no case's own rollouts
 or rewards enter its value, nor those of another case asking the same question (problems:
@@ -42,7 +42,7 @@ class FitSet:
         self._fitted: dict[int, Estimator] = {}
 
     def for_case(self, record: dict) -> Estimator:
-        """The estimator fitted on every fold but the one of ``record``'s problem (SPEC §8)."""
+        """The estimator fitted on every fold but the one of ``record``'s problem."""
         j = self.fold_of[problem_of(record["key"])]
         if j not in self._fitted:
             joined = self.estimator.data(RolloutGroup([]))  # the zero
@@ -53,7 +53,7 @@ class FitSet:
         return self._fitted[j]
 
     def describe(self) -> dict:
-        """What results files record of the fits (SPEC §8): the number of folds, their seed and
+        """What results files record of the fits: the number of folds, their seed and
         the number of problems in each."""
         return {"folds": len(self.folds), "seed": SEED, "problems": [len(f) for f in self.folds]}
 
@@ -62,7 +62,7 @@ def open_fits(chosen: dict[str, Estimator], layers: dict[str, int], case_file: C
               hidden: Callable[[dict, list[int]], dict], group: Callable[[dict, Optional[list]], RolloutGroup], *,
               progress: bool = True) -> dict[str, FitSet]:
     """Method -> its :class:`FitSet` for every method of ``chosen`` that learns across groups
-    (SPEC §8, module docstring); empty when none does (no pass is made). ``layers``: each
+    (module docstring); empty when none does (no pass is made). ``layers``: each
     method's hidden layer; ``hidden(record, layers)`` the hidden states of a case's rollouts
     (layer -> one tensor per rollout) and ``group(record, hidden)`` its RolloutGroup, as
     ``sveb eval`` computes them. Folds: FOLDS seeded folds of the problems (as many as there

@@ -1,4 +1,4 @@
-"""The grid of ``sveb sweep`` (SPEC §8): ``key=v1,v2;key2=...`` read into key -> values, checked,
+"""The grid of ``sveb sweep``: ``key=v1,v2;key2=...`` read into key -> values, checked,
 and laid over a base method spec as the sweep's points."""
 
 from __future__ import annotations

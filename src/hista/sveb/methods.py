@@ -1,4 +1,4 @@
-"""SVEB methods (SPEC §8): a method spec ``name[-profile][?key=value&...]`` is parsed here, once,
+"""SVEB methods: a method spec ``name[-profile][?key=value&...]`` is parsed here, once,
 into a :class:`Method` (the spec, its estimator, the label reports print, whether it reads a
 trained critic or is the group mean); ``sveb eval``, ``sveb sweep`` and the report pass those
 records along, and results files record them (:meth:`Method.record`), so a report reads what a
@@ -32,7 +32,7 @@ __all__ = ["MethodSpec", "Method", "parse_method", "format_method", "scalar_text
 
 
 class MethodSpec(NamedTuple):
-    """The parts of a method spec (SPEC §8): estimator name, profile (None: the default),
+    """The parts of a method spec: estimator name, profile (None: the default),
     parameters (YAML scalars) and the ``label=`` it sets (None: automatic)."""
 
     name: str
@@ -42,7 +42,7 @@ class MethodSpec(NamedTuple):
 
 
 def parse_method(spec: str) -> MethodSpec:
-    """The parts of a method spec ``name[-profile][?key=value&...]`` (SPEC §8; e.g.
+    """The parts of a method spec ``name[-profile][?key=value&...]`` (e.g.
     ``hista-reference``, ``hista?layer=-6&interval=10``, ``mc?num=1``); values are read as YAML
     scalars (:func:`hista.yamlio.scalar`). The reserved key ``label=TEXT`` names the method in
     reports and is not a parameter. An InputError names a malformed spec (a part that is not
@@ -77,14 +77,14 @@ def parse_method(spec: str) -> MethodSpec:
 
 def scalar_text(value: Any) -> str:
     """``value`` (a string, number, boolean or None) written so that a method spec reads it
-    back as the same YAML scalar (SPEC §8): ``1e-05`` -> ``1.0e-05``, the string ``'5'`` quoted."""
+    back as the same YAML scalar: ``1e-05`` -> ``1.0e-05``, the string ``'5'`` quoted."""
     text = yaml.safe_dump(value, default_flow_style=True, width=math.inf, allow_unicode=True)
     return text.split("\n...")[0].strip()
 
 
 def format_method(name: str, profile: Optional[str] = None, params: Optional[dict] = None,
                   label: Optional[str] = None) -> str:
-    """The method spec ``name[-profile]?key=value&...&label=...`` of its parts (SPEC §8), the
+    """The method spec ``name[-profile]?key=value&...&label=...`` of its parts, the
     inverse of :func:`parse_method`; an InputError when a value cannot be written in a spec (a
     list, or text holding ``&``, ``=`` or ``?``)."""
     parts = []
@@ -107,7 +107,7 @@ def format_method(name: str, profile: Optional[str] = None, params: Optional[dic
 
 
 def read_methods_file(path: str | Path) -> list[str]:
-    """The method specs of a YAML file (SPEC §8): a list whose entries are spec strings
+    """The method specs of a YAML file: a list whose entries are spec strings
     (``hista?layer=-6&label=Hista L-6``) or mappings ``{name, profile?, label?, params?}``
     (``params`` a mapping of scalars). An InputError names the file and the entry index."""
     path = Path(path)
@@ -189,7 +189,7 @@ def _check_types(spec: str, cls: type, params: dict) -> None:
 
 @dataclasses.dataclass(frozen=True)
 class Method:
-    """One SVEB method, its spec parsed once (SPEC §8): ``spec`` (the row key of results),
+    """One SVEB method, its spec parsed once: ``spec`` (the row key of results),
     ``name`` (the registered estimator), ``config`` (its configuration), ``label`` (what reports
     call it: the spec's ``label=``, else the estimator's label with the spec's ``?key=value``
     part), ``labelled`` (the label was chosen in the spec), ``estimator_label`` (the
@@ -208,7 +208,7 @@ class Method:
     estimator: Optional[Estimator] = dataclasses.field(default=None, compare=False, repr=False)
 
     def record(self) -> dict:
-        """What a results file records of the method (SPEC §8, ``methods.<spec>``): ``name``,
+        """What a results file records of the method (``methods.<spec>``): ``name``,
         ``config``, ``estimator_label``, ``labelled``, ``critic`` and ``baseline`` (the label
         is in the file's ``labels``)."""
         return {"name": self.name, "config": self.config, "estimator_label": self.estimator_label,
@@ -216,7 +216,7 @@ class Method:
 
 
 def build_method(spec: str) -> Method:
-    """The :class:`Method` of a spec with a fresh estimator (SPEC §8, :func:`parse_method`); an
+    """The :class:`Method` of a spec with a fresh estimator (:func:`parse_method`); an
     InputError names the method when the name, profile, a parameter or the type of its value
     is invalid."""
     name, profile, params, label = parse_method(spec)
@@ -239,7 +239,7 @@ def build_method(spec: str) -> Method:
 
 
 def build_methods(specs: Sequence[str], *, critics: bool = False) -> dict[str, Method]:
-    """Spec -> :class:`Method` for every spec (SPEC §8); an InputError for a method named twice,
+    """Spec -> :class:`Method` for every spec; an InputError for a method named twice,
     an invalid one, a label two methods share (when one of them chose it), or one that needs a
     learned model: a trained critic (SPEC §4.5) unless ``critics`` (critic folders were given),
     any other model always."""
@@ -268,13 +268,13 @@ def build_methods(specs: Sequence[str], *, critics: bool = False) -> dict[str, M
 
 def unknown_method(spec: str, label: Optional[str] = None) -> Method:
     """A row key no registered estimator reads (a plugin not installed here, a hand-made
-    results file; SPEC §8): labelled ``label`` (else the key), neither a critic nor the group
+    results file): labelled ``label`` (else the key), neither a critic nor the group
     mean."""
     return Method(spec, spec, {}, label if label is not None else spec, label is not None, label or spec)
 
 
 def from_results(results: Mapping[str, Any]) -> dict[str, Method]:
-    """Spec -> :class:`Method` of the methods a results object records (SPEC §8; as
+    """Spec -> :class:`Method` of the methods a results object records (as
     :func:`hista.sveb.results.read` returns it), labelled as its ``labels`` say. A method
     recorded before results held whole method records (no ``estimator_label``) is read from
     its spec, or kept as an :func:`unknown_method` when no estimator here reads it."""

@@ -1,4 +1,4 @@
-"""SVEB metrics (SPEC §8): estimator MAE with bootstrap intervals, Pearson correlation with the
+"""SVEB metrics: estimator MAE with bootstrap intervals, Pearson correlation with the
 Monte-Carlo target, and the exact MCS@n noise rows of the paper's Table 4.
 
 Everything here is pure (no I/O) and deterministic. A *record* is one benchmark case as the
@@ -35,7 +35,7 @@ MAX_MCS_TERMS = 1_000_000
 
 
 def mcs_error(rewards: Sequence[float], n: int) -> float:
-    """Exact expected absolute error of MCS@n against the MCS@M reference (SPEC §8).
+    """Exact expected absolute error of MCS@n against the MCS@M reference.
 
     Given the M continuation rewards of one state, draw n of them without replacement,
     uniformly over all C(M, n) subsets, and return ``E | mean(subset) - mean(rewards) |``:
@@ -84,8 +84,7 @@ def _checked_draw(rewards: Sequence[float], n: int) -> tuple[list[float], int]:
 
 
 def _binary_mcs_error(k: int, m: int, n: int, full_mean: float) -> float:
-    """``mcs_error`` of M 0/1 rewards with K ones in closed form: J ones drawn is hypergeometric
-    (SPEC §8)."""
+    """``mcs_error`` of M 0/1 rewards with K ones in closed form: J ones drawn is hypergeometric."""
     total = math.comb(m, n)
     # int / int division stays exact for huge binomials (no float overflow)
     return math.fsum(
@@ -96,7 +95,7 @@ def _binary_mcs_error(k: int, m: int, n: int, full_mean: float) -> float:
 
 def _enumerated_mcs_error(distinct: list[float], multiplicity: list[int], n: int, full_mean: float) -> float:
     """``mcs_error`` of other rewards by exact enumeration of the counts drawn of each distinct
-    value (a multivariate hypergeometric, SPEC §8), refused above ``MAX_MCS_TERMS`` terms."""
+    value (a multivariate hypergeometric), refused above ``MAX_MCS_TERMS`` terms."""
     m = sum(multiplicity)
     total = math.comb(m, n)
     # Upper bound on the number of count vectors: min(C(M, n), C(n + k - 1, k - 1)).
@@ -212,7 +211,7 @@ def pearson(x: Sequence[float], y: Sequence[float]) -> float:
 # --------------------------------------------------------------------------------------------
 
 
-#: The GRPO baseline of a case (SPEC §8): its row's ``group_mean``, the mean reward of the case's
+#: The GRPO baseline of a case: its row's ``group_mean``, the mean reward of the case's
 #: group as the methods were shown it (the others' mean under the leak-free protocol). Every
 #: comparison against GRPO (here, ``paired``, ``ranks``, ``sweep``, ``figures``) reads it through
 #: :func:`grpo_value`, and its MAE is :func:`grpo_mae`.
@@ -244,14 +243,14 @@ def has_grpo(rows: Sequence[Mapping[str, Any]]) -> bool:
 
 
 def grpo_mae(rows: Sequence[Mapping[str, Any]]) -> float:
-    """The MAE of the GRPO baseline over ``rows`` (SPEC §8): mean |group_mean − target|; NaN
+    """The MAE of the GRPO baseline over ``rows``: mean |group_mean − target|; NaN
     without rows."""
     errors = [abs(grpo_value(row) - float(row["target"])) for row in rows]
     return math.fsum(errors) / len(errors) if errors else math.nan
 
 
 def value_of(record: Mapping[str, Any], method: str) -> float:
-    """The method's value in a case row (SPEC §8), or NaN when missing, None, non-numeric or
+    """The method's value in a case row, or NaN when missing, None, non-numeric or
     non-finite."""
     values = record.get("values") or {}
     v = values.get(method) if isinstance(values, Mapping) else None
@@ -265,7 +264,7 @@ def value_of(record: Mapping[str, Any], method: str) -> float:
 
 
 def case_problems(records: Sequence[Mapping[str, Any]]) -> list[str] | None:
-    """The problem of each record (SPEC §8): its ``problem`` (what ``sveb eval`` records: cases
+    """The problem of each record: its ``problem`` (what ``sveb eval`` records: cases
     that share a prompt are one problem, :func:`hista.sveb.cases.problems_of`) or, in rows
     written before rows recorded it, the problem id of its ``case_id``; None when some record
     has neither."""
@@ -277,7 +276,7 @@ def case_problems(records: Sequence[Mapping[str, Any]]) -> list[str] | None:
 
 
 def resampling(labels: Sequence[str] | None) -> str:
-    """What the bootstrap intervals over cases with these problem ``labels`` resample (SPEC §8):
+    """What the bootstrap intervals over cases with these problem ``labels`` resample:
     ``"problems"`` when some problem holds more than one case (its cases are not independent),
     else ``"cases"`` (also without labels)."""
     return "problems" if labels is not None and len(set(labels)) < len(labels) else "cases"
@@ -285,7 +284,7 @@ def resampling(labels: Sequence[str] | None) -> str:
 
 def _cell(errors: list[float], xs: list[float] | None, ys: list[float] | None, skipped: int,
           n_boot: int, seed: int, clusters: list[str] | None) -> dict[str, Any]:
-    """One summary cell from the absolute errors of its cases (SPEC §8): their mean (the MAE), its
+    """One summary cell from the absolute errors of its cases: their mean (the MAE), its
     bootstrap interval and Pearson r of ``xs`` with ``ys`` (NaN without them)."""
     lo, hi = bootstrap_ci(errors, n_boot=n_boot, seed=seed, clusters=clusters)
     return {
@@ -305,7 +304,7 @@ def summarise(
     n_boot: int = 2000,
     seed: int = 0,
 ) -> dict:
-    """Per-field SVEB results (SPEC §8; the paper's Table 4 and Tables 1-2).
+    """Per-field SVEB results (the paper's Table 4 and Tables 1-2).
 
     Returns::
 
@@ -405,7 +404,7 @@ def _clusters(problem: Mapping[int, str] | None, recs: list[dict]) -> list[str] 
 
 def _method_cell(method: str, recs: list[dict], n_boot: int, seed: int,
                  problem: Mapping[int, str] | None) -> dict[str, Any]:
-    """A method's cell over ``recs`` (SPEC §8): MAE = mean |value - target| over the cases with
+    """A method's cell over ``recs``: MAE = mean |value - target| over the cases with
     both finite, its bootstrap interval and Pearson r; the others counted in ``skipped``."""
     errors: list[float] = []
     xs: list[float] = []
@@ -426,7 +425,7 @@ def _method_cell(method: str, recs: list[dict], n_boot: int, seed: int,
 
 def _mcs_row(k: int, records: Sequence[dict], by_field: Mapping[str, list[dict]], n_boot: int, seed: int,
              problem: Mapping[int, str] | None) -> dict[str, dict[str, Any]]:
-    """The ``MCS@k`` row (SPEC §8): per field the mean of ``mcs_error(continuations, k)`` over the
+    """The ``MCS@k`` row: per field the mean of ``mcs_error(continuations, k)`` over the
     cases with k or more continuations, the others counted in ``skipped``."""
     # The per-case error does not depend on the field: compute it once per case.
     per_case: list[float] = []

@@ -42,7 +42,7 @@ def _length(row: Mapping[str, Any]) -> int | None:
 
 
 def position_slice(row: Mapping[str, Any]) -> str | None:
-    """The relative-position third of a case's state (SPEC §8): ``t / length`` in [0, 1/3),
+    """The relative-position third of a case's state: ``t / length`` in [0, 1/3),
     [1/3, 2/3) or [2/3, 1], as one of ``POSITION_LABELS``. None when the row records no positive
     integer ``length``, no integer ``state.t``, or ``t`` lies outside ``[0, length]``."""
     n = _length(row)
@@ -55,7 +55,7 @@ def position_slice(row: Mapping[str, Any]) -> str | None:
 
 
 def length_slices(rows: Sequence[Mapping[str, Any]]) -> tuple[list[str | None], list[float]]:
-    """Response-length terciles of the rows (SPEC §8): the cut points are the 1/3 and 2/3
+    """Response-length terciles of the rows: the cut points are the 1/3 and 2/3
     quantiles of the lengths of the rows that record one (``numpy.quantile``, linear); a row
     goes to the first tercile if its length is <= the first cut, to the second if <= the second,
     else to the third. Each tercile is labelled with the range of lengths it holds
@@ -110,7 +110,7 @@ def _cell(diffs: list[float], errors: list[float], grpo_errors: list[float], val
 
 def paired_summary(rows: Sequence[Mapping[str, Any]], methods: Sequence[str], n_boot: int = 2000,
                    seed: int = 0, level: float = 0.95) -> dict:
-    """Paired comparison of each method with GRPO, the row's ``group_mean`` (SPEC §8).
+    """Paired comparison of each method with GRPO, the row's ``group_mean``.
 
     For every method and slice of the cases: ``mae`` (mean |value - target|), ``grpo_mae``
     (mean |group_mean - target| on the same cases), ``delta`` = ``mae - grpo_mae``, ``lo``/``hi``
@@ -202,7 +202,7 @@ def _members(rows: Sequence[Mapping[str, Any]], length_of: list[str | None]) -> 
 
 def _slice_cell(cases: list[int], values: list[float], targets: list[float], grpo: list[float],
                 problems: list[str] | None, n_boot: int, seed: int, level: float) -> dict[str, Any]:
-    """One method's paired cell on the rows ``cases`` of a slice (SPEC §8): the per-case
+    """One method's paired cell on the rows ``cases`` of a slice: the per-case
     differences ``|v - t| - |g - t|`` of the cases with a value, a target and a group mean."""
     used = [i for i in cases if not (math.isnan(values[i]) or math.isnan(targets[i]) or math.isnan(grpo[i]))]
     errors = [abs(values[i] - targets[i]) for i in used]

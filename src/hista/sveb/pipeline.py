@@ -1,4 +1,4 @@
-"""``sveb run``: build, evaluate and report in one call (SPEC §8), the project's main
+"""``sveb run``: build, evaluate and report in one call, the project's main
 demonstration. ``hista.sveb.run`` is this module's :func:`run`."""
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ def run(settings: Union[str, BuildConfig] = "quick", out: Union[str, Path] = "ru
     """Build (or resume) ``out/cases.jsonl`` with a preset's settings (by name, or a
     BuildConfig) and ``overrides`` of its fields, evaluate ``methods`` on it into
     ``out/results.json``, and write the report (``report.md``, ``report.json``, plots) into
-    ``out`` (SPEC §8). With ``with_critic`` the PPO critics of :data:`CRITIC_METHODS` are
+    ``out``. With ``with_critic`` the PPO critics of :data:`CRITIC_METHODS` are
     trained on the cases into ``out/critics`` (:func:`hista.sveb.critic_training.train_critics` with its
     defaults, PPO-1 in 5 folds or one per problem when fewer; resumed when interrupted) and
     their methods are evaluated after ``methods``. ``protocol``: how each case's group is shown

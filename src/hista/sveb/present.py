@@ -19,7 +19,7 @@ def finite(x: Any) -> bool:
 
 
 def fmt(x: Any) -> str:
-    """``x`` with three decimals (``0.252``), or ``n/a`` when it is not a finite number (SPEC §8)."""
+    """``x`` with three decimals (``0.252``), or ``n/a`` when it is not a finite number."""
     return f"{x:.3f}" if finite(x) else "n/a"
 
 
@@ -35,7 +35,7 @@ def percent(x: Any) -> str:
 
 def resampled(summary: Mapping[str, Any]) -> str:
     """What the intervals of ``summary`` (of :func:`hista.sveb.metrics.summarise`, of
-    :func:`hista.sveb.paired.paired_summary` or of a sweep) resampled, for captions (SPEC §8):
+    :func:`hista.sveb.paired.paired_summary` or of a sweep) resampled, for captions:
     "over problems (cases share problems)" or "over cases" (also when it does not say, as in
     results written before it did)."""
     return "over problems (cases share problems)" if summary.get("resampled") == "problems" else "over cases"

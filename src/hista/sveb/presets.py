@@ -1,4 +1,4 @@
-"""SVEB settings (SPEC §8): what a case build takes (:class:`BuildConfig`), its named presets,
+"""SVEB settings: what a case build takes (:class:`BuildConfig`), its named presets,
 the methods a run evaluates by default and the folds of a cross-fitted PPO-1 critic. Plain
 values, no model and no torch: the CLI and :func:`hista.sveb.run` read them from here only."""
 
@@ -16,10 +16,10 @@ DEFAULT_FOLDS = 5
 
 @dataclasses.dataclass
 class BuildConfig:
-    """Settings of a case build. The defaults are the ``default`` preset (SPEC §8, the paper's
+    """Settings of a case build. The defaults are the ``default`` preset (the paper's
     settings: G = 32 rollouts, M = 20 continuations, one state per problem, difficulty range
     0.1-0.8 on the initial rollouts' accuracy); :mod:`hista.sveb.presets` holds the others.
-    ``problems`` counts per task source. ``engine`` samples (``hf`` or ``vllm``, SPEC §7);
+    ``problems`` counts per task source. ``engine`` samples (``hf`` or ``vllm``);
     ``tensor_parallel_size`` is the vllm engine's. ``same_rollout``: the states of a problem lie
     on one rollout (segments between them: docs/sveb.md "Segments")."""
 
@@ -42,7 +42,7 @@ class BuildConfig:
     same_rollout: bool = False
 
     def __post_init__(self) -> None:
-        """Check every field (SPEC §8), so that no setting silently builds nothing: an
+        """Check every field, so that no setting silently builds nothing: an
         InputError names the field."""
         if isinstance(self.tasks, str) or not self.tasks or not all(isinstance(t, str) and t for t in self.tasks):
             raise InputError(f"must be a non-empty list of task specs, got {self.tasks!r}", field="tasks")
@@ -106,7 +106,7 @@ DEFAULT_METHODS = ("grpo", "numca", "numca-reference", "hista", "hista-paper", "
 
 
 def preset(name: str) -> BuildConfig:
-    """The build settings of preset ``name`` (SPEC §8); a ValueError lists the presets."""
+    """The build settings of preset ``name``; a ValueError lists the presets."""
     if name not in PRESETS:
         raise ValueError(f"unknown SVEB preset {name!r}; valid: {', '.join(sorted(PRESETS))}")
     return PRESETS[name]

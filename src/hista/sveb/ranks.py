@@ -1,4 +1,4 @@
-"""SVEB rank metrics beside MAE (SPEC §8; docs/sveb.md "Rank metrics"): Spearman ρ between the
+"""SVEB rank metrics beside MAE (docs/sveb.md "Rank metrics"): Spearman ρ between the
 estimated and the Monte-Carlo values of the states, over all cases and within problem, and the
 AUROC of telling a successful continuation from a failed one by V(s), each with a bootstrap
 interval and a paired difference against GRPO (the group mean).
@@ -156,7 +156,7 @@ def _statistics(row: Row, weight: np.ndarray, drawn: np.ndarray, within: dict[in
 
 def rank_summary(records: Sequence[Mapping[str, Any]], methods: Sequence[str], mcs: Sequence[int] = (1, 2),
                  n_boot: int = 2000, seed: int = 0, level: float = 0.95) -> dict:
-    """Rank metrics of every row (SPEC §8; module docstring)::
+    """Rank metrics of every row (module docstring)::
 
         {"rows": {row: {"n": cases, "rho": {"value", "lo", "hi"}, "rho_within": {...},
                         "auroc": {...}, "delta": {"rho": {"value", "lo", "hi"}, "auroc": {...}}}},

@@ -1,4 +1,4 @@
-"""The SVEB results file (SPEC §8): the JSON object ``sveb eval`` writes and ``sveb report``
+"""The SVEB results file: the JSON object ``sveb eval`` writes and ``sveb report``
 reads, checked against its schema on read.
 
 A results file holds ``methods`` (method spec -> estimator configuration), ``labels`` (method
@@ -173,7 +173,7 @@ def _validate(data: Any, where: Where) -> dict[str, Any]:
 
 
 def read(path: str | os.PathLike) -> dict[str, Any]:
-    """Read a results file written by ``sveb eval`` and check it against its schema (SPEC §8);
+    """Read a results file written by ``sveb eval`` and check it against its schema;
     returns the parsed object unchanged.
 
     The file must be one strict UTF-8 JSON object (no NaN or Infinity) with ``methods``
@@ -225,7 +225,7 @@ def read(path: str | os.PathLike) -> dict[str, Any]:
 def summarise(results: dict[str, Any], *, path: Optional[str | os.PathLike] = None) -> dict:
     """The summary of a results object (as :func:`read` returns it), recomputed from its case
     rows with :func:`hista.sveb.metrics.summarise` and the stored ``n_boot``, ``seed`` and
-    ``mcs_rows`` (SPEC §8). For a file written by ``sveb eval`` it equals the stored summary
+    ``mcs_rows``. For a file written by ``sveb eval`` it equals the stored summary
     (NaN where the file has null). A row set the metrics cannot handle (an MCS@n too costly to
     enumerate exactly) raises an InputError naming ``path``."""
     summary = results["summary"]

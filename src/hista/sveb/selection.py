@@ -1,4 +1,4 @@
-"""Selection in ``sveb sweep`` (SPEC §8): the best point is chosen on one part of the problems
+"""Selection in ``sveb sweep``: the best point is chosen on one part of the problems
 and reported on the other, a seeded split or K folds by problem, so that its reported numbers
 were not selected on. ``sveb split`` writes the two parts of that split as case files.
 

@@ -1,4 +1,4 @@
-"""Sharded SVEB builds (SPEC §8): N machines each build a disjoint part of one benchmark, and
+"""Sharded SVEB builds: N machines each build a disjoint part of one benchmark, and
 ``merge`` joins the parts into the file a single build would have written.
 
 A build processes its problem list in fixed chunks whose seeds depend only on the chunk's first
@@ -37,7 +37,7 @@ def manifest(shard: tuple[int, int], settings: dict, problems: int, order: Seque
 
 def write_manifest(out: str | Path, data: dict) -> None:
     """Write (or, resuming, check) the manifest beside the shard's case file ``out``: a shard
-    file is only ever resumed as the same shard of the same build (SPEC §8)."""
+    file is only ever resumed as the same shard of the same build."""
     path = manifest_path(out)
     if path.exists():
         earlier = read_manifest(path)
@@ -74,7 +74,7 @@ def read_manifest(path: Path) -> dict:
 
 
 def merge(parts: Sequence[str | Path], out: str | Path) -> dict:
-    """Join the case files of every shard of one build into ``out`` (SPEC §8), in the order of a
+    """Join the case files of every shard of one build into ``out``, in the order of a
     single build, so that the result has the bytes a single build with the same settings and
     seed writes on the same engine. Refuses, naming the file, parts of different builds
     (settings, seed, model, number of problems or N differ), a shard given twice or missing,

@@ -1,4 +1,4 @@
-"""``sveb sweep`` (SPEC §8): a grid of method specs evaluated on stored cases, with the best
+"""``sveb sweep``: a grid of method specs evaluated on stored cases, with the best
 point chosen on one part of the problems and reported on the other.
 
 Reading order:

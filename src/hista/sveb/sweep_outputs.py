@@ -1,4 +1,4 @@
-"""What ``sveb sweep`` writes and prints (SPEC §8): ``sweep.json``, ``sweep.md`` (the points by
+"""What ``sveb sweep`` writes and prints: ``sweep.json``, ``sweep.md`` (the points by
 ΔMAE vs GRPO, the selection, the heatmaps), a ``heatmap_<p1>_<p2>.png`` per pair of grid keys,
 and the summary the command prints."""
 

@@ -1,4 +1,4 @@
-"""Problem sources: built-in generators, local JSONL and Hugging Face datasets (SPEC §7).
+"""Problem sources: built-in generators, local JSONL and Hugging Face datasets.
 
 A problem record is a dict ``{"id", "problem", "answer", "verifier", "field"}`` (plus an
 optional ``"meta"`` dict); ``verifier`` is a registered verifier (:func:`hista.rewards.names`)
@@ -28,12 +28,12 @@ __all__ = ["REGISTRY", "TaskSource", "check_spec", "filter_by_accuracy", "get", 
 
 
 def names() -> list[str]:
-    """The registered source prefixes, sorted, without the colon (SPEC §7)."""
+    """The registered source prefixes, sorted, without the colon."""
     return REGISTRY.names()
 
 
 def get(prefix: str) -> TaskSource:
-    """The source registered under ``prefix`` (SPEC §7); an InputError listing the valid ones."""
+    """The source registered under ``prefix``; an InputError listing the valid ones."""
     return REGISTRY.get(prefix)
 
 
@@ -60,7 +60,7 @@ def _source(spec: str) -> tuple[TaskSource, str]:
 
 
 def load(spec: str, n: Optional[int] = None, seed: int = 0, split: str = "test") -> list[dict]:
-    """Load problem records from a source spec (SPEC §7).
+    """Load problem records from a source spec.
 
     ``n``: how many (built-ins generate ``n``, default 1000; files and datasets return their
     first ``n`` rows, default all).  ``seed`` and ``split`` (``train``, ``test``,
@@ -84,7 +84,7 @@ def load(spec: str, n: Optional[int] = None, seed: int = 0, split: str = "test")
 
 
 def input_files(specs: Sequence[str]) -> list[Path]:
-    """The local files the task ``specs`` read (SPEC §7, §11; ``jsonl:PATH``), for the check that
+    """The local files the task ``specs`` read (``jsonl:PATH``), for the check that
     no output of a command overwrites one of its inputs. A bad spec raises InputError."""
     out: list[Path] = []
     for spec in specs:
@@ -94,7 +94,7 @@ def input_files(specs: Sequence[str]) -> list[Path]:
 
 
 def check_spec(spec: str) -> None:
-    """Check a source spec without downloading anything (SPEC §7): built-ins generate one
+    """Check a source spec without downloading anything: built-ins generate one
     problem, ``jsonl:`` files are read and validated, ``hf:`` names must parse and be a
     supported dataset or an ``owner/name`` id (or a local path). Raises InputError."""
     source, rest = _source(spec)
@@ -102,12 +102,12 @@ def check_spec(spec: str) -> None:
 
 
 def list_builtin() -> dict[str, str]:
-    """One-line description of each built-in task generator, by name (SPEC §7)."""
+    """One-line description of each built-in task generator, by name."""
     return {name: module.DESCRIPTION for name, module in _builtins().items()}
 
 
 def preview(spec: str, n: int = 3, seed: int = 0, split: str = "test") -> str:
-    """Human-readable text showing the first ``n`` problems of a source (SPEC §7): each one's id,
+    """Human-readable text showing the first ``n`` problems of a source: each one's id,
     field, verifier, text and answer (the ``gold`` of its ``meta`` where a source puts the
     answer a reader wants there, as ``gym:`` does beside its scorer's record)."""
     records = load(spec, n=n, seed=seed, split=split)

@@ -1,4 +1,4 @@
-"""Shared machinery of the built-in task generators (SPEC §7).
+"""Shared machinery of the built-in task generators.
 
 * ``parse_options`` reads ``?k=v&k=v`` knobs and validates them against a schema.
 * ``index_rng`` gives the per-problem random generator, seeded from the problem id (which
@@ -42,7 +42,7 @@ def _yes_no(raw: str) -> str:
 
 
 #: the ``explain`` option of the built-in generators: ``yes`` appends a request for a detailed
-#: explanation to every problem, for long responses (SPEC §7; the SVEB ``long`` preset)
+#: explanation to every problem, for long responses (the SVEB ``long`` preset)
 EXPLAIN = Knob(_yes_no, "no", "'yes' asks for a detailed explanation (long responses), default 'no'")
 
 

@@ -1,4 +1,4 @@
-"""Built-in task ``builtin:arith``: multi-step arithmetic rich in intermediate numbers (SPEC §7).
+"""Built-in task ``builtin:arith``: multi-step arithmetic rich in intermediate numbers.
 
 Each problem starts from a number and applies ``steps`` operations drawn from ``ops``; every
 intermediate result (and the answer) is a positive integer, so word problems always count
@@ -217,7 +217,7 @@ def _solution(start: int, seq: list[str], operands: list[int], inter: list[int])
 
 def load(spec: str, query: str, n: Optional[int] = None, seed: int = 0,
          split: str = "test") -> list[dict]:
-    """Generate ``n`` arithmetic problems (default 1000) for ``split`` (SPEC §7).
+    """Generate ``n`` arithmetic problems (default 1000) for ``split``.
 
     Deterministic in (options, seed, split, index); ids look like
     ``arith-s2-m20-as-word-seed0-test-00017`` (s=steps, m=max_value, ops as a=+ s=- m=*).

@@ -1,4 +1,4 @@
-"""The interface every task source implements (SPEC §7; CONTRIBUTING.md)."""
+"""The interface every task source implements (CONTRIBUTING.md)."""
 
 from __future__ import annotations
 
@@ -23,23 +23,23 @@ class TaskSource(ABC):
 
     @abstractmethod
     def load(self, rest: str, n: Optional[int] = None, seed: int = 0, split: str = "test") -> list[dict]:
-        """Problem records of ``REST`` (SPEC §7): at most ``n`` of them (None: the source's
+        """Problem records of ``REST``: at most ``n`` of them (None: the source's
         default); ``seed`` and ``split`` are used where the source has such a notion. ``n``,
         ``seed`` and ``split`` arrive validated by :func:`hista.tasks.load`. Raises InputError."""
 
     @abstractmethod
     def check(self, rest: str) -> None:
-        """Validate ``REST`` without downloading anything (SPEC §7); raises InputError."""
+        """Validate ``REST`` without downloading anything; raises InputError."""
 
     def files(self, rest: str) -> list[Path]:
-        """The local files ``REST`` reads (SPEC §7, §11: inputs that no output of a command may
+        """The local files ``REST`` reads (§11: inputs that no output of a command may
         overwrite); none by default."""
         return []
 
     @abstractmethod
     def example(self, tmp_dir: Path) -> str:
         """The ``REST`` of a tiny spec this source loads offline, creating any files it needs
-        under ``tmp_dir`` (SPEC §7). Raises NotImplementedError, with the reason, when the
+        under ``tmp_dir``. Raises NotImplementedError, with the reason, when the
         source cannot load anything offline here (the contract tests then skip it)."""
 
 
@@ -54,8 +54,8 @@ REGISTRY = Registry("task source", "hista.tasks", "hista.tasks", _build,
 
 
 def register(prefix: str, *, replace: bool = False) -> Callable[[type], type]:
-    """Class decorator registering a :class:`TaskSource` under the spec prefix ``prefix``
-    (SPEC §7). A taken prefix raises ValueError unless ``replace=True``."""
+    """Class decorator registering a :class:`TaskSource` under the spec prefix ``prefix``. A taken
+    prefix raises ValueError unless ``replace=True``."""
 
     def wrap(cls: type) -> type:
         if not (isinstance(cls, type) and issubclass(cls, TaskSource)):

@@ -1,4 +1,4 @@
-"""Task source ``champ:all|train|test``: CHAMP's competition math problems (SPEC §7), offline.
+"""Task source ``champ:all|train|test``: CHAMP's competition math problems, offline.
 
 ``pip install 'hista[gym]'`` brings ``champ-dataset`` (MIT), whose
 ``champ_dataset/dataset_files/v0.json`` holds 270 problems (number theory, inequalities,
@@ -54,7 +54,7 @@ _SYSTEM = re.compile(r"[A-Za-z]\s*=[^,=]+(?:,\s*[A-Za-z]\s*=[^,=]+)+")
 
 
 def data_file() -> Path:
-    """CHAMP's data file inside the installed ``champ-dataset`` package (SPEC §7; found without importing
+    """CHAMP's data file inside the installed ``champ-dataset`` package (found without importing
     it: its ``__init__`` needs natsort); an InputError saying how to install it otherwise."""
     path = packaged_file("champ_dataset", "dataset_files/v0.json")
     if path is None:
@@ -63,7 +63,7 @@ def data_file() -> Path:
 
 
 def wrong_answers(answer: str) -> list[str]:
-    """Wrong answers the ``math`` verifier must refuse for ``answer`` (SPEC §7): a large number,
+    """Wrong answers the ``math`` verifier must refuse for ``answer``: a large number,
     a number's neighbour (a tolerance paid 2001001 for 2001000) and a system's values unnamed and
     reversed (``(5, 6)`` for ``x=6, y=5``)."""
     text = answer.strip().rstrip(".")
@@ -78,7 +78,7 @@ def wrong_answers(answer: str) -> list[str]:
 
 
 def checkable(answer: str) -> Optional[str]:
-    """None when the ``math`` verifier can check ``answer`` (SPEC §7; the module docstring), else
+    """None when the ``math`` verifier can check ``answer`` (the module docstring), else
     why not."""
     import math_verify as mv
 
@@ -100,7 +100,7 @@ def checkable(answer: str) -> Optional[str]:
 @functools.lru_cache(maxsize=2)
 def read_problems(path: Path) -> tuple[tuple[int, dict], ...]:
     """(position in the file, problem) of every checkable problem of the CHAMP data file ``path``
-    (SPEC §7, §11: a file that is not in its layout is an InputError naming it and the field); a
+    (§11: a file that is not in its layout is an InputError naming it and the field); a
     warning says how many were left out."""
     data = loads(read_input(path, "CHAMP data file").decode("utf-8"), path=str(path))
     problems = data.get("problems") if isinstance(data, dict) else None
@@ -125,17 +125,16 @@ def _record(row: dict[str, Any]) -> dict:
 
 @register("champ")
 class ChampSource(PartsSource):
-    """``champ:all|train|test``: CHAMP's problems whose answers math-verify can check (SPEC §7)."""
+    """``champ:all|train|test``: CHAMP's problems whose answers math-verify can check."""
 
     prefix = "champ"
     description = ("CHAMP's competition math problems with checkable answers (pip install 'hista[gym]'); "
                    "all, train or test")
 
     def data_file(self) -> Path:
-        """CHAMP's data file (SPEC §7): :func:`data_file`."""
+        """CHAMP's data file: :func:`data_file`."""
         return data_file()
 
     def records(self, path: Path) -> list[tuple[int, dict]]:
-        """The checkable problems of ``path`` as ``math-boxed`` records, with their positions
-        (SPEC §7)."""
+        """The checkable problems of ``path`` as ``math-boxed`` records, with their positions."""
         return [(position, _record(row)) for position, row in read_problems(path)]

@@ -1,4 +1,4 @@
-"""Built-in task ``builtin:choice``: multiple choice without numeric milestones (SPEC §7).
+"""Built-in task ``builtin:choice``: multiple choice without numeric milestones.
 
 Kinds of question (knob ``kind``, default ``mix`` = uniform over all):
 
@@ -157,7 +157,7 @@ _MAKERS = {"compare": _compare, "category": _category, "syllogism": _syllogism,
 
 def load(spec: str, query: str, n: Optional[int] = None, seed: int = 0,
          split: str = "test") -> list[dict]:
-    """Generate ``n`` multiple-choice problems (default 1000) for ``split`` (SPEC §7).
+    """Generate ``n`` multiple-choice problems (default 1000) for ``split``.
 
     Deterministic in (options, seed, split, index); ids look like
     ``choice-o4-mix-seed0-test-00017``.

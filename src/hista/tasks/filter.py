@@ -1,4 +1,4 @@
-"""Difficulty filtering of problems by measured policy accuracy (SPEC §7)."""
+"""Difficulty filtering of problems by measured policy accuracy."""
 
 from __future__ import annotations
 
@@ -23,7 +23,7 @@ def _finite_float(v: object) -> float | None:
 
 def filter_by_accuracy(problems: Sequence[dict], accuracies: Sequence[float],
                        lo: float = 0.1, hi: float = 0.8) -> list[dict]:
-    """Keep the problems whose accuracy lies in ``[lo, hi]`` inclusive (SPEC §7).
+    """Keep the problems whose accuracy lies in ``[lo, hi]`` inclusive.
 
     ``accuracies[i]`` is the measured accuracy of ``problems[i]`` under the policy, e.g. the
     mean reward of n samples (the paper keeps 0.1-0.8 of 20 samples).  The bounds get a

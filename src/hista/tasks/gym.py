@@ -1,4 +1,4 @@
-"""Task source ``gym:TASK[?option=value&…]``: reasoning-gym's procedural tasks (SPEC §7), offline.
+"""Task source ``gym:TASK[?option=value&…]``: reasoning-gym's procedural tasks, offline.
 
 ``pip install 'hista[gym]'`` brings ``reasoning-gym`` (Apache-2.0): 106 seeded generators
 (``basic_arithmetic``, ``chain_sum``, ``gsm_symbolic``, ``propositional_logic``, ``countdown``, …)
@@ -51,7 +51,7 @@ DEFAULT_N = 1000
 
 
 def listing() -> list[str]:
-    """Lines naming reasoning-gym's tasks by category, for ``hista tasks list`` (SPEC §7); one
+    """Lines naming reasoning-gym's tasks by category, for ``hista tasks list``; one
     line saying how to install it when it is missing."""
     try:
         categories = gym.task_categories()
@@ -64,7 +64,7 @@ def listing() -> list[str]:
 
 
 def parse_spec(rest: str) -> tuple[str, dict[str, str], bool]:
-    """(task, its options as strings, partial) of ``TASK[?k=v&…]`` (SPEC §7); InputErrors name
+    """(task, its options as strings, partial) of ``TASK[?k=v&…]``; InputErrors name
     the bad part."""
     name, _, query = rest.partition("?")
     task = name.strip()
@@ -113,7 +113,7 @@ def _gold_pays(task: str, entry: dict, score: float) -> bool:
 
 
 def generate(rest: str, n: int, seed: int, split: str) -> list[dict]:
-    """The first ``n`` problem records of ``gym:REST`` for ``seed`` and ``split`` (SPEC §7; the
+    """The first ``n`` problem records of ``gym:REST`` for ``seed`` and ``split`` (the
     module docstring)."""
     task, options, partial = parse_spec(rest)
     split = canonical_split(split)
@@ -163,20 +163,20 @@ def generate(rest: str, n: int, seed: int, split: str) -> list[dict]:
 
 @register("gym")
 class GymSource(TaskSource):
-    """``gym:TASK[?k=v&…]``: reasoning-gym's seeded generators (SPEC §7)."""
+    """``gym:TASK[?k=v&…]``: reasoning-gym's seeded generators."""
 
     description = "reasoning-gym's procedural tasks (pip install 'hista[gym]'): gym:TASK?option=value&..."
 
     def load(self, rest: str, n: Optional[int] = None, seed: int = 0, split: str = "test") -> list[dict]:
-        """The first ``n`` problems (default 1000) of the task for ``seed`` and ``split`` (SPEC §7)."""
+        """The first ``n`` problems (default 1000) of the task for ``seed`` and ``split``."""
         return generate(rest, DEFAULT_N if n is None else n, seed, split)
 
     def check(self, rest: str) -> None:
-        """The task and its options exist and the task draws a problem (SPEC §7)."""
+        """The task and its options exist and the task draws a problem."""
         generate(rest, 1, 0, "test")
 
     def example(self, tmp_dir: Path) -> str:
-        """Two-term sums (SPEC §7); needs reasoning-gym."""
+        """Two-term sums; needs reasoning-gym."""
         try:
             gym.reasoning_gym()
         except InputError as exc:

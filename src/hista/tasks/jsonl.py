@@ -1,4 +1,4 @@
-"""Task source ``jsonl:PATH``: problem records from a local JSON-lines file (SPEC §7).
+"""Task source ``jsonl:PATH``: problem records from a local JSON-lines file.
 
 One JSON object per line (blank lines are skipped) with at least ``problem`` (a non-empty
 string) and ``answer`` (a string, or a number which is turned into a string).  Optional:
@@ -43,7 +43,7 @@ def _answer_text(v: Any) -> Optional[str]:
 
 
 def parse_record(obj: Any, *, path: str, line: int, stem: str) -> dict:
-    """Validate one parsed JSON value and turn it into a problem record (SPEC §7)."""
+    """Validate one parsed JSON value and turn it into a problem record."""
 
     def bad(field: Optional[str], msg: str) -> InputError:
         return InputError(msg, path=path, line=line, field=field)
@@ -91,7 +91,7 @@ def parse_record(obj: Any, *, path: str, line: int, stem: str) -> dict:
 
 
 def read(path: str, n: Optional[int] = None) -> list[dict]:
-    """Read and validate every record of a JSONL file; return the first ``n`` (SPEC §7).
+    """Read and validate every record of a JSONL file; return the first ``n``.
 
     Raises InputError(path=..., line=..., field=...) on a missing file or one that is not a
     regular file (a FIFO or device is refused at once, never read), undecodable text, bad JSON,
@@ -124,25 +124,25 @@ def read(path: str, n: Optional[int] = None) -> list[dict]:
 
 @register("jsonl")
 class JsonlSource(TaskSource):
-    """``jsonl:PATH``: the records of a local JSON-lines file, used as they are (SPEC §7)."""
+    """``jsonl:PATH``: the records of a local JSON-lines file, used as they are."""
 
     description = "a local JSON-lines file of records, jsonl:PATH"
 
     def load(self, rest: str, n: Optional[int] = None, seed: int = 0, split: str = "test") -> list[dict]:
         """The first ``n`` records of the file ``rest`` (default all); ``seed`` and ``split``
-        do not apply (SPEC §7)."""
+        do not apply."""
         return read(rest, n)
 
     def check(self, rest: str) -> None:
-        """Read and validate the whole file (SPEC §7)."""
+        """Read and validate the whole file."""
         read(rest)
 
     def files(self, rest: str) -> list[Path]:
-        """The file ``rest`` (SPEC §7, §11: an input no output may overwrite)."""
+        """The file ``rest`` (§11: an input no output may overwrite)."""
         return [Path(os.path.expanduser(rest))] if rest else []
 
     def example(self, tmp_dir: Path) -> str:
-        """Write a three-problem file under ``tmp_dir`` and name it (SPEC §7)."""
+        """Write a three-problem file under ``tmp_dir`` and name it."""
         path = Path(tmp_dir) / "example.jsonl"
         rows = [{"problem": "What is 2 + 3?", "answer": "5"},
                 {"problem": "Pick the even number.\nA) 3\nB) 4", "answer": "B", "verifier": "choice"},

@@ -1,4 +1,4 @@
-"""A benchmark that ships as one data file of an installed package, named by its part (SPEC §7):
+"""A benchmark that ships as one data file of an installed package, named by its part:
 ``PREFIX:all|train|test``. HumanEval (``humaneval:``) and CHAMP (``champ:``) are such sources.
 
 ``all`` is every problem in the file's order; ``train`` and ``test`` are a fixed split by the
@@ -34,12 +34,12 @@ def packaged_file(package: str, relative: str) -> Optional[Path]:
 
 
 def in_part(position: int, part: str) -> bool:
-    """Whether the problem at ``position`` (0-based, in the file) is in ``part`` (SPEC §7)."""
+    """Whether the problem at ``position`` (0-based, in the file) is in ``part``."""
     return part == "all" or (position % TEST_EVERY == TEST_EVERY - 1) == (part == "test")
 
 
 class PartsSource(TaskSource):
-    """``PREFIX:all|train|test`` over one packaged data file (module docstring; SPEC §7). A
+    """``PREFIX:all|train|test`` over one packaged data file (module docstring). A
     subclass gives its ``prefix``, the file (:meth:`data_file`, an InputError saying how to
     install it when it is missing) and its records with their positions (:meth:`records`)."""
 
@@ -47,15 +47,15 @@ class PartsSource(TaskSource):
 
     @abstractmethod
     def data_file(self) -> Path:
-        """The data file (SPEC §7); an InputError saying how to install it when missing."""
+        """The data file; an InputError saying how to install it when missing."""
 
     @abstractmethod
     def records(self, path: Path) -> list[tuple[int, dict]]:
-        """(position in the file, problem record) of every problem of ``path`` the source keeps
-        (SPEC §7); an InputError naming the file, line and field for a bad one."""
+        """(position in the file, problem record) of every problem of ``path`` the source keeps; an
+        InputError naming the file, line and field for a bad one."""
 
     def part(self, rest: str) -> str:
-        """The part ``rest`` names (SPEC §7); an InputError listing the parts otherwise."""
+        """The part ``rest`` names; an InputError listing the parts otherwise."""
         part = rest.strip().lower()
         if part not in PARTS:
             raise InputError(f"{self.prefix}:{rest}: name the part, one of {', '.join(PARTS)} (e.g. "
@@ -63,26 +63,25 @@ class PartsSource(TaskSource):
         return part
 
     def load(self, rest: str, n: Optional[int] = None, seed: int = 0, split: str = "test") -> list[dict]:
-        """The first ``n`` problems (default all) of the part ``rest`` names, in the file's order
-        (SPEC §7)."""
+        """The first ``n`` problems (default all) of the part ``rest`` names, in the file's order."""
         part = self.part(rest)
         records = [r for position, r in self.records(self.data_file()) if in_part(position, part)]
         return records if n is None else records[:n]
 
     def check(self, rest: str) -> None:
-        """The part must be all, train or test and the data file there and sound (SPEC §7)."""
+        """The part must be all, train or test and the data file there and sound."""
         self.part(rest)
         self.records(self.data_file())
 
     def files(self, rest: str) -> list[Path]:
-        """The data file (SPEC §7, §11)."""
+        """The data file."""
         try:
             return [self.data_file()]
         except InputError:
             return []
 
     def example(self, tmp_dir: Path) -> str:
-        """The test part (SPEC §7); needs the package that ships the file."""
+        """The test part; needs the package that ships the file."""
         try:
             self.data_file()
         except InputError as exc:

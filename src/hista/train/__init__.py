@@ -1,4 +1,4 @@
-"""Training (SPEC §9): TRL's GRPOTrainer with hista estimators and losses, driven by recipes.
+"""Training: TRL's GRPOTrainer with hista estimators and losses, driven by recipes.
 
     from hista.train import load_recipe, train
     train(load_recipe("recipes/cpu-smoke.yaml", ["loss.name=strace"]))

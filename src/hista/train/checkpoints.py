@@ -48,21 +48,21 @@ _ZIPPED = re.compile(r"^(optimizer\.pt|scheduler\.pt|rng_state(_\d+)?\.pth|(esti
 
 
 def mark_complete(folder: Path, step: int) -> None:
-    """Write the marker that makes ``folder`` a complete checkpoint of ``step`` (SPEC §9),
+    """Write the marker that makes ``folder`` a complete checkpoint of ``step``,
     atomically; called once everything else of the checkpoint is on disk. It records that every
     process's generation state is in it (:func:`generation_file`)."""
     write_json_atomic(folder / MARKER, {"step": int(step), "generation": True})
 
 
 def generation_file(process: int) -> str:
-    """The name of process ``process``'s generation state in a checkpoint (SPEC §9):
+    """The name of process ``process``'s generation state in a checkpoint:
     :func:`generation_state`, written before any other file of the checkpoint."""
     return f"generation-{int(process)}.pt"
 
 
 def holds_generation(folder: Path) -> bool:
     """Whether the checkpoint ``folder``'s marker says that every process's generation state is
-    in it (SPEC §9): then a missing one is refused on resume. A checkpoint of an earlier hista
+    in it: then a missing one is refused on resume. A checkpoint of an earlier hista
     (a marker without ``generation``, or no marker) may lack them."""
     try:
         return json.loads((folder / MARKER).read_text(encoding="utf-8")).get("generation") is True
@@ -71,7 +71,7 @@ def holds_generation(folder: Path) -> bool:
 
 
 def problem(folder: Path, state_files: tuple[str, ...] = ()) -> Optional[str]:
-    """Why the checkpoint ``folder`` cannot be resumed from (SPEC §9), or None when it can:
+    """Why the checkpoint ``folder`` cannot be resumed from, or None when it can:
     with the marker, a step that matches the folder's name; without it, a ``trainer_state.json``
     that names its step, the ``state_files`` of hista's state the run writes (a probe's
     ``estimator-0.pt``, the critic's ``critic/optimizer.pt``), and every safetensors file and
@@ -108,7 +108,7 @@ def problem(folder: Path, state_files: tuple[str, ...] = ()) -> Optional[str]:
 
 
 def scan(out: Path, state_files: tuple[str, ...] = ()) -> tuple[list[tuple[int, Path]], list[tuple[Path, str]]]:
-    """The checkpoints of the run folder ``out`` (SPEC §9): the complete ones as (step, folder)
+    """The checkpoints of the run folder ``out``: the complete ones as (step, folder)
     in step order, and the incomplete ones as (folder, why); ``state_files``: see
     :func:`problem`."""
     complete, incomplete = [], []
@@ -125,7 +125,7 @@ def scan(out: Path, state_files: tuple[str, ...] = ()) -> tuple[list[tuple[int, 
 
 
 def final_is_whole(final: Path) -> bool:
-    """Whether ``final/`` holds a whole model (SPEC §9): a ``config.json`` and whole safetensors
+    """Whether ``final/`` holds a whole model: a ``config.json`` and whole safetensors
     weights (it is renamed into place whole, see :func:`save_final`; this guards older runs)."""
     weights = sorted(final.glob("*.safetensors")) if final.is_dir() else []
     return (final / "config.json").is_file() and bool(weights) and all(safetensors_problem(w) is None
@@ -135,7 +135,7 @@ def final_is_whole(final: Path) -> bool:
 def save_final(final: Path, save: Callable[[str], None], *, main_process: bool = True,
                barrier: Callable[[], None] = lambda: None) -> None:
     """Write the final model with ``save(folder)`` into a folder beside ``final`` and rename it
-    into place (SPEC §9), so that ``final/`` is never half written; an earlier ``final/`` is
+    into place, so that ``final/`` is never half written; an earlier ``final/`` is
     replaced only once the new one is whole, and leftovers of a killed save are removed. On
     several processes every one calls ``save`` (a sharded model is gathered for it), the main
     process alone removes and renames, and ``barrier`` keeps them in step."""
@@ -226,7 +226,7 @@ TRAINER_STATE = {
 
 def check_trainer_state(folder: Path, step: int) -> None:
     """That ``trainer_state.json`` of the checkpoint ``folder`` of ``step`` is one a resume can
-    continue from (SPEC §9, §11): a JSON object of transformers' TrainerState fields
+    continue from: a JSON object of transformers' TrainerState fields
     (:data:`TRAINER_STATE`), each of its type, whose ``global_step`` is ``step``; an InputError
     naming the file and the field otherwise. Reads only."""
     path = folder / "trainer_state.json"
@@ -252,7 +252,7 @@ def check_trainer_state(folder: Path, step: int) -> None:
 
 def read_state(path: Path, what: str = "estimator") -> Any:
     """What hista saved with ``torch.save`` into a checkpoint (``estimator-<process>.pt``,
-    ``generation-<process>.pt``; SPEC §9, §11), loaded with ``weights_only=True`` so that no
+    ``generation-<process>.pt``), loaded with ``weights_only=True`` so that no
     pickled code runs: tensors, numbers, strings and containers of them. An InputError naming
     the file when it is missing, not a regular file, empty, or not such a torch archive.
     ``what``: whose state it is (``estimator``, ``generation``), for the messages."""
@@ -301,7 +301,7 @@ GENERATION_REQUIRED = ("prompt_ids", "prompt_mask", "completion_ids", "completio
 
 def generation_state(global_step: int, step: int, batch: Optional[list[dict]], generate_every: int) -> dict:
     """What a process writes into ``generation-<process>.pt`` of the checkpoint of
-    ``global_step`` (SPEC §9): TRL's micro-step counter ``step`` and, when it falls inside a
+    ``global_step``: TRL's micro-step counter ``step`` and, when it falls inside a
     generation batch (``step`` not a multiple of ``generate_every``, the micro-steps a batch
     feeds), that batch (TRL's ``_buffered_inputs``: a list of slices, one per micro-step of
     ``steps_per_generation``); on a boundary the next step draws a new batch, and none is kept."""
@@ -314,7 +314,7 @@ def check_generation(state: Any, *, global_step: int, accumulation: int, steps_p
                      generate_every: int, rows: int, vocab: int, required: tuple[str, ...] = ()
                      ) -> tuple[int, Optional[list[dict]]]:
     """(micro-step counter, buffered batch) of a generation state read back from the
-    checkpoint of ``global_step`` (:func:`generation_state`; SPEC §9, §11), checked strictly:
+    checkpoint of ``global_step`` (:func:`generation_state`), checked strictly:
     exactly ``global_step`` (the checkpoint's), ``step`` (between ``global_step`` and
     ``global_step`` × ``accumulation``: each optimiser step takes 1 to ``accumulation``
     micro-steps) and ``batch``: None on a generation boundary, else ``steps_per_generation``
@@ -400,7 +400,7 @@ def _shown(value: Any) -> str:
 
 # --- the critic trained with the policy: its folder in a checkpoint ----------------------------
 
-#: the critic's folder in a checkpoint (SPEC §9): a critic folder (:mod:`hista.critic.model`)
+#: the critic's folder in a checkpoint: a critic folder (:mod:`hista.critic.model`)
 #: with the optimiser, shuffling and update counter in ``optimizer.pt``
 CRITIC = "critic"
 #: the fields of a param group of the critic's AdamW that its step reads: each must be saved

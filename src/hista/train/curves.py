@@ -1,4 +1,4 @@
-"""Reward curves of training runs from their ``metrics.jsonl`` files (SPEC §9)."""
+"""Reward curves of training runs from their ``metrics.jsonl`` files."""
 
 from __future__ import annotations
 
@@ -38,7 +38,7 @@ def summarise(rows: list[dict], key: str = "reward", last: int = 25) -> dict:
 def plot_reward_curves(runs: Mapping[str, Union[str, Path]], out: Union[str, Path], window: int = 10,
                        key: str = "reward") -> Path:
     """Plot ``key`` per step (faint) and its ``window``-step moving average for each labelled
-    run into a PNG (SPEC §9), with the run's evaluations during training (every logged
+    run into a PNG, with the run's evaluations during training (every logged
     ``eval/<benchmark>/avg@k``) as dashed lines with markers in the run's colour."""
     import matplotlib
 

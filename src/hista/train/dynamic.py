@@ -1,4 +1,4 @@
-"""DAPO's dynamic sampling (SPEC §9; docs/training.md "Dynamic sampling").
+"""DAPO's dynamic sampling (docs/training.md "Dynamic sampling").
 
 A group whose G rewards are all equal (all 0 or all 1) gives every GRPO-family advantage 0: it
 carries no signal. With dynamic sampling a training step keeps the groups with unequal rewards
@@ -44,7 +44,7 @@ PROMPT_PAD = {"prompt_ids": None, "prompt_mask": 0}
 
 
 def resolve(setting: Union[bool, dict, None], loss_name: str) -> Union[bool, dict]:
-    """The recipe's ``dynamic_sampling`` as a run uses it (SPEC §9): False (off) or
+    """The recipe's ``dynamic_sampling`` as a run uses it: False (off) or
     ``{"max_rounds": n}``. None (not set) is on for the ``dapo`` loss (:data:`ON_BY_DEFAULT`)
     and off for the others; true is ``max_rounds`` :data:`DEFAULT_MAX_ROUNDS`. A ValueError
     says what is wrong with a mapping (an unknown key, ``max_rounds`` missing, not an integer
@@ -67,7 +67,7 @@ def resolve(setting: Union[bool, dict, None], loss_name: str) -> Union[bool, dic
 
 
 def informative(rewards: torch.Tensor, group_size: int) -> torch.Tensor:
-    """Which groups of ``group_size`` consecutive rewards are not all equal [N / G] (SPEC §9)."""
+    """Which groups of ``group_size`` consecutive rewards are not all equal [N / G]."""
     grouped = rewards.reshape(-1, group_size)
     return grouped.max(dim=1).values != grouped.min(dim=1).values
 
@@ -75,7 +75,7 @@ def informative(rewards: torch.Tensor, group_size: int) -> torch.Tensor:
 def extra_prompts(dataset_size: int, seed: int, step: int, round_: int, per_round: int) -> list[int]:
     """Dataset indices of the prompts of extra round ``round_`` (1, 2, ...) at optimiser step
     ``step``: ``per_round`` successive prompts of a permutation of the dataset drawn from
-    (seed, step), cycling when the rounds need more than the dataset holds (SPEC §9)."""
+    (seed, step), cycling when the rounds need more than the dataset holds."""
     order = list(range(dataset_size))
     random.Random(derive_seed(seed, "dynamic-sampling", step)).shuffle(order)
     first = (round_ - 1) * per_round
@@ -87,7 +87,7 @@ def choose(flags: list[torch.Tensor], quota: int) -> tuple[list[list[tuple[int, 
     process's slice are informative [processes, groups per process]. Each process takes its
     informative groups in round order up to ``quota``; one that found fewer fills the rest with
     its earliest groups with equal rewards. Returns, per process, its (round, group) picks in
-    round and group order, and the number of filled groups over all processes (SPEC §9)."""
+    round and group order, and the number of filled groups over all processes."""
     picks, filled = [], 0
     for process in range(flags[0].size(0)):
         found = [(r, g) for r, f in enumerate(flags) for g in range(f.size(1)) if bool(f[process, g])]

@@ -1,4 +1,4 @@
-"""Evaluation during training: a recipe's ``eval:`` section (SPEC §9, §10).
+"""Evaluation during training: a recipe's ``eval:`` section.
 
 ::
 
@@ -45,7 +45,7 @@ class TrainEval:
 
 
 def parse(section: dict) -> TrainEval:
-    """The ``eval:`` section of a recipe, checked (SPEC §9, §10): known keys, ``suites`` (a
+    """The ``eval:`` section of a recipe, checked: known keys, ``suites`` (a
     spec or a list of them, resolved as ``hista eval`` resolves them, without loading their
     problems), ``every`` >= 1, ``at_start`` a boolean, and the ``hista eval`` settings. An
     InputError's field is the section's key."""
@@ -75,7 +75,7 @@ def parse(section: dict) -> TrainEval:
 
 
 def step_metrics(summary: dict) -> dict[str, float]:
-    """The numbers an evaluation adds to a step's log (SPEC §9): ``eval/<benchmark>/avg@k`` of
+    """The numbers an evaluation adds to a step's log: ``eval/<benchmark>/avg@k`` of
     each benchmark (k its samples per problem), ``eval/<benchmark>/pass@k`` when k > 1, and
     ``eval/overall/avg`` when there are several benchmarks."""
     out = {}
@@ -91,7 +91,7 @@ def step_metrics(summary: dict) -> dict[str, float]:
 
 class EvaluateDuringTraining(TrainerCallback):
     """Evaluates the policy every ``plan.every`` optimiser steps, at the last step and (with
-    ``at_start``) before the first (SPEC §9, §10; module docstring). ``trainer`` is set once the
+    ``at_start``) before the first (module docstring). ``trainer`` is set once the
     trainer exists; ``policy``: the policy's (name, revision) as the results record them."""
 
     def __init__(self, plan: TrainEval, output_dir: str | Path, system_prompt: str,

@@ -1,4 +1,4 @@
-"""What hista's trainer cannot run (SPEC §9), in one place that recipe validation and the
+"""What hista's trainer cannot run, in one place that recipe validation and the
 trainer both read: TRL options whose effect lives in the loss hista replaces, and estimators
 and losses training cannot serve."""
 
@@ -18,7 +18,7 @@ UNSUPPORTED = {
 
 
 def untrainable(estimator, loss) -> Optional[tuple[str, str]]:
-    """Why training cannot run this estimator and loss (SPEC §9), as (recipe field, message),
+    """Why training cannot run this estimator and loss, as (recipe field, message),
     from what they declare: an estimator that needs Monte-Carlo continuations or a learned model
     other than a critic trained alongside the policy (the PPO baseline's), a loss that needs
     reference log-probs without a KL term (TRL computes them only when beta > 0). None when it

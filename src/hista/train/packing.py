@@ -1,4 +1,4 @@
-"""A micro-batch of GRPO rows without padding, for the loss forward (SPEC §9).
+"""A micro-batch of GRPO rows without padding, for the loss forward.
 
 TRL's loss forward runs the policy on rows of prompt + completion padded to the longest row, and
 a group's G rows repeat the same prompt G times. :func:`pack` lays a micro-batch out as one

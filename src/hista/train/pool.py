@@ -1,4 +1,4 @@
-"""Difficulty-filtered training pools (SPEC §9; paper Appendix G.1; docs/training.md
+"""Difficulty-filtered training pools (paper Appendix G.1; docs/training.md
 "Difficulty-filtered pools").
 
 A recipe's ``pool_filter`` keeps the problems whose accuracy under the base policy (the mean
@@ -56,7 +56,7 @@ FILES = ("settings.json", "accuracy.jsonl", "pool.jsonl")
 
 
 def resolve(setting: Union[bool, dict, None]) -> Optional[dict]:
-    """The recipe's ``pool_filter`` with its defaults (SPEC §9): None (no filter) for null or
+    """The recipe's ``pool_filter`` with its defaults: None (no filter) for null or
     false, :data:`DEFAULTS` for true. A ValueError says what is wrong with a mapping."""
     if setting is None or setting is False:
         return None
@@ -122,7 +122,7 @@ def _measured(path: Path, problems: list[tuple[str, dict]]) -> list[float]:
 def filtered(recipe: Any, problems: list[tuple[str, dict]], lm: Any, cfg: dict, *, temperature: float,
              top_p: float, max_new_tokens: int, folder: Path) -> tuple[list[tuple[str, dict]], Optional[Path]]:
     """The problems of ``problems`` whose accuracy under the policy ``lm`` (a
-    :class:`hista.models.LoadedModel`) lies in ``cfg["band"]``, in their order (SPEC §9), and
+    :class:`hista.models.LoadedModel`) lies in ``cfg["band"]``, in their order, and
     the folder to :func:`place` over ``folder`` when training begins (None: ``folder`` holds
     this pool already). Read from ``folder`` or its :data:`STAGED` sibling when one holds the
     pool of these settings, else measured into the sibling (resuming a measurement cut short,
@@ -167,7 +167,7 @@ def filtered(recipe: Any, problems: list[tuple[str, dict]], lm: Any, cfg: dict, 
 
 def place(staged: Path, folder: Path) -> None:
     """Put the pool measured in ``staged`` in place of ``folder`` (the earlier run's pool, if
-    any): when training begins (SPEC §9)."""
+    any): when training begins."""
     if folder.is_dir() and not folder.is_symlink():
         shutil.rmtree(folder)
     else:

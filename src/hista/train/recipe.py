@@ -1,5 +1,4 @@
-"""Training recipes: YAML files with ``key=value`` overrides, validated before any model loads
-(SPEC §9, §11).
+"""Training recipes: YAML files with ``key=value`` overrides, validated before any model loads.
 
 A recipe has these top-level keys (all but ``model`` and ``tasks`` optional)::
 
@@ -116,7 +115,7 @@ TRL_RANGES: dict[str, tuple[Callable[[Any], bool], str]] = {
 
 def require_trl():
     """The ``trl`` module, or an InputError that says how to install it: training needs the
-    ``trl`` extra (SPEC §9), the rest of hista does not."""
+    ``trl`` extra, the rest of hista does not."""
     try:
         import trl
     except ImportError:
@@ -141,7 +140,7 @@ def _check(value: Any, hint: Any, ranges: dict, name: str) -> Optional[str]:
 
 @dataclasses.dataclass
 class Recipe:
-    """One training run (SPEC §9): model, data, estimator, loss and TRL settings. Every field
+    """One training run: model, data, estimator, loss and TRL settings. Every field
     is type- and range-checked when the recipe is built (``RECIPE_RANGES``); ``validate`` checks
     the sections and locates errors in the recipe file."""
 
@@ -220,7 +219,7 @@ class Recipe:
         return cfg
 
     def batch_layout(self) -> dict:
-        """Batch arithmetic of TRL (SPEC §9): rollouts per optimiser step and per generation
+        """Batch arithmetic of TRL: rollouts per optimiser step and per generation
         batch, prompts per generation batch, rows per process of a generation batch, and
         whether the layout is group-local (every group on one process: one process, or rows per
         process a multiple of G, since TRL emits a prompt's G rollouts back to back and each
@@ -252,7 +251,7 @@ class Recipe:
                 "num_generations": g, "rows_per_process": rows, "group_local": self.world_size == 1 or rows % g == 0}
 
     def grpo_config(self, *, portable: bool = False):
-        """The TRL GRPOConfig of this recipe (SPEC §9), built as a run on this machine builds it.
+        """The TRL GRPOConfig of this recipe, built as a run on this machine builds it.
         Whatever GRPOConfig refuses becomes an InputError naming the ``trl`` field where it can
         be told; bf16 on a machine without a CUDA GPU gets a message that says what to change.
         ``portable``: leave out the settings that depend on the machine (``MACHINE_SETTINGS``),
@@ -299,7 +298,7 @@ class Recipe:
 
 
 def check_rollout_engine(recipe: Recipe, config: Any) -> None:
-    """Refuse ``rollout_engine: hista`` where hista's engine cannot serve the run (SPEC §9), by
+    """Refuse ``rollout_engine: hista`` where hista's engine cannot serve the run, by
     the choice the trainer makes (:func:`hista.train.rollouts.choose`) on the run's GRPOConfig
     ``config`` and ``world_size`` processes: vLLM, several processes, or a sampling setting the
     engine does not have (top-k, min-p, a repetition penalty, generation kwargs, a cache
@@ -312,7 +311,7 @@ def check_rollout_engine(recipe: Recipe, config: Any) -> None:
 
 
 def check_model(recipe: Recipe) -> Optional[str]:
-    """Check the recipe against the model's configuration (SPEC §9), before anything loads: the
+    """Check the recipe against the model's configuration, before anything loads: the
     hidden layer the estimator reads must exist (an InputError naming
     ``advantage_estimator.layer``), and ``trl.max_completion_length`` and the pool filter's
     ``pool_filter.max_new_tokens`` must fit the model's context (``max_position_embeddings``; an
@@ -426,7 +425,7 @@ def _read(path: Path, seen: tuple = ()) -> tuple[dict, dict[str, tuple[str, int]
 
 def load_recipe(path: Union[str, Path], overrides: Optional[list[str]] = None) -> Recipe:
     """Read a YAML recipe (merged over its ``base`` recipes), apply ``key=value`` overrides
-    (dotted keys, YAML values), and validate it (``validate``, SPEC §9). Errors are InputErrors
+    (dotted keys, YAML values), and validate it (``validate``). Errors are InputErrors
     naming the file, line and field."""
     path = Path(path)
     data, where = _read(path, (path.resolve(),))
@@ -452,7 +451,7 @@ def _param_hints(fn_or_class: Any) -> dict[str, Any]:
 
 def validate(data: dict, *, source: str = "<recipe>",
              lines: Optional[dict[str, Union[int, tuple[str, int]]]] = None) -> Recipe:
-    """Build a Recipe from a mapping and check every field (SPEC §9), so that what passes here
+    """Build a Recipe from a mapping and check every field, so that what passes here
     is what a run accepts: the type and range of each top-level field; the estimator and the
     loss and the types of their parameters; task specs (without downloading); each ``trl``
     value against the type of its GRPOConfig field and the range of the common ones; the

@@ -1,4 +1,4 @@
-"""Training rollouts from hista's own engine (SPEC §7, §9; docs/training.md "Where rollouts
+"""Training rollouts from hista's own engine (docs/training.md "Where rollouts
 come from").
 
 TRL's ``GRPOTrainer`` takes a ``rollout_func(prompts, trainer)`` that replaces its generation.
@@ -36,7 +36,7 @@ NEUTRAL_SAMPLING = {"top_k": (0, None), "min_p": (None, 0.0), "repetition_penalt
 
 
 def engine_refusal(args: Any, num_processes: int, tools: bool = False, multimodal: bool = False) -> Optional[str]:
-    """Why hista's engine cannot produce this run's rollouts (SPEC §9), or None when it can:
+    """Why hista's engine cannot produce this run's rollouts, or None when it can:
     vLLM generation, several processes, tools or environments, a multimodal processor, or a
     GRPOConfig sampling setting the engine does not have (:data:`NEUTRAL_SAMPLING`)."""
     if getattr(args, "use_vllm", False):
@@ -55,7 +55,7 @@ def engine_refusal(args: Any, num_processes: int, tools: bool = False, multimoda
 def choose(setting: str, args: Any, num_processes: int, tools: bool = False,
            multimodal: bool = False) -> tuple[bool, str]:
     """Whether the run's rollouts come from hista's engine, and why, for the recipe's
-    ``rollout_engine`` setting (``auto``, ``hista``, ``trl``; SPEC §9). ``hista`` where the engine
+    ``rollout_engine`` setting (``auto``, ``hista``, ``trl``). ``hista`` where the engine
     cannot serve the run raises a ValueError that says why."""
     if setting == "trl":
         return False, "rollout_engine=trl: TRL's generation"
@@ -69,7 +69,7 @@ def choose(setting: str, args: Any, num_processes: int, tools: bool = False,
 
 def pose(tokenizer: Any, prompts: list, chat_template_kwargs: Optional[dict] = None) -> list[list[int]]:
     """The token ids of each prompt as TRL's GRPOTrainer poses it for generation (its
-    ``_tokenize_prompts`` for a text-only run without tools, SPEC §9): a conversational prompt
+    ``_tokenize_prompts`` for a text-only run without tools): a conversational prompt
     through the tokenizer's chat template with the generation prompt and
     ``chat_template_kwargs`` (GRPOConfig's), a plain one tokenized as it is. The engine samples
     from exactly these ids (:class:`EngineRollouts` calls TRL's own), and ``hista train`` checks
@@ -87,8 +87,8 @@ def pose(tokenizer: Any, prompts: list, chat_template_kwargs: Optional[dict] = N
 
 @contextlib.contextmanager
 def sampling_policy(trainer) -> Iterator[Any]:
-    """The trainer's policy, unwrapped and in eval mode, for sampling between optimiser steps
-    (SPEC §9): its oneDNN-packed weights are dropped first (:func:`hista.models.packed.forget`;
+    """The trainer's policy, unwrapped and in eval mode, for sampling between optimiser steps: its
+    oneDNN-packed weights are dropped first (:func:`hista.models.packed.forget`;
     a fused optimiser moves the weights without a trace the packed copies see), and its training
     mode is restored afterwards. Engine rollouts and evaluation during training sample so."""
     from ..models.packed import forget
@@ -105,7 +105,7 @@ def sampling_policy(trainer) -> Iterator[Any]:
 
 class EngineRollouts:
     """TRL's ``rollout_func``: one completion per prompt row from hista's engine, the whole
-    generation batch decoded together (module docstring; SPEC §7, §9). ``seed``: the run's seed."""
+    generation batch decoded together (module docstring). ``seed``: the run's seed."""
 
     def __init__(self, seed: int):
         self.seed = int(seed)

@@ -1,4 +1,4 @@
-"""Run a training recipe end to end: data, reward, model, trainer, resume (SPEC §9).
+"""Run a training recipe end to end: data, reward, model, trainer, resume.
 
 Nothing in ``output_dir`` is created or changed until the recipe, the GRPOConfig, the data
 and the model have all been checked or loaded; an earlier run there is continued
@@ -26,19 +26,19 @@ from .pool import STAGED
 from .recipe import Recipe
 
 #: recipe fields a resumed run may change (how long it trains, how often it saves and logs):
-#: any other change would make the resumed run another run (SPEC §9)
+#: any other change would make the resumed run another run
 RESUMABLE_CHANGES = ("resume", "trl.max_steps", "trl.num_train_epochs", "trl.save_steps", "trl.save_total_limit",
                      "trl.logging_steps", "trl.report_to", "trl.disable_tqdm")
 
 
-#: task sources whose problems load without a download (SPEC §7): a dry run loads them as the run
+#: task sources whose problems load without a download: a dry run loads them as the run
 #: does (that each source supplies ``problems`` of them) and checks their prompts
 LOCAL_SOURCES = ("builtin", "jsonl", "humaneval", "gym")
 
 
 def load_problems(recipe: Recipe) -> list[tuple[str, dict]]:
-    """The recipe's problems as (task spec, problem record), in the order of its task specs
-    (SPEC §7, §9); an InputError about ``tasks`` when a source cannot supply ``problems`` of
+    """The recipe's problems as (task spec, problem record), in the order of its task specs; an
+    InputError about ``tasks`` when a source cannot supply ``problems`` of
     them (a task file's own error keeps its file and line) or there are none."""
     try:
         problems = [(spec, rec) for spec in recipe.task_specs
@@ -53,7 +53,7 @@ def load_problems(recipe: Recipe) -> list[tuple[str, dict]]:
 def build_dataset(recipe: Recipe, problems: Optional[list[tuple[str, dict]]] = None):
     """The recipe's problems (``problems``, as :func:`load_problems` gives them, else loaded)
     as a TRL prompt dataset: a conversational ``prompt`` (system prompt + problem) and the
-    columns the reward needs (SPEC §7, §9)."""
+    columns the reward needs."""
     from datasets import Dataset
 
     rows = [{"prompt": chat_messages(rec["problem"], recipe.system_prompt), "answer": str(rec["answer"]),
@@ -116,7 +116,7 @@ def check_prompt_lengths(recipe: Recipe, problems: Optional[list[tuple[str, dict
 
 def filter_pool(recipe: Recipe, problems: list[tuple[str, dict]],
                 config: Any) -> tuple[list[tuple[str, dict]], Optional[Path]]:
-    """The recipe's problems that its ``pool_filter`` keeps (SPEC §9; :mod:`hista.train.pool`):
+    """The recipe's problems that its ``pool_filter`` keeps (:mod:`hista.train.pool`):
     measured with the base policy under the run's temperature and top-p, with
     ``pool_filter.max_new_tokens`` (default ``trl.max_completion_length``) new tokens, into
     ``OUTPUT_DIR/pool.new/``, or read from ``pool/`` (or ``pool.new/``) when it holds this pool;
@@ -131,14 +131,13 @@ def filter_pool(recipe: Recipe, problems: list[tuple[str, dict]],
 
 
 def correct(completions: list, answer: list, verifier: list, **_: Any) -> list[float]:
-    """TRL reward function: 1.0 when the verifier of each problem accepts the completion
-    (SPEC §6)."""
+    """TRL reward function: 1.0 when the verifier of each problem accepts the completion."""
     texts = [c[-1]["content"] if isinstance(c, list) else str(c) for c in completions]
     return [rewards.verify(kind, text, gold) for text, gold, kind in zip(texts, answer, verifier)]
 
 
 def load_policy(recipe: Recipe):
-    """The policy for the trainer (SPEC §9): (model, tokenizer, (name, revision)); for hub ids
+    """The policy for the trainer: (model, tokenizer, (name, revision)); for hub ids
     and local paths the model is its name (TRL loads it) and the revision is left to the
     trainer."""
     from ..models import ALIASES, load
@@ -152,7 +151,7 @@ def load_policy(recipe: Recipe):
 
 class MetricsLog(TrainerCallback):
     """Appends every logged step (and the evaluation before the first, at step 0) to
-    ``metrics.jsonl`` and prints a one-line summary (SPEC §9)."""
+    ``metrics.jsonl`` and prints a one-line summary."""
 
     KEYS = (("reward", "reward"), ("adv_std", "advantages/std"), ("clip_hi", "loss/clip_frac_high"),
             ("entropy", "entropy"), ("len", "completions/mean_length"), ("est", "estimator/time_frac"),
@@ -201,7 +200,7 @@ def _flat(data: Any, prefix: str = "") -> dict[str, Any]:
 
 
 def check_same_run(recipe: Recipe) -> None:
-    """A resumed run must be the run it resumes (SPEC §9): its recipe may differ from the
+    """A resumed run must be the run it resumes: its recipe may differ from the
     ``recipe.yaml`` the earlier run wrote only in :data:`RESUMABLE_CHANGES`; any other
     difference (another ``seed``, loss, estimator, model) is an InputError naming the field and
     both values. A ``recipe.yaml`` that cannot be read is an InputError too; a run folder
@@ -234,7 +233,7 @@ def check_same_run(recipe: Recipe) -> None:
 
 def check_output_dir(recipe: Recipe, overwrite: bool = False) -> list[Path]:
     """Check that a run of ``recipe`` may write to its ``output_dir`` and return what of an
-    earlier run it will replace (SPEC §9): an output_dir (or a folder above it) that is a file,
+    earlier run it will replace: an output_dir (or a folder above it) that is a file,
     that lies under /proc, /sys or /dev, or that cannot be written, is an error; so is a recipe
     or task file that is one of the files a run writes there or lies in one of its folders
     (:func:`check_inputs_outside`), and a ``README.md`` there that is not the model card TRL
@@ -294,7 +293,7 @@ def check_inputs_outside(recipe: Recipe, out: Path) -> None:
     """Refuse an input of the run (the recipe, its task files and those of its ``eval`` suites)
     that is a file the run writes in ``out`` (:data:`OWN_FILES`, by name after following
     symlinks or by inode) or lies in a folder it writes (:data:`OWN_FOLDERS`, ``checkpoint-N``):
-    the run would overwrite or remove it (SPEC §11): an InputError naming the output file, or
+    the run would overwrite or remove it: an InputError naming the output file, or
     about ``output_dir``."""
     from ..evaluation.run import task_files
     from .evaluate import parse
@@ -327,7 +326,7 @@ def _is_model_card(path: Path) -> bool:
 
 def state_files(recipe: Recipe) -> tuple[str, ...]:
     """The files of hista's state a complete checkpoint of this recipe's run holds besides
-    TRL's (SPEC §9): process 0's ``estimator-0.pt`` when the estimator keeps a state (the
+    TRL's: process 0's ``estimator-0.pt`` when the estimator keeps a state (the
     probe's history), and ``critic/optimizer.pt`` (the last file of the critic's folder) when a
     critic trains with the policy; a checkpoint without the marker and without them was cut
     short."""
@@ -343,7 +342,7 @@ class ReplaceEarlierRun(TrainerCallback):
     """Removes an earlier run's files (``check_output_dir(..., overwrite=True)``) and puts the
     pool measured for the new run (``pool.new/``, :func:`hista.train.pool.filtered`) in place of
     ``pool/`` when the new run begins, after the model, data and trainer are ready, so that a run
-    that fails to start leaves them as they were (SPEC §9)."""
+    that fails to start leaves them as they were."""
 
     def __init__(self, paths: list[Path], pool: Optional[Path] = None):
         self.paths = list(paths)
@@ -365,7 +364,7 @@ class ReplaceEarlierRun(TrainerCallback):
 
 
 def train(recipe: Recipe, overwrite: bool = False) -> dict:
-    """Train with the recipe's estimator and loss (SPEC §9). Checks everything before it
+    """Train with the recipe's estimator and loss. Checks everything before it
     touches ``output_dir``: the output folder (``check_output_dir``), the GRPOConfig on this
     machine (bf16 without a GPU, ...), the data (every prompt fits the model's context with the
     completion cap: :func:`check_prompt_lengths`), the model, the checkpoint a resume reads
@@ -452,7 +451,7 @@ def _train_to_end(trainer: Any, out: Path, checkpoint: Optional[tuple[int, Path]
 
 def _resume_point(recipe: Recipe, out: Path) -> Optional[tuple[int, Path]]:
     """The (step, folder) of the newest complete checkpoint a ``resume: true`` run continues
-    from (SPEC §9), naming every incomplete checkpoint it skips, its ``trainer_state.json``
+    from, naming every incomplete checkpoint it skips, its ``trainer_state.json``
     checked (:func:`hista.train.checkpoints.check_trainer_state`); None to start from step 0."""
     if not recipe.resume:
         return None
@@ -469,7 +468,7 @@ def _resume_point(recipe: Recipe, out: Path) -> Optional[tuple[int, Path]]:
 
 
 def _finished(recipe: Recipe, out: Path, checkpoint: tuple[int, Path]) -> dict:
-    """A resumed run whose newest checkpoint is at ``trl.max_steps`` already (SPEC §9): nothing
+    """A resumed run whose newest checkpoint is at ``trl.max_steps`` already: nothing
     is trained and nothing written, unless ``final/`` is missing or cut short, which is then
     made from that checkpoint."""
     step, folder = checkpoint

@@ -17,7 +17,7 @@ from trl.trainer.utils import RepeatSampler
 
 
 def epoch_order(size: int, seed: int, epoch: int) -> list[int]:
-    """The shuffled order of ``size`` prompts in ``epoch`` (SPEC §9): the (epoch + 1)-th
+    """The shuffled order of ``size`` prompts in ``epoch``: the (epoch + 1)-th
     permutation drawn by a generator seeded with ``seed``, which is the order TRL's
     ``RepeatSampler`` gives epoch ``epoch`` of an uninterrupted run."""
     generator = torch.Generator()
@@ -30,7 +30,7 @@ def epoch_order(size: int, seed: int, epoch: int) -> list[int]:
 class EpochSampler(RepeatSampler):
     """TRL's ``RepeatSampler`` (each prompt ``mini_repeat_count`` times in a row, each chunk of
     ``batch_size`` prompts ``repeat_count`` times, incomplete chunks dropped) whose shuffled
-    order is :func:`epoch_order` of the epoch ``set_epoch`` named (SPEC §9)."""
+    order is :func:`epoch_order` of the epoch ``set_epoch`` named."""
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)

@@ -1,4 +1,4 @@
-"""Groups that span processes (SPEC §9): each group is estimated once, by the process that holds
+"""Groups that span processes: each group is estimated once, by the process that holds
 its first row (the group's owner). The other processes holding rows of the group send the owner
 only what the group needs and get those rows' advantages back, point to point; processes that
 share no group exchange nothing.

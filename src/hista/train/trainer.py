@@ -1,4 +1,4 @@
-"""TRL's GRPOTrainer with a pluggable advantage estimator and policy loss (SPEC §9).
+"""TRL's GRPOTrainer with a pluggable advantage estimator and policy loss.
 
 The subclass overrides only TRL's advantage path and its loss:
 
@@ -21,7 +21,7 @@ Every checkpoint also holds each process's generation state (``generation-<proce
 micro-step counter and, inside a generation batch reused over several optimiser steps, that
 batch, which TRL keeps only in memory) and the estimator's state across steps
 (``estimator-<process>.pt``), so that a resumed run draws and trains what the uninterrupted run
-did (SPEC §9; :mod:`hista.train.checkpoints`).
+did (:mod:`hista.train.checkpoints`).
 """
 
 from __future__ import annotations
@@ -51,7 +51,7 @@ REWARD_METRICS = ("reward", "reward_std", "frac_reward_zero_std")
 
 class HistaGRPOTrainer(GRPOTrainer):
     """GRPOTrainer whose advantages come from ``advantage_estimator`` and whose loss is
-    ``loss`` (SPEC §9), whose rollouts come from hista's engine where it can serve the run
+    ``loss``, whose rollouts come from hista's engine where it can serve the run
     (``rollout_engine``: auto, hista or trl; :mod:`hista.train.rollouts`).
     ``advantage_estimator``: ``{"name": ..., "gae_lambda": ..., "scale": ..., **estimator
     parameters}``; ``loss``: ``{"name": ..., **policy_loss parameters}``.
@@ -60,7 +60,7 @@ class HistaGRPOTrainer(GRPOTrainer):
     ``trains_with_policy``). ``policy``: (name, revision) of the policy as
     :func:`hista.models.load` records them, for the critic's record (default: read from the
     model); ``gae_lambda`` and ``scale`` default to the estimator's own defaults (1.0 and the
-    group std for most). ``dynamic_sampling``: DAPO's (SPEC §9, :mod:`hista.train.dynamic`):
+    group std for most). ``dynamic_sampling``: DAPO's (:mod:`hista.train.dynamic`):
     false, true (``max_rounds`` 4) or ``{"max_rounds": n}``; off unless asked for here (a
     recipe turns it on for the ``dapo`` loss). ``packed_loss``: the loss forward packs each
     prompt's rows into one sequence without padding (:mod:`hista.train.packing`) where the
@@ -117,7 +117,7 @@ class HistaGRPOTrainer(GRPOTrainer):
         return isinstance(self.rollout_func, rollouts.EngineRollouts)
 
     def _build_critic(self, policy: Optional[tuple[str, Optional[str]]]):
-        """The estimator's critic (SPEC §4.5, §9): a copy of the policy as it is now (before any
+        """The estimator's critic (SPEC §4.5): a copy of the policy as it is now (before any
         step; a resumed run restores the checkpoint's critic), on this process's device."""
         from ..critic.online import OnlineCritic, policy_revision
         from ..models import LoadedModel
@@ -197,7 +197,7 @@ class HistaGRPOTrainer(GRPOTrainer):
         return out, hidden, True
 
     def _capture_pass(self, out: dict) -> Optional[torch.Tensor]:
-        """Run the old-log-prob pass TRL skipped on ``out`` (SPEC §9), once, under the capture
+        """Run the old-log-prob pass TRL skipped on ``out``, once, under the capture
         hooks: it fills ``old_per_token_logps`` and ``old_entropies``; returns the hidden states."""
         if not self.captures:
             return None
@@ -210,7 +210,7 @@ class HistaGRPOTrainer(GRPOTrainer):
 
     # ---- dynamic sampling ------------------------------------------------------------------
     def _sample_informative(self, inputs: list[dict]) -> tuple[dict, Optional[torch.Tensor], list[dict]]:
-        """DAPO's dynamic sampling (SPEC §9, :mod:`hista.train.dynamic`): score this process's
+        """DAPO's dynamic sampling (:mod:`hista.train.dynamic`): score this process's
         slice of the generation batch, then extra rounds of freshly drawn prompts until every
         process holds as many groups with unequal rewards as its slice has (or
         ``max_rounds`` are spent: the rest is filled with groups of equal rewards, and said);
@@ -291,7 +291,7 @@ class HistaGRPOTrainer(GRPOTrainer):
 
     def _extra_inputs(self, step: int, round_: int, quota: int) -> list[dict]:
         """This process's slice of the prompts of extra round ``round_`` at ``step``, each
-        repeated G times (SPEC §9; :func:`hista.train.dynamic.extra_prompts`)."""
+        repeated G times (:func:`hista.train.dynamic.extra_prompts`)."""
         indices = dynamic.extra_prompts(len(self.train_dataset), int(self.args.seed), step, round_,
                                         quota * self.accelerator.num_processes)
         mine = indices[self.accelerator.process_index * quota: (self.accelerator.process_index + 1) * quota]
@@ -299,8 +299,8 @@ class HistaGRPOTrainer(GRPOTrainer):
 
     @torch.no_grad()
     def old_logprob_pass(self, out: dict) -> torch.Tensor:
-        """The old policy's per-token log-probs of a generation batch from one forward pass
-        (SPEC §9), run when TRL skips its own on a fully on-policy step, so that the capture
+        """The old policy's per-token log-probs of a generation batch from one forward pass, run
+        when TRL skips its own on a fully on-policy step, so that the capture
         hooks see hidden states and entropies."""
         input_ids = torch.cat([out["prompt_ids"], out["completion_ids"]], dim=1)
         attention_mask = torch.cat([out["prompt_mask"], out["completion_mask"]], dim=1)
@@ -317,14 +317,14 @@ class HistaGRPOTrainer(GRPOTrainer):
         return self.accelerator.gather(x)
 
     def groups_are_local(self, local_rows: int) -> bool:
-        """Whether this process's ``local_rows`` rows are whole groups (SPEC §9): one process,
+        """Whether this process's ``local_rows`` rows are whole groups: one process,
         or a multiple of G rows per process (TRL's sampler emits a prompt's G rollouts back to
         back and each process gets a contiguous slice)."""
         return self.accelerator.num_processes == 1 or local_rows % self.num_generations == 0
 
     def token_advantages(self, out: dict, hidden: Optional[torch.Tensor],
                           problem_ids: Optional[list[str]] = None) -> torch.Tensor:
-        """Per-token advantages [B_local, T] from the estimator on whole groups (SPEC §4, §9),
+        """Per-token advantages [B_local, T] from the estimator on whole groups (SPEC §4),
         keyed by their problem ids. When this process holds whole groups
         (:meth:`groups_are_local`) they are estimated here and nothing crosses processes (TRL
         has already gathered the rewards). When groups span processes, each is estimated once
@@ -367,7 +367,7 @@ class HistaGRPOTrainer(GRPOTrainer):
         return advantages
 
     def _estimate(self, groups: list, batch_std: float) -> list[list[torch.Tensor]]:
-        """Each group's per-token advantages (SPEC §4, §9): an estimator that learns across
+        """Each group's per-token advantages (SPEC §4): an estimator that learns across
         groups (the probe) is fitted for each group on the others first (``for_batch``). Logs
         the structure the estimator resolved per group (docs/estimators.md "Structure rule")
         as ``estimator/<name>``, averaged over the groups, and the hidden layer read as
@@ -500,7 +500,7 @@ class HistaGRPOTrainer(GRPOTrainer):
             raise InputError(exc.message, path=str(path), field=exc.field) from None
 
     def _load_generation(self, folder: Path) -> None:
-        """Continue TRL's generation schedule from the checkpoint ``folder`` (SPEC §9): its
+        """Continue TRL's generation schedule from the checkpoint ``folder``: its
         micro-step counter and, inside a generation batch, that batch (on this process's
         device), so that the steps left of it train on it as the uninterrupted run did. A
         checkpoint of an earlier hista holds neither: the counter is taken as the optimiser

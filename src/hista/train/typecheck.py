@@ -1,5 +1,5 @@
 """Does a YAML value fit a Python type annotation? The type checks of recipe fields and of
-TRL's GRPOConfig fields (SPEC §9, §11), with messages in a user's words."""
+TRL's GRPOConfig fields, with messages in a user's words."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from typing import Any, Literal, Optional, Union
 
 
 def kind(value: Any) -> str:
-    """What a YAML value is, in the words an error message uses (SPEC §11)."""
+    """What a YAML value is, in the words an error message uses."""
     if value is None:
         return "null"
     for cls, word in ((bool, "a boolean"), (int, "an integer"), (float, "a number"), (str, "a string"),
@@ -22,7 +22,7 @@ def kind(value: Any) -> str:
 
 
 def describe(hint: Any) -> str:
-    """An annotation in words (SPEC §11): ``int | None`` -> 'an integer or null'."""
+    """An annotation in words: ``int | None`` -> 'an integer or null'."""
     origin, args = typing.get_origin(hint), typing.get_args(hint)
     if hint is type(None) or hint is None:
         return "null"
@@ -45,8 +45,7 @@ def describe(hint: Any) -> str:
 
 def fits(value: Any, hint: Any) -> Optional[bool]:
     """Whether a YAML value fits a type annotation: True, False, or None for an annotation form
-    this does not know (accepted). An int fits a float; a bool fits neither an int nor a float
-    (SPEC §9)."""
+    this does not know (accepted). An int fits a float; a bool fits neither an int nor a float."""
     origin, args = typing.get_origin(hint), typing.get_args(hint)
     if hint is Any:
         return True
@@ -85,7 +84,7 @@ def fits(value: Any, hint: Any) -> Optional[bool]:
 
 def type_error(value: Any, hint: Any) -> Optional[str]:
     """None when ``value`` fits the annotation ``hint``; otherwise what was expected and what
-    came (SPEC §9, §11)."""
+    came."""
     if fits(value, hint) is not False:
         if isinstance(value, float) and math.isnan(value):
             return "must be a number, not NaN"
