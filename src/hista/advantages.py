@@ -21,7 +21,7 @@ from typing import Any, Hashable, Optional, Sequence, Union
 import torch
 
 from . import estimators
-from .estimators.base import Estimator, LearnsAcrossGroups, ReadsCritic, check_finite
+from .estimators.base import Estimator, LearnsAcrossGroups, check_finite
 from .models.forward import decoder_layers, model_hidden_states
 from .models.loading import context_length
 from .rollout.offsets import decode_with_offsets
@@ -209,10 +209,10 @@ def token_advantages(estimator: Union[str, Estimator], prompt_ids: Ids, completi
 
 
 def _check_served(est: Estimator) -> None:
-    """Refuse an estimator that needs more than a batch holds: a critic model or Monte-Carlo continuations."""
-    if isinstance(est, ReadsCritic) or est.needs_continuations:
-        need = "a critic model" if isinstance(est, ReadsCritic) else "Monte-Carlo continuations"
-        raise ValueError(f"estimator: {est.name} needs {need}; token_advantages serves the estimators that read the "
+    """Refuse an estimator that needs more than a batch holds (:func:`hista.estimators.refusal`)."""
+    what = estimators.refusal("token_advantages", est)
+    if what is not None:
+        raise ValueError(f"estimator: {est.name} needs {what}; token_advantages serves the estimators that read the "
                          "batch and hidden states (grpo, numca, hista, probe)")
 
 

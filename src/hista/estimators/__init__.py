@@ -8,8 +8,10 @@
 An estimator is a class registered with ``@register(name)`` (or ``@register(name,
 profile=...)`` for a non-default profile, which lives in its own module); other packages add
 theirs through the entry-point group ``hista.estimators``. What an estimator needs from its
-caller is declared on the class (``needs_hidden``, ``needs_text``, ``needs_continuations``), or
-by the protocol it follows (:class:`ReadsCritic`, :class:`LearnsAcrossGroups`); see :class:`Estimator`.
+caller is declared on the class (``needs_hidden``, ``needs_text``, ``needs_continuations``, and
+the protocol it follows: :class:`ReadsCritic`, :class:`LearnsAcrossGroups`), read as one
+:class:`Needs` by :func:`needs`; :func:`refusal` says whether a consumer (SVEB, training, the
+own-loop API, verl) can serve it.
 """
 
 from __future__ import annotations
@@ -19,11 +21,16 @@ from typing import Any, Callable, Optional
 from ..errors import InputError
 from ..registry import Registry
 from .base import (
+    CONSUMERS,
     Estimator,
     EstimatorConfig,
+    Feeds,
     LearnsAcrossGroups,
+    Needs,
     ReadsCritic,
     critic_trains_with_policy,
+    needs,
+    refusal,
     scale_advantages,
 )
 from .gae import segment_gae
@@ -103,5 +110,6 @@ def from_dict(record: dict) -> Estimator:
     return get(record["name"], **dict(record.get("config") or {}))
 
 
-__all__ = ["Estimator", "EstimatorConfig", "LearnsAcrossGroups", "ReadsCritic", "critic_trains_with_policy",
-           "from_dict", "get", "names", "profiles", "register", "scale_advantages", "segment_gae"]
+__all__ = ["CONSUMERS", "Estimator", "EstimatorConfig", "Feeds", "LearnsAcrossGroups", "Needs", "ReadsCritic",
+           "critic_trains_with_policy", "from_dict", "get", "names", "needs", "profiles", "refusal", "register",
+           "scale_advantages", "segment_gae"]

@@ -142,8 +142,8 @@ class Estimator(abc.ABC):
     ``state_values``; ``@register(name[, profile=...])`` sets ``name`` and ``profile``.
     Estimators are pure: no model calls, deterministic, CPU or CUDA.
 
-    What the caller must put into the group is declared here, and callers (the trainer,
-    ``sveb eval``, recipe validation) read these attributes and nothing else:
+    What the caller must put into the group is declared here; every consumer reads it through
+    :func:`needs` and :func:`refusal`, never by name:
 
     - ``needs_hidden``: ``Rollout.hidden`` holds the hidden states of layer
       :meth:`hidden_layer` for prompt + completion tokens;
@@ -151,7 +151,7 @@ class Estimator(abc.ABC):
     - ``needs_continuations``: Monte-Carlo continuation rewards arrive with the states or in
       ``RolloutGroup.continuations`` (only SVEB samples them; training cannot).
 
-    Two needs are protocols of their own, which callers check by type: an estimator that reads
+    Two needs are protocols of their own, whose methods the caller calls: an estimator that reads
     a learned critic the caller hands over is a :class:`ReadsCritic`, one that fits a value
     model on other groups' rollouts a :class:`LearnsAcrossGroups`.
 
@@ -326,3 +326,64 @@ class LearnsAcrossGroups(Estimator):
     @abc.abstractmethod
     def for_batch(self, groups: Sequence[RolloutGroup]) -> list["LearnsAcrossGroups"]:
         """One fitted copy per group of a training batch, each fitted without its own group."""
+
+
+
+@dataclasses.dataclass(frozen=True)
+class Needs:
+    """What an estimator reads beyond a group's token ids and rewards: the one declaration of it,
+    read off the class by :func:`needs` (its ``needs_*`` attributes and the protocols it
+    follows). Every consumer asks :func:`refusal` whether it can give them."""
+
+    text: bool = False  #: completion text and token offsets
+    hidden: bool = False  #: hidden states of its layer (:meth:`Estimator.hidden_layer`)
+    continuations: bool = False  #: Monte-Carlo continuation rewards of its states
+    #: the critic it reads: None, "folder" (one ``hista critic train`` wrote), "policy" (trained
+    #: alongside the policy: only a trainer has one) or "model" (a learned model no consumer gives)
+    critic: Optional[str] = None
+    across_groups: bool = False  #: fits on other groups' rollouts (:class:`LearnsAcrossGroups`)
+
+
+def needs(est: Any) -> Needs:
+    """The needs of ``est``, an estimator or its class."""
+    cls = est if isinstance(est, type) else type(est)
+    critic = None
+    if issubclass(cls, ReadsCritic):
+        folder = callable(getattr(cls, "critic_requirement", None))  # PPO-1/-N name the folder they read
+        critic = "policy" if cls.trains_with_policy else "folder" if folder else "model"
+    return Needs(text=cls.needs_text, hidden=cls.needs_hidden, continuations=cls.needs_continuations,
+                 critic=critic, across_groups=issubclass(cls, LearnsAcrossGroups))
+
+
+@dataclasses.dataclass(frozen=True)
+class Feeds:
+    """What a consumer gives an estimator besides token ids, rewards, text, hidden states and
+    the batch's other groups, which every consumer gives."""
+
+    critics: tuple[str, ...] = ()  #: the kinds of :attr:`Needs.critic` it provides
+    continuations: bool = False
+    text_and_hidden: bool = True  #: both for one estimator (verl's trainers capture one of them)
+
+
+#: Every consumer of estimators and what it gives them (docs/estimators.md "What an estimator
+#: needs"): an estimator is served where :func:`refusal` finds nothing missing.
+CONSUMERS = {
+    "sveb eval": Feeds(critics=("folder",), continuations=True),
+    "sveb grad": Feeds(),
+    "training": Feeds(critics=("policy",)),
+    "token_advantages": Feeds(),
+    "verl": Feeds(text_and_hidden=False),
+}
+
+
+def refusal(consumer: str, est: Any) -> Optional[str]:
+    """What ``consumer`` (a key of :data:`CONSUMERS`) cannot give ``est`` (an estimator or its
+    class), in words that follow "needs" in a message, or None when it serves it."""
+    feeds, need = CONSUMERS[consumer], needs(est)
+    if need.continuations and not feeds.continuations:
+        return "Monte-Carlo continuations of every state"
+    if need.critic is not None and need.critic not in feeds.critics:
+        return "a learned model"
+    if need.text and need.hidden and not feeds.text_and_hidden:
+        return "both the completions' text and hidden states"
+    return None

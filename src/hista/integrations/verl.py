@@ -43,9 +43,6 @@ from .verl_settings import ESTIMATOR_ENV, ESTIMATORS, LOSS_ENV, estimator_for, r
 __all__ = ["ESTIMATORS", "ESTIMATOR_ENV", "EQUIVALENT", "LOSSES", "LOSS_ENV", "REGISTERED", "estimator_for",
            "make_estimator", "make_loss", "register", "reset_estimators", "settings", "status"]
 
-#: hista losses registered with verl: verl has no equivalent, and each needs only log-probs,
-#: old log-probs, advantages and the mask (``strace`` also needs old-policy entropies).
-LOSSES = ("ptrace", "grpo_lambda")
 #: hista losses verl already has: the verl overrides that give the same objective
 #: (docs/verl.md; tests/integrations/test_verl.py checks each on random tensors). verl's ``vanilla`` loss adds a
 #: dual clip for negative advantages (``clip_ratio_c``, default 3), which hista's losses do not
@@ -64,6 +61,11 @@ EQUIVALENT = {
     "cispo": {f"{_A}policy_loss.loss_mode": "cispo", f"{_A}loss_agg_mode": "token-mean",
               f"{_A}clip_ratio_low": 1.0, f"{_A}clip_ratio_high": 4.0},
 }
+#: hista losses registered with verl, read from the loss registry (plugins' included): those verl
+#: has no equivalent of that need only log-probs, old log-probs, advantages and the mask (what a
+#: verl policy loss is given: ``strace``, which needs the old policy's entropies, is left out)
+LOSSES = tuple(name for name in losses.names() if name not in EQUIVALENT
+               and not (losses.lookup(name).needs_entropy or losses.lookup(name).needs_ref_logp))
 
 
 def _clip(config: Any, name: str) -> Optional[float]:

@@ -14,19 +14,12 @@ import torch
 from .. import estimators, yamlio
 from ..errors import InputError
 
-
-def _fed_in_verl(cls: type) -> bool:
-    """Whether a hista trainer inside verl gives the estimator class ``cls`` all it declares it
-    needs: rewards, the mask and the group index always, and either the responses or the states
-    captured on the actor (one trainer step adds one of them); never continuations or a critic."""
-    return not (cls.needs_continuations or issubclass(cls, estimators.ReadsCritic)
-                or (cls.needs_text and cls.needs_hidden))
-
-
-#: the classes of the registered estimators a hista trainer inside verl feeds, by verl name
-#: (``hista_NAME``), read from their declarations; no estimator is built
+#: the classes of the registered estimators a hista trainer inside verl feeds (rewards, the mask
+#: and the group index always, and either the responses or the states captured on the actor), by
+#: verl name (``hista_NAME``), read from their declarations (:func:`hista.estimators.refusal`);
+#: no estimator is built
 _CLASSES = {f"hista_{name}": cls for name in estimators.names()
-            if _fed_in_verl(cls := estimators.estimator_class(name))}
+            if estimators.refusal("verl", cls := estimators.estimator_class(name)) is None}
 #: verl estimator names -> hista estimators
 ESTIMATORS = {verl_name: cls.name for verl_name, cls in _CLASSES.items()}
 #: verl estimator names that need the responses' token ids, text and offsets.

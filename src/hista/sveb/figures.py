@@ -107,9 +107,10 @@ def _panel_rank(method: Method) -> int:
         cls = estimators.estimator_class(method.name)
     except InputError:  # an estimator of a plugin this process does not have
         return 4
-    if cls.needs_text and not cls.needs_hidden:
+    need = estimators.needs(cls)
+    if need.text and not need.hidden:
         return 2
-    if cls.needs_hidden and not cls.needs_text and not issubclass(cls, estimators.LearnsAcrossGroups):
+    if need.hidden and not need.text and not need.across_groups:
         return 3
     return 4
 

@@ -36,7 +36,7 @@ from typing import Callable, Mapping, Optional, Sequence
 import torch
 from tqdm.auto import tqdm
 
-from .. import losses, provenance, tasks
+from .. import estimators, losses, provenance, tasks
 from ..advantages import token_advantages
 from ..errors import InputError
 from ..estimators import Estimator
@@ -130,9 +130,10 @@ def estimator_credit(est: Estimator, tokenizer, num_layers: int) -> tuple[Credit
     that learns across groups, the probe, fits each group on the prompt's other groups only: each
     call starts from the estimator as built), and the hidden layer it reads (None when it reads
     none)."""
-    if est.needs_continuations or getattr(est, "critic_requirement", None) is not None:
-        raise InputError(f"{est.name} needs Monte-Carlo continuations or a trained critic; grad measures the "
-                         "estimators a training run uses", field="methods")
+    what = estimators.refusal("sveb grad", est)
+    if what is not None:
+        raise InputError(f"{est.name} needs {what}; grad measures the estimators that read a batch of rollouts "
+                         "alone", field="methods")
     layer = est.hidden_layer(num_layers) if est.needs_hidden else None
 
     def credit(prompt, comps, rewards, hidden, keys):

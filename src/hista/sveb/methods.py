@@ -24,7 +24,7 @@ import yaml
 
 from .. import estimators, yamlio
 from ..errors import InputError
-from ..estimators import Estimator, ReadsCritic
+from ..estimators import Estimator
 from ..estimators.group_mean import GroupMean
 
 __all__ = ["MethodSpec", "Method", "parse_method", "format_method", "scalar_text", "read_methods_file",
@@ -231,11 +231,10 @@ def build_method(spec: str) -> Method:
         raise InputError(f"method {spec!r}: {exc}", field="methods") from None
     query = "&".join(p for p in spec.partition("?")[2].split("&") if p and not p.startswith("label="))
     automatic = est.method_label() + (f"?{query}" if query else "")
-    need = getattr(est, "critic_requirement", None)
+    critic = est.critic_requirement() if estimators.needs(est).critic == "folder" else None
     described = est.to_dict()
     return Method(spec, described["name"], described["config"], label if label is not None else automatic,
-                  label is not None, est.method_label(), need() if need is not None else None,
-                  isinstance(est, GroupMean), est)
+                  label is not None, est.method_label(), critic, isinstance(est, GroupMean), est)
 
 
 def build_methods(specs: Sequence[str], *, critics: bool = False) -> dict[str, Method]:
@@ -248,11 +247,11 @@ def build_methods(specs: Sequence[str], *, critics: bool = False) -> dict[str, M
         raise InputError(f"a method is named twice in {', '.join(specs)}", field="methods")
     chosen = {s: build_method(s) for s in specs}
     for s, method in chosen.items():
-        if not isinstance(method.estimator, ReadsCritic):
-            continue
+        what = estimators.refusal("sveb eval", method.estimator)
+        if what is not None:
+            raise InputError(f"method {s!r} needs {what}, which sveb eval does not provide", field="methods")
         if method.critic is None:
-            raise InputError(f"method {s!r} needs a learned model, which sveb eval does not provide",
-                             field="methods")
+            continue
         if not critics:
             raise InputError(f"method {s!r} reads a trained critic: pass --critic DIR, a folder written by "
                              f"hista critic train --mode {method.critic['mode']} --lam {method.critic['lam']:g}",

@@ -23,11 +23,10 @@ def untrainable(estimator, loss) -> Optional[tuple[str, str]]:
     other than a critic trained alongside the policy (the PPO baseline's), a loss that needs
     reference log-probs without a KL term (TRL computes them only when beta > 0). None when it
     can."""
-    from ..estimators import ReadsCritic, critic_trains_with_policy
+    from ..estimators import refusal
 
-    needs_other_model = isinstance(estimator, ReadsCritic) and not critic_trains_with_policy(estimator)
-    if estimator.needs_continuations or needs_other_model:
-        what = "Monte-Carlo continuations of every state" if estimator.needs_continuations else "a learned model"
+    what = refusal("training", estimator)
+    if what is not None:
         return "advantage_estimator.name", f"estimator {estimator.name!r} needs {what}, which training does not provide"
     if loss.needs_ref_logp and loss.config["beta"] == 0.0:
         return "loss.beta", f"loss {loss.name!r} needs reference log-probs, which TRL computes only when beta > 0"
