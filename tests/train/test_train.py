@@ -294,6 +294,24 @@ def test_train_two_steps_on_tiny(tmp_path, capsys, estimator, loss):
     assert saved["code"] == provenance.code() and all(r["commit"] == saved["code"]["commit"] for r in rows)
 
 
+def test_one_run_builds_one_estimator(tmp_path, monkeypatch):
+    """Issue 67 item 1: recipe validation, the checks before the run, the resume point and the
+    trainer read the recipe's one estimator object (it was built six times)."""
+    from hista.estimators.base import Estimator
+
+    built = []
+    init = Estimator.__init__
+
+    def counted(self, *args, **kwargs):
+        built.append(type(self).__name__)
+        init(self, *args, **kwargs)
+
+    monkeypatch.setattr(Estimator, "__init__", counted)
+    assert main(["train", str(SMOKE), "model=tiny", f"output_dir={tmp_path / 'run'}", "advantage_estimator.name=hista",
+                 "trl.max_steps=1", "trl.max_completion_length=8"]) == 0
+    assert built == ["Hista"]
+
+
 def test_training_resumes_from_its_checkpoint(tmp_path, capsys):
     out = tmp_path / "run"
     args = ["train", str(SMOKE), "model=tiny", f"output_dir={out}", "trl.max_completion_length=8",

@@ -30,6 +30,7 @@ A recipe has these top-level keys (all but ``model`` and ``tasks`` optional)::
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 import os
 import re
@@ -199,18 +200,28 @@ class Recipe:
         are checked where it runs, not where it is validated."""
         return self.accelerate_config is not None or self.world_size > 1
 
+    @functools.cached_property
+    def estimator(self) -> Any:
+        """The recipe's estimator, built once from its ``advantage_estimator`` section (less
+        ``gae_lambda`` and ``scale``, which are the run's): validation, the checks before a run,
+        and the trainer all read this one object. Raises what :func:`hista.estimators.get`
+        raises (not cached then)."""
+        from .. import estimators
+
+        section = {"name": "grpo", **self.advantage_estimator}
+        cfg = {k: v for k, v in section.items() if k not in ("gae_lambda", "scale")}
+        return estimators.get(cfg.pop("name"), **cfg)
+
     def estimator_config(self) -> dict:
         """The advantage_estimator section with the defaults filled in: ``gae_lambda`` the
         estimator's (1.0; the critic's ``lam`` for ``critic``), and ``scale`` the estimator's
         own (``critic``: unscaled) or else the scaling the loss declares (``advantage_scale``:
         unscaled for Dr. GRPO, SPEC §5; the group std for the others)."""
-        from .. import estimators
         from ..losses import lookup
 
         cfg = {"name": "grpo", **self.advantage_estimator}
         try:
-            est = estimators.get(cfg["name"], **{k: v for k, v in cfg.items() if k not in ("name", "gae_lambda",
-                                                                                            "scale")})
+            est = self.estimator
         except (ValueError, TypeError):
             est = None  # validate says what is wrong
         cfg.setdefault("gae_lambda", est.default_gae_lambda() if est is not None else 1.0)
@@ -318,11 +329,9 @@ def check_model(recipe: Recipe) -> Optional[str]:
     InputError naming the field: the rollouts' cache is reserved for that many positions). The
     configuration is read only when there is something to check. Returns a note when it cannot be read here (a hub id
     neither reachable nor cached), else None."""
-    from .. import estimators
     from ..models.loading import context_length, model_config
 
-    cfg = {k: v for k, v in recipe.advantage_estimator.items() if k not in ("name", "gae_lambda", "scale")}
-    estimator = estimators.get(recipe.advantage_estimator.get("name", "grpo"), **cfg)
+    estimator = recipe.estimator
     caps = {"trl.max_completion_length": recipe.trl.get("max_completion_length"),
             "pool_filter.max_new_tokens": (recipe.pool_filter or {}).get("max_new_tokens")}
     if not estimator.needs_hidden and not any(caps.values()):
@@ -562,7 +571,7 @@ def _check_estimator(recipe: Recipe) -> Any:
             if key in hints and (problem := type_error(value, hints[key])) is not None:
                 raise recipe.error(f"advantage_estimator.{key}", problem)
     try:
-        return estimators.get(est["name"], **params)
+        return recipe.estimator
     except (ValueError, TypeError) as exc:
         if not isinstance(exc, InputError):
             raise recipe.error("advantage_estimator", str(exc)) from None

@@ -332,8 +332,7 @@ def state_files(recipe: Recipe) -> tuple[str, ...]:
     short."""
     from .. import estimators
 
-    cfg = {k: v for k, v in recipe.estimator_config().items() if k not in ("gae_lambda", "scale")}
-    estimator = estimators.get(cfg.pop("name"), **cfg)
+    estimator = recipe.estimator
     return ((("estimator-0.pt",) if estimator.state_dict() is not None else ())
             + ((f"{checkpoints.CRITIC}/optimizer.pt",) if estimators.critic_trains_with_policy(estimator) else ()))
 
@@ -395,7 +394,8 @@ def train(recipe: Recipe, overwrite: bool = False) -> dict:
         callbacks.append(evaluation)  # after ReplaceEarlierRun: its step-0 row goes into the new metrics.jsonl
     trainer = HistaGRPOTrainer(
         model=model, reward_funcs=[correct], args=config, train_dataset=dataset, processing_class=tokenizer,
-        advantage_estimator=recipe.estimator_config(), loss=recipe.loss, policy=policy, callbacks=callbacks,
+        advantage_estimator=recipe.estimator_config(), estimator=recipe.estimator, loss=recipe.loss, policy=policy,
+        callbacks=callbacks,
         rollout_engine=recipe.rollout_engine, dynamic_sampling=recipe.dynamic_sampling,
         packed_loss=recipe.packed_loss,
     )

@@ -38,6 +38,7 @@ from trl import GRPOTrainer
 from .. import estimators, losses
 from ..advantages import batch_to_groups, build_group, estimate, scatter, unpad
 from ..errors import InputError
+from ..estimators import Estimator
 from ..models.capture import capture_logprob_pass
 from ..models.forward import decoder_layers
 from ..types import Rollout
@@ -54,7 +55,8 @@ class HistaGRPOTrainer(GRPOTrainer):
     ``loss``, whose rollouts come from hista's engine where it can serve the run
     (``rollout_engine``: auto, hista or trl; :mod:`hista.train.rollouts`).
     ``advantage_estimator``: ``{"name": ..., "gae_lambda": ..., "scale": ..., **estimator
-    parameters}``; ``loss``: ``{"name": ..., **policy_loss parameters}``.
+    parameters}``, built here unless ``estimator`` is that estimator already built (``hista
+    train`` passes its recipe's one object); ``loss``: ``{"name": ..., **policy_loss parameters}``.
     What is captured and passed on is decided by what the estimator and the loss declare
     (``needs_hidden`` and its layer, ``needs_text``, ``needs_entropy``, ``needs_ref_logp``,
     ``trains_with_policy``). ``policy``: (name, revision) of the policy as
@@ -67,14 +69,14 @@ class HistaGRPOTrainer(GRPOTrainer):
     model's attention takes a custom mask (sdpa, eager) and the inputs are text; false: TRL's
     padded forward."""
 
-    def __init__(self, *args: Any, advantage_estimator: dict, loss: dict,
+    def __init__(self, *args: Any, advantage_estimator: dict, loss: dict, estimator: Optional[Estimator] = None,
                  policy: Optional[tuple[str, Optional[str]]] = None, rollout_engine: str = "auto",
                  dynamic_sampling: Union[bool, dict] = False, packed_loss: bool = True, **kwargs: Any):
         est_cfg = dict(advantage_estimator)
         name = est_cfg.pop("name", "grpo")
         # the recipe's, or None: hista.advantages.estimate falls back to the estimator's own
         self.gae_lambda, self.scale = est_cfg.pop("gae_lambda", None), est_cfg.pop("scale", None)
-        self.estimator = estimators.get(name, **est_cfg)
+        self.estimator = estimator if estimator is not None else estimators.get(name, **est_cfg)
         loss_cfg = dict(loss)
         loss_name = loss_cfg.pop("name", "dapo")
         self.loss = losses.get(loss_name, **loss_cfg)
