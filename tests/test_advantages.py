@@ -73,7 +73,7 @@ def test_equal_to_the_trainers_own_advantages(tmp_path, tiny, name):
     out = {"prompt_ids": prompt_ids, "prompt_mask": prompt_mask, "completion_ids": completion_ids,
            "completion_mask": completion_mask}
     reads_hidden = trainer.estimator.needs_hidden
-    want = trainer.token_advantages(out, hidden if reads_hidden else None, KEYS)
+    want = trainer.batch_advantages(out, hidden if reads_hidden else None, KEYS)
     got = token_advantages(name, prompt_ids, completion_ids, REWARDS, KEYS, prompt_mask=prompt_mask,
                            completion_mask=completion_mask, hidden=hidden if reads_hidden else None,
                            tokenizer=tiny.tokenizer)

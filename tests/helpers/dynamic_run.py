@@ -18,7 +18,7 @@ from hista.train.trainer import HistaGRPOTrainer
 
 out_dir = sys.argv[1]
 steps = []
-original = HistaGRPOTrainer.token_advantages
+original = HistaGRPOTrainer.batch_advantages
 
 
 def spy(self, out, hidden, problem_ids=None):
@@ -27,7 +27,7 @@ def spy(self, out, hidden, problem_ids=None):
     return original(self, out, hidden, problem_ids)
 
 
-HistaGRPOTrainer.token_advantages = spy
+HistaGRPOTrainer.batch_advantages = spy
 
 
 def reward(completions, problem_id, **_):

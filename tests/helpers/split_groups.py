@@ -24,7 +24,7 @@ from hista.train.trainer import HistaGRPOTrainer
 out_dir, configurations = sys.argv[1], [c.split(":") for c in sys.argv[2:]]
 saved = {}
 calls = []
-original = HistaGRPOTrainer.token_advantages
+original = HistaGRPOTrainer.batch_advantages
 COLLECTIVES = ("all_gather", "all_gather_into_tensor", "all_gather_object", "all_reduce", "broadcast",
                "broadcast_object_list", "gather", "gather_object", "scatter", "scatter_object_list",
                "reduce_scatter", "reduce_scatter_tensor", "all_to_all", "all_to_all_single", "send", "recv",
@@ -74,7 +74,7 @@ def spy(self, out, hidden, problem_ids=None):
     return adv
 
 
-HistaGRPOTrainer.token_advantages = spy
+HistaGRPOTrainer.batch_advantages = spy
 
 
 def reward(completions, **_):

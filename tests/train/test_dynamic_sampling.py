@@ -52,14 +52,14 @@ class _Kept:
     """Records what each step's advantages are computed on: the rows, their rewards, the prompts."""
 
     def __init__(self, trainer):
-        self.steps, original = [], trainer.token_advantages
+        self.steps, original = [], trainer.batch_advantages
 
         def spy(out, hidden, problem_ids=None):
             self.steps.append({"rows": out["completion_ids"].size(0), "rewards": trainer.batch_rewards.tolist(),
                                "prompts": out["prompt_ids"].tolist()})
             return original(out, hidden, problem_ids)
 
-        trainer.token_advantages = spy
+        trainer.batch_advantages = spy
 
 
 # ---- the pure parts --------------------------------------------------------------------------

@@ -614,7 +614,7 @@ def test_trainer_hidden_states_come_from_the_estimators_layer(tmp_path, monkeypa
     from hista.train.trainer import HistaGRPOTrainer
 
     seen = []
-    original = HistaGRPOTrainer.token_advantages
+    original = HistaGRPOTrainer.batch_advantages
 
     def spy(self, out, hidden, problem_ids=None):
         ids = torch.cat([out["prompt_ids"], out["completion_ids"]], dim=1)
@@ -624,7 +624,7 @@ def test_trainer_hidden_states_come_from_the_estimators_layer(tmp_path, monkeypa
         seen.append((hidden, ref[-2], ref[-1], mask.bool()))
         return original(self, out, hidden, problem_ids)
 
-    monkeypatch.setattr(HistaGRPOTrainer, "token_advantages", spy)
+    monkeypatch.setattr(HistaGRPOTrainer, "batch_advantages", spy)
     lm = build_tiny()
     trainer = HistaGRPOTrainer(model=lm.model, reward_funcs=[_parity_reward], train_dataset=_dataset(),
                                processing_class=lm.tokenizer, args=_config(tmp_path, "layer"),
@@ -655,7 +655,7 @@ def test_trainer_keys_value_tables_by_problem_not_batch_slot(tmp_path):
         out = {"prompt_ids": prompt_ids, "prompt_mask": prompt_mask, "completion_ids": completion_ids,
                "completion_mask": completion_mask}
         trainer.batch_rewards = torch.tensor([rewards[p][k] for p, k in rows])
-        trainer.token_advantages(out, None, [f"problem-{p}" for p, _ in rows])
+        trainer.batch_advantages(out, None, [f"problem-{p}" for p, _ in rows])
     tables = trainer.estimator.tables
     assert set(tables) == {"problem-A", "problem-B"}
     for p in ("A", "B"):  # the empty state: 4 rollouts per step, 2 steps, this problem's rewards only
@@ -1176,14 +1176,14 @@ def test_overlong_filtering_leaves_truncated_rollouts_out_of_the_loss(tmp_path, 
                                             max_completion_length=4),
                                advantage_estimator={"name": estimator}, loss={"name": "dapo"})
     seen = []
-    original = trainer.token_advantages
+    original = trainer.batch_advantages
 
     def spy(out, hidden, problem_ids=None):
         advantages = original(out, hidden, problem_ids)
         seen.append((out["completion_mask"].clone(), advantages))
         return advantages
 
-    trainer.token_advantages = spy
+    trainer.batch_advantages = spy
     trainer.train()
     mask, advantages = seen[0]
     truncated = mask.sum(dim=1) == 0

@@ -207,7 +207,7 @@ def _check_row(row: Any, specs: list[str], keys: set[str], seen: dict, where: Wh
 # --- 3. per-point statistics ----------------------------------------------------------------
 
 
-def _number(x: float) -> Optional[float]:
+def _finite_or_none(x: float) -> Optional[float]:
     """``x``, or None when it is not finite (no ρ for a constant estimate)."""
     return x if math.isfinite(x) else None
 
@@ -231,7 +231,7 @@ def summarise(rows: Sequence[dict], points: Sequence[tuple[str, Optional[dict]]]
         out.append({"spec": spec, "label": labels[spec], "params": params, "mae": cell["mae"],
                     "delta_mae": cell["delta"], "delta_lo": cell["lo"], "delta_hi": cell["hi"],
                     "win_rate": cell["win"], "tie_rate": cell["tie"], "n": cell["n"], "skipped": cell["skipped"],
-                    "rho": _number(spearman(row.values, row.targets)),
-                    "auroc": _number(auroc(row.values, row.wins, row.losses))})
+                    "rho": _finite_or_none(spearman(row.values, row.targets)),
+                    "auroc": _finite_or_none(auroc(row.values, row.wins, row.losses))})
     return {"points": out, "grpo_mae": grpo_mae(rows), "n_cases": len(rows),
             "n_boot": n_boot, "seed": seed, "resampled": paired["resampled"]}

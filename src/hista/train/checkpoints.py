@@ -195,7 +195,7 @@ def _count(value: Any) -> bool:
     return isinstance(value, int) and not isinstance(value, bool) and value >= 0
 
 
-def _number(value: Any) -> bool:
+def _non_negative(value: Any) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value) and value >= 0
 
 
@@ -206,11 +206,11 @@ def _maybe(check: Callable[[Any], bool]) -> Callable[[Any], bool]:
 #: the fields of transformers' ``trainer_state.json``: field -> (check, what it must be); a
 #: resume rebuilds TrainerState from them (an unknown field fails there) and continues from them
 TRAINER_STATE = {
-    "epoch": (_number, "a number >= 0"), "global_step": (_count, "an integer >= 0"),
-    "max_steps": (_count, "an integer >= 0"), "logging_steps": (_number, "a number >= 0"),
-    "eval_steps": (_number, "a number >= 0"), "save_steps": (_number, "a number >= 0"),
+    "epoch": (_non_negative, "a number >= 0"), "global_step": (_count, "an integer >= 0"),
+    "max_steps": (_count, "an integer >= 0"), "logging_steps": (_non_negative, "a number >= 0"),
+    "eval_steps": (_non_negative, "a number >= 0"), "save_steps": (_non_negative, "a number >= 0"),
     "train_batch_size": (_maybe(_count), "an integer >= 0 or null"), "num_train_epochs": (_count, "an integer >= 0"),
-    "num_input_tokens_seen": (_count, "an integer >= 0"), "total_flos": (_number, "a number >= 0"),
+    "num_input_tokens_seen": (_count, "an integer >= 0"), "total_flos": (_non_negative, "a number >= 0"),
     "log_history": (lambda v: isinstance(v, list) and all(isinstance(row, dict) for row in v), "a list of objects"),
     "best_metric": (_maybe(lambda v: isinstance(v, (int, float)) and not isinstance(v, bool)), "a number or null"),
     "best_global_step": (_maybe(_count), "an integer >= 0 or null"),

@@ -177,7 +177,7 @@ class HistaGRPOTrainer(GRPOTrainer):
             return out
         start = time.perf_counter()
         problem_ids = [x.get("problem_id") for x in inputs]
-        out["advantages"] = self.token_advantages(out, hidden, None if None in problem_ids else problem_ids)
+        out["advantages"] = self.batch_advantages(out, hidden, None if None in problem_ids else problem_ids)
         self._estimator_seconds = time.perf_counter() - start
         self._metrics[mode]["estimator/seconds"].append(self._estimator_seconds)
         return out
@@ -324,7 +324,7 @@ class HistaGRPOTrainer(GRPOTrainer):
         back and each process gets a contiguous slice)."""
         return self.accelerator.num_processes == 1 or local_rows % self.num_generations == 0
 
-    def token_advantages(self, out: dict, hidden: Optional[torch.Tensor],
+    def batch_advantages(self, out: dict, hidden: Optional[torch.Tensor],
                           problem_ids: Optional[list[str]] = None) -> torch.Tensor:
         """Per-token advantages [B_local, T] from the estimator on whole groups (SPEC §4),
         keyed by their problem ids. When this process holds whole groups
