@@ -8,4 +8,7 @@ declare -A ARM_ARGS=(
   [probe]="advantage_estimator.name=probe"   # pilot step 3: the best of the three on the SVEB selection half
 )
 DEFAULT_ARMS="grpo hista probe"
+# every arm: 30 optimiser steps, not recipe-3.yaml's 40 (PILOT.md amendment 7: GRPO's greedy
+# validation share reached 0.93 at step 40 of the fixed-reading pilot, 0.84 at step 30)
+COMMON_ARGS="trl.max_steps=30"
 DEFAULT_SEEDS="0 1 2 3 4 5 6 7"

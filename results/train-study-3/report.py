@@ -15,7 +15,7 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 RUNS = HERE / "runs"
-ARMS = ("grpo", "hista", "numca", "probe", "blend")
+ARMS = ("grpo", "hista", "probe")  # DESIGN.md
 
 sys.path.insert(0, str(HERE.parent))  # the statistics and tables: results/paired_study.py
 from paired_study import mean_ci, pct, read_json_gz, runs, setting_report  # noqa: E402

@@ -20,7 +20,7 @@ cd "$(dirname "$0")/../.."
 D=results/train-study-3
 [[ -f $D/DESIGN.md ]] || { echo "no $D/DESIGN.md: the design is written before the first run" >&2; exit 2; }
 [[ -f $D/test.jsonl ]] || { echo "no $D/test.jsonl (DESIGN.md says how it is made)" >&2; exit 2; }
-source $D/arms.sh   # ARM_ARGS[name]: the recipe overrides of each arm; DEFAULT_ARMS, DEFAULT_SEEDS
+source $D/arms.sh   # ARM_ARGS[name]: the recipe overrides of each arm; COMMON_ARGS, DEFAULT_ARMS, DEFAULT_SEEDS
 seeds=${SEEDS:-$DEFAULT_SEEDS}
 arms=${ARMS:-$DEFAULT_ARMS}
 export OMP_NUM_THREADS=${OMP_NUM_THREADS:-1}
@@ -54,7 +54,7 @@ for s in $seeds; do
     cp $D/pool-settings.json "$out/pool/settings.json"
     cp $D/pool-accuracy.jsonl "$out/pool/accuracy.jsonl"
     cp $D/pool.jsonl "$out/pool/pool.jsonl"
-    read -ra args <<< "${ARM_ARGS[$a]:?no arm $a in arms.sh}"
+    read -ra args <<< "${ARM_ARGS[$a]:?no arm $a in arms.sh} ${COMMON_ARGS:-}"
     echo "$name: training ($(date -u +%H:%M:%S))"
     $H train "$recipe" "${args[@]}" seed=$s output_dir=$out resume=true ${EXTRA:-} >> runs/train-study-3/$name.log 2>&1 \
         || { echo "$name: training failed, see runs/train-study-3/$name.log"; exit 1; }
