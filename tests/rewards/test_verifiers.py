@@ -53,12 +53,14 @@ def test_registered_verifier_is_used_and_guarded():
         del rewards.REGISTRY._items["test-rewards-shaky"]
 
 
-def test_public_functions_cite_spec():
+def test_public_functions_have_docstrings():
+    """Every public function says what it does (a citation of a whole SPEC chapter is not
+    required: issue 67 item 7 kept them where they explain math)."""
     for mod in (rewards, math_mod, choice_mod, code_mod):
         for name, fn in vars(mod).items():
             if name.startswith("_") or not inspect.isfunction(fn) or fn.__module__ != mod.__name__:
                 continue
-            assert fn.__doc__ and "SPEC §6" in fn.__doc__, f"{mod.__name__}.{name}"
+            assert fn.__doc__ and len(fn.__doc__.split()) >= 3, f"{mod.__name__}.{name}"
 
 
 def test_verify_returns_float_and_reason():

@@ -35,7 +35,9 @@ def test_list_builtin_and_preview():
     assert "=>" in text
 
 
-def test_public_functions_cite_spec():
+def test_public_functions_have_docstrings():
+    """Every public function and method says what it does (issue 67 item 7: no whole-chapter SPEC
+    citation required)."""
     for mod in (tasks, arith, choice, jsonl_mod, hf_mod, builtin, base, tasks.filter, gym_mod, champ_mod, parts_mod):
         for name, obj in vars(mod).items():
             if name.startswith("_") or getattr(obj, "__module__", None) != mod.__name__:
@@ -43,7 +45,7 @@ def test_public_functions_cite_spec():
             methods = vars(obj).items() if inspect.isclass(obj) else [(name, obj)]
             for meth_name, fn in methods:
                 if inspect.isfunction(fn) and not meth_name.startswith("_"):
-                    assert fn.__doc__ and "SPEC §7" in fn.__doc__, f"{mod.__name__}.{meth_name}"
+                    assert fn.__doc__ and len(fn.__doc__.split()) >= 3, f"{mod.__name__}.{meth_name}"
 
 
 def test_sources_are_registered_by_prefix():
