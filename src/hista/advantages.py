@@ -15,6 +15,7 @@ hista's trainer and the verl plugin take the same path: rows cut into groups, :f
 from __future__ import annotations
 
 import hashlib
+import itertools
 import operator
 from typing import Any, Hashable, Optional, Sequence, Union
 
@@ -122,8 +123,8 @@ def scatter(per_group: Sequence[Sequence[torch.Tensor]], shape: Sequence[int], *
         sizes = [len(group) for group in per_group]
         if sum(sizes) != out.size(0):
             raise ValueError(f"advantages for {sum(sizes)} rollouts but the batch has {out.size(0)} rows")
-        starts = [sum(sizes[:g]) for g in range(len(sizes))]
-        rows = [range(start, start + size) for start, size in zip(starts, sizes)]
+        ends = list(itertools.accumulate(sizes))
+        rows = [range(end - size, end) for end, size in zip(ends, sizes)]
     for group_rows, advantages in zip(rows, per_group):
         for r, adv in zip(group_rows, advantages):
             out[r, : adv.numel()] = adv.to(out.device)
@@ -377,13 +378,14 @@ def _rewards(rewards: Union[torch.Tensor, Sequence[float]], rows: int) -> torch.
     return reward.float()
 
 
-def group_rows(groups: Sequence[Hashable], rows: int, *, singles: bool = False) -> dict[Hashable, list[int]]:
-    """The batch rows of each group key, keys in order of first appearance (SPEC §3): what
-    :func:`token_advantages` and the verl plugin cut a batch by. A group of one row is refused
-    unless ``singles`` (verl's batches without a ``uid``: a row is its own group)."""
+def group_rows(groups: Sequence[Hashable], count: int, *, singles: bool = False) -> dict[Hashable, list[int]]:
+    """The batch rows of each group key (``groups``: one key for each of ``count`` rows), keys in
+    order of first appearance (SPEC §3): what :func:`token_advantages` and the verl plugin cut a
+    batch by. A group of one row is refused unless ``singles`` (verl's batches without a ``uid``:
+    a row is its own group)."""
     keys = groups.tolist() if isinstance(groups, torch.Tensor) else list(groups)
-    if len(keys) != rows:
-        raise ValueError(f"groups: {len(keys)} group keys for {rows} completions (one per row)")
+    if len(keys) != count:
+        raise ValueError(f"groups: {len(keys)} group keys for {count} completions (one per row)")
     members: dict[Hashable, list[int]] = {}
     for row, key in enumerate(keys):
         try:
@@ -393,7 +395,7 @@ def group_rows(groups: Sequence[Hashable], rows: int, *, singles: bool = False) 
         except TypeError:
             raise ValueError(f"groups: the key of row {row} is {key!r:.60}, which does not hash by value; give "
                              "one key per row, e.g. a str or an int (the prompt's index), or a 1-D tensor") from None
-    single = [key for key, rows_ in members.items() if len(rows_) < 2]
+    single = [key for key, rows in members.items() if len(rows) < 2]
     if single and not singles:
         raise ValueError(f"groups: group {single[0]!r} has one row ({len(single)} such group(s)); an advantage "
                          "compares a rollout with the other rollouts of its prompt, so a group needs two or more")
