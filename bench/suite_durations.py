@@ -22,15 +22,25 @@ from pathlib import Path
 from arguments import POSITIVE
 
 
-def read(path: Path) -> dict[str, float]:
+def read(path: Path, cpu: bool = False) -> dict[str, float]:
     """Test id (file::name) -> seconds, for every test case of a JUnit XML report (gzipped when
-    its name ends in .gz)."""
+    its name ends in .gz): wall seconds, or with ``cpu`` the CPU seconds ``suite_cpu`` recorded
+    (a report without them is an error)."""
     out = {}
     with (gzip.open(path) if path.suffix == ".gz" else open(path, "rb")) as f:
         root = ET.parse(f).getroot()
     for case in root.iter("testcase"):
         module = case.get("classname", "").replace(".", "/")
-        out[f"{module}.py::{case.get('name')}"] = float(case.get("time") or 0.0)
+        if cpu:
+            found = [p.get("value") for p in case.iter("property") if p.get("name") == "cpu_s"]
+            if not found and case.find("skipped") is not None:
+                found = ["0"]  # skipped before it ran (a module skipped at import)
+            if not found:
+                raise ValueError(f"test {case.get('name')} has no cpu_s property (run pytest with -p suite_cpu)")
+            seconds = float(found[0])
+        else:
+            seconds = float(case.get("time") or 0.0)
+        out[f"{module}.py::{case.get('name')}"] = seconds
     return out
 
 
@@ -62,18 +72,20 @@ def main() -> None:
     parser.add_argument("after", type=Path, help="pytest --junitxml report")
     parser.add_argument("--before", type=Path, help="an earlier run's report, shown beside it")
     parser.add_argument("--top", type=POSITIVE, default=30)
+    parser.add_argument("--cpu", action="store_true", help="CPU seconds (bench/suite_cpu.py's) instead of wall")
     args = parser.parse_args()
     reports = {}
     for name, path in (("after", args.after), ("--before", args.before)):
         try:
-            reports[name] = read(path) if path is not None else None
-        except (OSError, ET.ParseError) as exc:
+            reports[name] = read(path, args.cpu) if path is not None else None
+        except (OSError, ET.ParseError, ValueError) as exc:
             parser.error(f"{name}: {path} is not a readable JUnit XML report ({exc})")
     after, before = reports["after"], reports["--before"]
     table("Per file", by_file(after), by_file(before) if before else None, args.top)
     table("Slowest tests", after, before, args.top)
     runs = [("after", after)] + ([("before", before)] if before else [])
-    print("\n" + "; ".join(f"{name}: {len(t)} tests, {sum(t.values()):.0f} s of test time" for name, t in runs))
+    what = "CPU" if args.cpu else "time"
+    print("\n" + "; ".join(f"{name}: {len(t)} tests, {sum(t.values()):.0f} s of test {what}" for name, t in runs))
 
 
 if __name__ == "__main__":

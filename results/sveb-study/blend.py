@@ -13,11 +13,11 @@ interval (problems resampled when they hold several cases, else cases; 2000 resa
 
 from __future__ import annotations
 
-import json
 import sys
 
 import numpy as np
 
+from hista.sveb import results
 from hista.sveb.metrics import bootstrap_ci, case_problems, mcs_error
 from hista.sveb.ranks import rank_summary
 
@@ -33,13 +33,12 @@ def interval(x: float, lo: float, hi: float, sign: bool = False) -> str:
 
 
 def table(path: str) -> str:
-    data = json.load(open(path))
-    cases = data["cases"]
+    cases = results.read(path)["cases"]
     problems = case_problems(cases)  # rows' problems: cases sharing a prompt are one
     clustered = len(set(problems)) < len(problems)
-    errors = {m: np.array([abs(c["values"][m] - c["target"]) for c in cases]) for m in METHODS}
+    errors = {m: np.array([abs(c.values[m] - c.target) for c in cases]) for m in METHODS}
     for n in (1, 2):
-        errors[f"MCS@{n}"] = np.array([mcs_error(c["continuations"], n) for c in cases])
+        errors[f"MCS@{n}"] = np.array([mcs_error(c.continuations, n) for c in cases])
     ranks = rank_summary(cases, list(METHODS), mcs=(1, 2))["rows"]
     others = [m for m in (*METHODS, "MCS@1", "MCS@2") if m != "blend"]
     head = ["Estimator", "MAE", *(f"Blend − {LABELS[m]}" for m in others), "ρ", "AUROC"]

@@ -450,7 +450,8 @@ def loads(text: str, *, path: Optional[str] = None, line: Optional[int] = None) 
 
 def jsonable(obj: Any) -> Any:
     """``obj`` made strict-JSON ready: NaN and infinities become null, paths strings, tuples
-    lists, numpy / torch scalars Python numbers."""
+    lists, numpy / torch scalars Python numbers, an object with a ``to_json`` method (a typed
+    row) what that returns."""
     if isinstance(obj, float):
         return obj if math.isfinite(obj) else None
     if isinstance(obj, Mapping):
@@ -459,6 +460,8 @@ def jsonable(obj: Any) -> Any:
         return [jsonable(v) for v in obj]
     if isinstance(obj, Path):
         return str(obj)
+    if callable(getattr(obj, "to_json", None)):
+        return jsonable(obj.to_json())
     if hasattr(obj, "item") and callable(obj.item):
         return jsonable(obj.item())
     return obj

@@ -20,6 +20,7 @@ from hista.errors import InputError
 from hista.jsonio import cut_unterminated, jsonable
 from hista.sveb import cases, metrics, results
 from hista.sveb.report import report_file
+from hista.sveb.rows import CaseRow
 
 pytestmark = pytest.mark.xdist_group("sveb-files")  # its module fixtures are built once (tests/conftest.py)
 
@@ -250,7 +251,7 @@ def results_object() -> dict:
     methods = {"grpo": {"name": "grpo", "config": {}}, "hista": {"name": "hista", "config": {"layer": -1}}}
     data = {"hista_version": "0.1.0", "cases_file": "cases.jsonl", "settings": {"model": "tiny"},
             "methods": methods, "labels": {"grpo": "GRPO", "hista": "Hista"}, "cases": rows}
-    data["summary"] = metrics.summarise(rows, list(methods), n_boot=50, seed=0)
+    data["summary"] = metrics.summarise([CaseRow.from_json(row) for row in rows], list(methods), n_boot=50, seed=0)
     return jsonable(data)
 
 
@@ -453,8 +454,8 @@ def _read_cases_or_input_error(text: bytes) -> None:
     for record in records:  # what passes is usable by sveb eval
         if record["kind"] == "case":
             cases.group_of(record)
-            rows.append({"case_id": record["key"], "field": record["field"], "target": record["target"],
-                         "continuations": record["continuations"], "values": {}})
+            rows.append(CaseRow(case_id=record["key"], field=record["field"], target=record["target"],
+                                continuations=tuple(record["continuations"]), values={}))
     metrics.summarise(rows, [], n_boot=5)
 
 

@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-import copy
 import json
 import math
 import random
 import warnings
+from dataclasses import replace
 from fractions import Fraction
 from itertools import combinations
 from pathlib import Path
@@ -18,6 +18,7 @@ from hista.sveb.figures import plot_differences, plot_mae
 from hista.sveb.methods import build_methods
 from hista.sveb.metrics import MAX_MCS_TERMS, bootstrap_ci, mcs_error, pearson, summarise
 from hista.sveb.report import write_report
+from hista.sveb.rows import CaseRow
 from hista.sveb.tables import markdown_table
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
@@ -221,8 +222,8 @@ LABELS = {"grpo": "GRPO", "numca-reference": "Numca-reference", "hista": "Hista"
 
 def _records():
     def rec(i, field, conts, group_mean, values):
-        return {"case_id": f"c{i}", "field": field, "target": sum(conts) / len(conts),
-                "group_mean": group_mean, "continuations": conts, "values": values}
+        return CaseRow(case_id=f"c{i}", field=field, target=sum(conts) / len(conts), group_mean=group_mean,
+                       continuations=tuple(conts), values=values)
 
     return [
         # math: grpo |.4-.5|=.1, |.45-.25|=.2, |.7-1|=.3 -> 0.2; hista 0, .1, .2 -> 0.1;
@@ -262,8 +263,8 @@ def test_summarise_known_maes():
     assert rows["numca-reference"]["science"]["lo"] == rows["numca-reference"]["science"]["hi"] == pytest.approx(0.1)
     assert rows["numca-reference"]["all"]["skipped"] == 3
 
-    targets = [r["target"] for r in recs]
-    hista = [r["values"]["hista"] for r in recs]
+    targets = [r.target for r in recs]
+    hista = [r.values["hista"] for r in recs]
     assert rows["hista"]["all"]["pearson"] == pytest.approx(np.corrcoef(hista, targets)[0, 1])
     assert math.isnan(rows["numca-reference"]["science"]["pearson"])  # one point
 
@@ -293,11 +294,10 @@ def test_summarise_degenerate_inputs():
     assert s["rows"]["grpo"]["all"]["n"] == 0 and math.isnan(s["rows"]["grpo"]["all"]["mae"])
     s = summarise(_records(), ["mc"], mcs=(1,), n_boot=50)  # method absent from every case
     assert s["rows"]["mc"]["all"]["skipped"] == 6
-    assert "grpo_mae" not in summarise([{k: v for k, v in r.items() if k != "group_mean"} for r in _records()],
-                                       ["mc"], mcs=(1,), n_boot=50)
+    assert "grpo_mae" not in summarise([replace(r, group_mean=None) for r in _records()], ["mc"], mcs=(1,), n_boot=50)
     assert list(s["rows"]) == ["mc", "MCS@1"]
     with pytest.raises(ValueError):
-        summarise([{"field": "all", "target": 0.5, "values": {}}], ["grpo"])
+        summarise([CaseRow(case_id="c", field="all", target=0.5, continuations=(0.5,), values={})], ["grpo"])
     with pytest.raises(ValueError):
         summarise(_records(), ["grpo", "grpo"])
 
@@ -305,11 +305,11 @@ def test_summarise_degenerate_inputs():
 def test_summarise_records_the_resampling():
     one_each = summarise(_records(), METHODS, n_boot=200)
     assert (one_each["resampled"], one_each["n_problems"]) == ("cases", 6)
-    errors = [abs(r["values"]["hista"] - r["target"]) for r in _records()]
+    errors = [abs(r.values["hista"] - r.target) for r in _records()]
     assert (one_each["rows"]["hista"]["all"]["lo"], one_each["rows"]["hista"]["all"]["hi"]) == \
         bootstrap_ci(errors, n_boot=200)
 
-    shared = [dict(r, case_id=f"p{i // 2}#s{i % 2}") for i, r in enumerate(_records())]  # 3 problems, 2 cases each
+    shared = [replace(r, case_id=f"p{i // 2}#s{i % 2}") for i, r in enumerate(_records())]  # 3 problems, 2 cases each
     s = summarise(shared, METHODS, n_boot=200)
     assert (s["resampled"], s["n_problems"]) == ("problems", 3)
     clusters = ["p0", "p0", "p1", "p1", "p2", "p2"]
@@ -317,17 +317,15 @@ def test_summarise_records_the_resampling():
         bootstrap_ci(errors, n_boot=200, clusters=clusters)
     assert (s["rows"]["hista"]["all"]["lo"], s["rows"]["hista"]["all"]["hi"]) != \
         (one_each["rows"]["hista"]["all"]["lo"], one_each["rows"]["hista"]["all"]["hi"])
-    mcs1 = [mcs_error(r["continuations"], 1) for r in shared]
+    mcs1 = [mcs_error(r.continuations, 1) for r in shared]
     assert (s["rows"]["MCS@1"]["all"]["lo"], s["rows"]["MCS@1"]["all"]["hi"]) == \
         bootstrap_ci(mcs1, n_boot=200, clusters=clusters)
-    # the maes do not move, and a record without a case id: cases
+    # the maes do not move
     assert all(s["rows"][m][f]["mae"] == one_each["rows"][m][f]["mae"] for m in METHODS for f in s["fields"])
-    anonymous = summarise([{k: v for k, v in r.items() if k != "case_id"} for r in shared], METHODS, n_boot=200)
-    assert (anonymous["resampled"], anonymous["n_problems"]) == ("cases", None)
     assert markdown_table(s).count("bootstrap interval over problems (cases share problems)") == 1
     assert "bootstrap interval over cases" in markdown_table(one_each)
     # rows that record their problem (sveb eval: cases sharing a prompt are one) go by it, not by the id
-    asked_twice = [dict(r, problem=f"q{i // 3}") for i, r in enumerate(_records())]  # 6 ids, 2 questions
+    asked_twice = [replace(r, problem=f"q{i // 3}") for i, r in enumerate(_records())]  # 6 ids, 2 questions
     q = summarise(asked_twice, METHODS, n_boot=200)
     assert (q["resampled"], q["n_problems"]) == ("problems", 2)
     assert (q["rows"]["hista"]["all"]["lo"], q["rows"]["hista"]["all"]["hi"]) == \
@@ -365,7 +363,7 @@ def test_markdown_table_layout_bold_labels_counts():
 def test_markdown_table_ties_and_empty_cells():
     recs = _records()
     for r in recs:
-        r["values"]["copy"] = r["values"]["hista"]
+        r.values["copy"] = r.values["hista"]
     s = summarise(recs, ["grpo", "hista", "copy"], n_boot=100)
     body = [line for line in markdown_table(s).splitlines() if line.startswith(("| hista", "| copy"))]
     assert all(line.count("**") == 2 * 3 for line in body)  # ties are all bold
@@ -412,8 +410,8 @@ def test_the_table_says_which_cases_a_method_left_out():
     from hista.sveb import metrics, tables
 
     results = json.loads((Path(__file__).parents[1] / "data" / "sveb_results_tiny.json").read_text())
-    rows = copy.deepcopy(results["cases"])
+    rows = [CaseRow.from_json(row) for row in results["cases"]]
     assert "left out" not in tables.markdown_table(metrics.summarise(rows, list(results["methods"]), n_boot=50))
-    rows[0]["values"]["numca"] = None
+    rows[0].values["numca"] = None
     table = tables.markdown_table(metrics.summarise(rows, list(results["methods"]), n_boot=50), results["labels"])
     assert "left out of a row because the method gave no finite value: Numca (1 of 2 cases)." in table

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import math
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -15,6 +16,7 @@ from hista.sveb.methods import unknown_method
 from hista.sveb.metrics import bootstrap_ci, summarise
 from hista.sveb.paired import length_slices, paired_summary, position_slice
 from hista.sveb.report import report_file, write_report
+from hista.sveb.rows import CaseRow, RowState
 from hista.sveb.tables import paired_markdown, paired_table, slices_table
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
@@ -28,11 +30,8 @@ def methods_of(specs):
 
 
 def row(i, field, conts, group_mean, values, length=None, t=1):
-    r = {"case_id": f"p{i}#s0", "field": field, "target": sum(conts) / len(conts), "group_mean": group_mean,
-         "continuations": conts, "state": {"rollout": 0, "t": t}, "values": values}
-    if length is not None:
-        r["length"] = length
-    return r
+    return CaseRow(case_id=f"p{i}#s0", field=field, target=sum(conts) / len(conts), group_mean=group_mean,
+                   continuations=tuple(conts), state=RowState(rollout=0, t=t), values=values, length=length)
 
 
 def four_rows():
@@ -95,7 +94,7 @@ def test_interval_is_the_bootstrap_of_the_per_case_differences():
 
 def shared_rows():
     """``four_rows`` as two problems of two states each: p0 (math) and p1 (science)."""
-    return [dict(r, case_id=f"p{i // 2}#s{i % 2}") for i, r in enumerate(four_rows())]
+    return [replace(r, case_id=f"p{i // 2}#s{i % 2}") for i, r in enumerate(four_rows())]
 
 
 def test_paired_interval_resamples_problems_when_cases_share_them():
@@ -123,8 +122,6 @@ def test_paired_interval_with_one_case_per_problem_resamples_cases():
     cell = p["rows"]["m"]["all"]["all"]
     assert (cell["lo"], cell["hi"]) == bootstrap_ci([-0.25, -0.125, 0.0, 0.125], n_boot=300, seed=7)
     assert "paired bootstrap interval over cases in brackets" in paired_table(p, LABELS)
-    anonymous = paired_summary([{k: v for k, v in r.items() if k != "case_id"} for r in shared_rows()], ["m"])
-    assert (anonymous["resampled"], anonymous["n_problems"]) == ("cases", None)
 
 
 def test_same_as_grpo_is_all_ties_and_zero_interval():
@@ -162,15 +159,13 @@ def test_small_and_empty_slices_give_nan_intervals():
     assert cell["n"] == 0 and all(math.isnan(cell[k]) for k in ("mae", "delta", "lo", "hi", "win", "pearson"))
     assert empty["slices"]["field"] == [] and empty["length_cuts"] == [] and empty["no_length"] == 0
     # a method without any value: n 0 everywhere, every case skipped
-    none = paired_summary([dict(r, values={"m": None}) for r in rows], ["m"], n_boot=50)
+    none = paired_summary([r.with_values({"m": None}) for r in rows], ["m"], n_boot=50)
     assert none["rows"]["m"]["all"]["all"]["skipped"] == 4 and math.isnan(none["rows"]["m"]["all"]["all"]["delta"])
 
 
 def test_bad_arguments():
     with pytest.raises(ValueError, match="duplicate"):
         paired_summary(four_rows(), ["m", "m"])
-    with pytest.raises(ValueError, match="target"):
-        paired_summary([{"field": "x"}], ["m"])
     with pytest.raises(ValueError, match="n_boot"):
         paired_summary(four_rows(), ["m"], n_boot=0)
 
@@ -191,21 +186,21 @@ def sliced_rows():
 
 def test_position_thirds_boundaries():
     def pos(length, t):
-        return position_slice({"length": length, "state": {"rollout": 0, "t": t}})
+        return position_slice(row(0, "math", [1], 0.5, {}, length=length, t=t))
 
     assert [pos(30, t) for t in (0, 9, 10, 19, 20, 30)] == [
         "t/T [0, 1/3)", "t/T [0, 1/3)", "t/T [1/3, 2/3)", "t/T [1/3, 2/3)", "t/T [2/3, 1]", "t/T [2/3, 1]"]
     assert pos(30, 31) is None and pos(0, 0) is None and pos(True, 0) is None and pos(30, 1.5) is None
-    assert position_slice({"state": {"rollout": 0, "t": 3}}) is None
+    assert position_slice(row(0, "math", [1], 0.5, {}, t=3)) is None
 
 
 def test_length_terciles_cut_points_and_labels():
     labels, cuts = length_slices(sliced_rows())
     assert cuts == pytest.approx([10 + 50 / 3, 10 + 100 / 3])
     assert labels == ["length 10-20"] * 2 + ["length 30-40"] * 2 + ["length 50-60"] * 2 + [None]
-    labels, cuts = length_slices([{"length": 12}] * 3)
+    labels, cuts = length_slices([row(0, "math", [1], 0.5, {}, length=12)] * 3)
     assert labels == ["length 12"] * 3  # every length ties: one tercile, the others are empty
-    assert length_slices([{}, {"length": -3}]) == ([None, None], [])
+    assert length_slices([row(0, "math", [1], 0.5, {}), row(1, "math", [1], 0.5, {}, length=-3)]) == ([None, None], [])
 
 
 def test_position_and_length_slices_in_the_summary():
@@ -255,9 +250,7 @@ def test_slices_table_columns():
 
 
 def test_write_report_writes_delta_png_and_paired_json(tmp_path):
-    rows = four_rows()
-    for r, n in zip(rows, (8, 16, 24, 32)):
-        r["length"] = n
+    rows = [replace(r, length=n) for r, n in zip(four_rows(), (8, 16, 24, 32))]
     s = summarise(rows, METHODS, n_boot=200)
     paths = write_report(s, rows, methods_of(METHODS), tmp_path)
     assert paths["delta_plot"] == tmp_path / "delta.png"
@@ -290,13 +283,11 @@ def test_empty_benchmark_report_has_a_delta_plot(tmp_path):
 
 
 def test_sveb_report_from_a_results_file_with_lengths(tmp_path):
-    rows = four_rows()
-    for r, n in zip(rows, (8, 16, 24, 32)):
-        r["length"] = n
     methods = ["m", "better"]
-    for r in rows:
-        r["values"] = {k: r["values"][k] for k in methods}
-    data = {"methods": {k: {"name": k, "config": {}} for k in methods}, "labels": LABELS, "cases": rows,
+    rows = [replace(r, length=n, values={k: r.values[k] for k in methods})
+            for r, n in zip(four_rows(), (8, 16, 24, 32))]
+    data = {"methods": {k: {"name": k, "config": {}} for k in methods}, "labels": LABELS,
+            "cases": [r.to_json() for r in rows],
             "summary": {"n_boot": 100, "seed": 4}}
     path = tmp_path / "results.json"
     path.write_text(json.dumps(data))

@@ -13,6 +13,7 @@ from hista import estimators
 from hista.cli import main
 from hista.estimators.leakage import without_reward
 from hista.sveb import cases, segments
+from hista.sveb.rows import CaseRow, RowState
 from hista.types import Rollout, RolloutGroup, State
 
 TEXTS = ["9 - 4 = 5. 5 + 3 = 8.", "9 - 4 = 6. 6 + 3 = 9.", "9 - 4 = 5. 5 + 3 = 8.", "9 - 4 = 5. 5 + 2 = 7."]
@@ -93,8 +94,9 @@ def test_the_papers_protocol_is_one_option_away(case_file, tmp_path):
 # --- segments: the credit between two states of one rollout -----------------------------------
 
 
-def _row(problem: str, rollout: int, t: int, target: float, values: dict) -> dict:
-    return {"case_id": f"{problem}#s{t}", "state": {"rollout": rollout, "t": t}, "target": target, "values": values}
+def _row(problem: str, rollout: int, t: int, target: float, values: dict) -> CaseRow:
+    return CaseRow(case_id=f"{problem}#s{t}", field="f", target=target, continuations=(target,), values=values,
+                   state=RowState(rollout=rollout, t=t))
 
 
 def test_segments_score_the_credit_between_two_states_of_a_rollout():
@@ -102,7 +104,7 @@ def test_segments_score_the_credit_between_two_states_of_a_rollout():
             _row("b", 1, 5, 0.75, {"good": 0.7, "flat": 0.4}), _row("b", 1, 3, 0.75, {"good": 0.6, "flat": 0.4}),
             _row("c", 0, 4, 0.5, {"good": 0.5, "flat": 0.5}), _row("c", 2, 6, 0.0, {"good": 0.0, "flat": 0.5})]
     found = segments.pairs(rows)
-    assert [(a["case_id"], b["case_id"]) for a, b in found] == [("a#s2", "a#s9"), ("b#s3", "b#s5")]  # c: two rollouts
+    assert [(a.case_id, b.case_id) for a, b in found] == [("a#s2", "a#s9"), ("b#s3", "b#s5")]  # c: two rollouts
     out = segments.segment_summary(rows, ["good", "flat"], n_boot=50)
     assert out["n_pairs"] == 2 and out["n_decisive"] == 1  # a: +0.625; b: 0
     good, flat, grpo = (out["methods"][m] for m in ("good", "flat", "grpo"))

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import math
+from dataclasses import replace
 
 import pytest
 
@@ -15,6 +16,7 @@ from hista.sveb.labels import report_labels
 from hista.sveb.methods import build_methods
 from hista.sveb.metrics import summarise
 from hista.sveb.report import write_report
+from hista.sveb.rows import CaseRow
 from hista.sveb.tables import markdown_table, table1, table1_markdown
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
@@ -34,9 +36,9 @@ OFFSETS = {
 def _records(methods=PPO_METHODS):
     """Four cases, two fields, group mean 0.5, each method's value the group mean + its offset."""
     conts = [[1, 1, 0, 1], [0, 0, 0, 1], [1, 0, 1, 0], [1, 1, 1, 1]]
-    return [{"case_id": f"c{i}", "field": "math" if i < 2 else "science", "target": sum(c) / len(c),
-             "group_mean": 0.5, "continuations": c,
-             "values": {m: None if OFFSETS[m][i] is None else 0.5 + OFFSETS[m][i] for m in methods}}
+    return [CaseRow(case_id=f"c{i}", field="math" if i < 2 else "science", target=sum(c) / len(c),
+                    group_mean=0.5, continuations=tuple(c),
+                    values={m: None if OFFSETS[m][i] is None else 0.5 + OFFSETS[m][i] for m in methods})
             for i, c in enumerate(conts)]
 
 
@@ -126,7 +128,7 @@ def test_table4_names_ppo_rows_as_the_paper():
     # one λ per mode: no λ in the name; a label chosen in the spec stays
     methods = ["grpo", "ppo-n?lam=0.95", "numca", "hista", "ppo-1?lam=1.0&label=Critic 1"]
     offsets = dict(OFFSETS, **{"ppo-1?lam=1.0&label=Critic 1": OFFSETS["ppo-1"]})
-    recs = [dict(r, values={m: 0.5 + (offsets[m][i] or 0.0) for m in methods}) for i, r in enumerate(_records())]
+    recs = [r.with_values({m: 0.5 + (offsets[m][i] or 0.0) for m in methods}) for i, r in enumerate(_records())]
     s = summarise(recs, methods, n_boot=50)
     _, rows = _table_rows(markdown_table(s, _labels(methods)), "Estimator")
     assert list(rows)[:5] == ["GRPO", "PPO-N", "Numca", "Hista", "Critic 1"]
@@ -184,7 +186,7 @@ def test_report_records_the_differences_and_draws_them_in_the_papers_order(tmp_p
 def test_captions_say_the_intervals_resample_problems_when_cases_share_them(tmp_path):
     """Two states of each of two problems: every caption with an interval says it resampled problems;
     one case per problem, or a results summary written before the key existed, says cases."""
-    recs = [dict(r, case_id=f"p{i // 2}#s{i % 2}") for i, r in enumerate(_records())]
+    recs = [replace(r, case_id=f"p{i // 2}#s{i % 2}") for i, r in enumerate(_records())]
     s = summarise(recs, PPO_METHODS, n_boot=50)
     assert s["resampled"] == "problems"
     md = write_report(s, recs, _methods(), tmp_path / "shared")["markdown"].read_text("utf-8")

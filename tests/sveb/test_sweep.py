@@ -18,6 +18,7 @@ from hista.sveb.cases import split_problems
 from hista.sveb.eval import evaluate
 from hista.sveb.grid import grid_points, parse_grid
 from hista.sveb.methods import build_method, format_method, parse_method, read_methods_file
+from hista.sveb.rows import CaseRow, RowState
 from hista.sveb.selection import select, selection_plan
 from hista.sveb.sweep_outputs import markdown, ranked, summary_text, write_outputs
 
@@ -135,15 +136,15 @@ def test_sweep_values_equal_evaluate_with_one_forward_pass_per_problem(cases_pat
     reference = evaluate(cases_path, chosen, lm=tiny, progress=False, n_boot=10, protocol="paper")
     stored = [json.loads(line) for line in lines[1:]]
     for row, ref in zip(stored, reference["cases"]):
-        assert row["case_id"] == ref["case_id"] and row["length"] == ref["length"] == 6
-        assert {m: row["values"][m] for m in chosen} == ref["values"]
+        assert row["case_id"] == ref.case_id and row["length"] == ref.length == 6
+        assert {m: row["values"][m] for m in chosen} == ref.values
     assert len({tuple(r["values"].values()) for r in stored}) > 1
     assert any(r["values"][chosen[0]] != r["values"][chosen[1]] for r in stored)  # the layers differ
     # per point: MAE and the paired comparison with GRPO (the group mean)
     rows = reference["cases"]
     for point, spec in ((result["points"][0], chosen[0]), (result["points"][-1], chosen[1])):
-        errors = [abs(r["values"][spec] - r["target"]) for r in rows]
-        grpo = [abs(r["group_mean"] - r["target"]) for r in rows]
+        errors = [abs(r.values[spec] - r.target) for r in rows]
+        grpo = [abs(r.group_mean - r.target) for r in rows]
         assert point["mae"] == pytest.approx(sum(errors) / n)
         assert point["delta_mae"] == pytest.approx((sum(errors) - sum(grpo)) / n)
         assert point["delta_lo"] <= point["delta_mae"] <= point["delta_hi"]
@@ -245,8 +246,8 @@ def test_selection_is_by_problem_and_disjoint(cases_path, tmp_path, tiny):
 def _rows(states):
     """Eight hand-made sweep rows: ``states`` states per problem, points "a" (close to the target)
     and "b" (the group mean)."""
-    return [{"case_id": f"p{k // states}#s{k % states}", "field": "math", "target": (k % 4) / 4,
-             "group_mean": 0.5, "values": {"a": (k % 4) / 4 + (0.25 if k % 3 else 0.0), "b": 0.5}}
+    return [CaseRow(case_id=f"p{k // states}#s{k % states}", field="math", target=(k % 4) / 4, group_mean=0.5,
+                    continuations=(), values={"a": (k % 4) / 4 + (0.25 if k % 3 else 0.0), "b": 0.5})
             for k in range(8)]
 
 
@@ -257,7 +258,7 @@ def test_sweep_intervals_resample_problems_when_cases_share_them(tmp_path):
     rows = _rows(2)
     summary = sveb_sweep.summarise(rows, points, labels, n_boot=300, seed=1)
     assert summary["resampled"] == "problems"
-    diffs = [abs(r["values"]["a"] - r["target"]) - abs(r["group_mean"] - r["target"]) for r in rows]
+    diffs = [abs(r.values["a"] - r.target) - abs(r.group_mean - r.target) for r in rows]
     a = summary["points"][0]
     by_problem = bootstrap_ci(diffs, n_boot=300, seed=1, clusters=[f"p{k // 2}" for k in range(8)])
     assert (a["delta_lo"], a["delta_hi"]) == by_problem != bootstrap_ci(diffs, n_boot=300, seed=1)
@@ -341,7 +342,7 @@ def test_label_names_the_method_and_is_not_a_parameter(tmp_path, tiny):
                                  methods[2]: "MC 1"}
     assert results["methods"][methods[1]]["config"]["layer"] == -2 and "label" not in results["methods"][methods[1]]
     assert parse_method(methods[1]) == ("hista", None, {"layer": -2}, "Hista L-2")
-    assert all(r["length"] == 6 for r in results["cases"])
+    assert all(r.length == 6 for r in results["cases"])
     out = tmp_path / "results.json"
     from hista.jsonio import write_json_atomic
     from hista.sveb import results as results_file
@@ -448,11 +449,47 @@ def test_results_rows_may_record_a_length(tmp_path, length, ok):
     path = tmp_path / "results.json"
     path.write_text(json.dumps(data))
     if ok:
-        assert results_file.read(path)["cases"][1]["length"] == length
+        assert results_file.read(path)["cases"][1].length == length
     else:
         with pytest.raises(InputError) as err:
             results_file.read(path)
         assert err.value.field == "cases[1].length"
+
+
+@pytest.mark.parametrize("field, value", [("state", {"rollout": -1, "t": 2}), ("state", [0, 2]),
+                                          ("structure", ["interval"])])
+def test_results_rows_state_and_structure_are_checked(tmp_path, field, value):
+    """A row's optional state ({rollout, t}, non-negative integers) and structure (an object) are
+    read into a typed row only when they have that shape; otherwise the file and field are named."""
+    from hista.sveb import results as results_file
+
+    data = json.loads((DATA / "sveb_results_tiny.json").read_text())
+    path = tmp_path / "results.json"
+    data["cases"][1]["state"] = {"rollout": 3, "t": 0}
+    path.write_text(json.dumps(data))
+    assert results_file.read(path)["cases"][1].state == RowState(rollout=3, t=0)
+    data["cases"][1][field] = value
+    path.write_text(json.dumps(data))
+    with pytest.raises(InputError) as err:
+        results_file.read(path)
+    assert err.value.field == f"cases[1].{field}" and err.value.path == str(path)
+
+
+@pytest.mark.parametrize("field, value", [("field", None), ("continuations", []), ("continuations", [2.0]),
+                                          ("state", {"rollout": 0})])
+def test_resume_refuses_a_values_row_that_is_not_a_case_row(cases_path, tmp_path, tiny, field, value):
+    """A values file whose row lacks what a case row holds stops the resume at that line and field."""
+    out = tmp_path / "s"
+    _sweep(cases_path, out, tiny, grid="layer=-1,-2")
+    lines = (out / "values.jsonl").read_text().splitlines(keepends=True)
+    row = json.loads(lines[2])
+    row[field] = value
+    (out / "values.jsonl").write_text("".join(lines[:2]) + json.dumps(row) + "\n")
+    before = (out / "values.jsonl").read_bytes()
+    with pytest.raises(InputError) as err:
+        _sweep(cases_path, out, tiny, grid="layer=-1,-2")
+    assert (err.value.path, err.value.line, err.value.field) == (str(out / "values.jsonl"), 3, field)
+    assert (out / "values.jsonl").read_bytes() == before
 
 
 def test_split_writes_the_sweeps_selection_and_report_parts(tmp_path):

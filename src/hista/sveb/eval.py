@@ -25,6 +25,7 @@ from . import cases, fits, metrics, paired, ranks, segments
 from .methods import Method, build_methods
 from .presets import DEFAULT_METHODS
 from .results import MAX_VALUE
+from .rows import CaseRow, RowState
 
 
 @dataclasses.dataclass
@@ -128,9 +129,10 @@ def open_critics(chosen: dict[str, Method], folders: Optional[Sequence[str | Pat
     return bound
 
 
-def evaluate_case(record: dict, setup: Setup) -> dict:
-    """The result row of one case: ``case_id``, ``problem`` (the case file's problem of
-    the case, :func:`hista.sveb.cases.problems_of`), ``field``, ``target``, ``group_mean`` (of
+def evaluate_case(record: dict, setup: Setup) -> CaseRow:
+    """The result row of one case (:class:`hista.sveb.rows.CaseRow`): ``case_id``, ``problem``
+    (the case file's problem of the case, :func:`hista.sveb.cases.problems_of`), ``field``,
+    ``target``, ``group_mean`` (of
     the group as the protocol shows it: under ``"leak-free"`` the mean of the other rollouts'
     rewards), ``continuations``, ``state``, ``length`` (completion tokens of the state's
     rollout), ``values`` (method -> value at the state, the group shown as ``setup.protocol``
@@ -175,12 +177,11 @@ def evaluate_case(record: dict, setup: Setup) -> dict:
         if math.isfinite(values[m]) and abs(values[m]) > MAX_VALUE:  # NaN and inf are stored as null
             raise InputError(f"method {m!r} gave the value {values[m]!r} on case {record['key']}, beyond "
                              f"the {MAX_VALUE:g} a results file holds", path=str(path), field="methods")
-    rollout = record["rollouts"][record["state"]["rollout"]]
-    return {"case_id": record["key"], "problem": setup.case_file.problem(record), "field": record["field"],
-            "target": record["target"], "group_mean": float(shown[None].rewards.mean()),
-            "continuations": record["continuations"], "state": record["state"],
-            "length": len(rollout["completion_ids"]), "values": values, "leak": leak,
-            **({"structure": structure} if structure else {})}
+    return CaseRow(case_id=record["key"], problem=setup.case_file.problem(record), field=record["field"],
+                   target=record["target"], group_mean=float(shown[None].rewards.mean()),
+                   continuations=tuple(record["continuations"]), state=RowState(state.rollout, state.t),
+                   length=len(record["rollouts"][state.rollout]["completion_ids"]), values=values, leak=leak,
+                   structure=structure)
 
 
 def evaluate(path: str | Path, methods: Sequence[str] = DEFAULT_METHODS, *, model: Optional[str] = None,

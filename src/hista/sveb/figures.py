@@ -14,8 +14,9 @@ from .. import estimators
 from ..errors import InputError
 from .labels import field_label, label_of
 from .methods import Method
-from .metrics import grpo_value, is_mcs_row, summary_rows
+from .metrics import is_mcs_row, summary_rows
 from .present import finite, new_figure, save_figure
+from .rows import CaseRow
 
 __all__ = ["plot_mae", "plot_differences", "plot_delta", "difference_stats"]
 
@@ -123,17 +124,13 @@ def _figure2_order(methods: Mapping[str, Method]) -> list[str]:
     return sorted(methods, key=lambda m: _panel_rank(methods[m]))  # stable: the given order within a rank
 
 
-def _differences(records: Sequence[dict], method: str) -> list[float]:
+def _differences(records: Sequence[CaseRow], method: str) -> list[float]:
     """V − V_GRPO of ``method`` on every case that has both a finite value and group mean."""
-    d = []
-    for rec in records:
-        v, g = (rec.get("values") or {}).get(method), grpo_value(rec)
-        if finite(v) and math.isfinite(g):
-            d.append(float(v) - g)
-    return d
+    return [rec.value(method) - rec.grpo for rec in records
+            if math.isfinite(rec.value(method)) and math.isfinite(rec.grpo)]
 
 
-def difference_stats(records: Sequence[dict], methods: Mapping[str, Method]) -> dict[str, dict[str, float]]:
+def difference_stats(records: Sequence[CaseRow], methods: Mapping[str, Method]) -> dict[str, dict[str, float]]:
     """How far each estimator's value V moves from the GRPO baseline V_GRPO, the case's group
     mean (the paper's Figure 2): method -> ``{"n", "mean", "std", "mean_abs"}`` of
     V − V_GRPO over the cases with both (``std`` the population standard deviation,
@@ -150,7 +147,7 @@ def difference_stats(records: Sequence[dict], methods: Mapping[str, Method]) -> 
 
 
 def plot_differences(
-    records: Sequence[dict],
+    records: Sequence[CaseRow],
     methods: Mapping[str, Method],
     path: str | os.PathLike,
     labels: Mapping[str, str] | None = None,

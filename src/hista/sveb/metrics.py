@@ -2,13 +2,9 @@
 Monte-Carlo target, and the exact MCS@n noise rows of the paper's Table 4.
 
 Everything here is pure (no I/O) and deterministic. A *record* is one benchmark case as the
-``eval`` step hands it over::
-
-    {"case_id": str, "field": str, "target": float, "group_mean": float,
-     "continuations": [M rewards], "values": {method: value}}
-
-``target`` is the mean of the M continuation rewards (the MCS@M reference value of the state),
-``values`` the state value each estimator predicted for it. :func:`summary_rows` and
+``eval`` step hands it over, a :class:`hista.sveb.rows.CaseRow`: its ``target`` is the mean of
+the M continuation rewards (the MCS@M reference value of the state), its ``values`` the state
+value each estimator predicted for it. :func:`summary_rows` and
 :func:`is_mcs_row` read the rows of a summary back, for the report's tables and figures.
 """
 
@@ -21,8 +17,9 @@ import numpy as np
 
 from ..bootstrap import clustered_means
 from .cases import problem_of
+from .rows import CaseRow
 
-__all__ = ["mcs_error", "bootstrap_ci", "pearson", "case_problems", "resampling", "summarise", "value_of",
+__all__ = ["mcs_error", "bootstrap_ci", "pearson", "case_problems", "resampling", "summarise",
            "summary_rows", "is_mcs_row", "MAX_MCS_TERMS"]
 
 #: Largest number of terms ``mcs_error`` will sum for non-binary rewards before refusing.
@@ -211,19 +208,9 @@ def pearson(x: Sequence[float], y: Sequence[float]) -> float:
 # --------------------------------------------------------------------------------------------
 
 
-#: The GRPO baseline of a case: its row's ``group_mean``, the mean reward of the case's
-#: group as the methods were shown it (the others' mean under the leak-free protocol). Every
-#: comparison against GRPO (here, ``paired``, ``ranks``, ``sweep``, ``figures``) reads it through
-#: :func:`grpo_value`, and its MAE is :func:`grpo_mae`.
-GRPO_FIELD = "group_mean"
-
-
-def grpo_value(row: Mapping[str, Any]) -> float:
-    """The row's GRPO baseline, or NaN when it is missing, None, a boolean or not finite."""
-    v = row.get(GRPO_FIELD)
-    if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
-        return math.nan
-    return float(v)
+#: The GRPO baseline of a case is its row's ``group_mean`` (:data:`hista.sveb.rows.GRPO_FIELD`),
+#: read through :attr:`hista.sveb.rows.CaseRow.grpo` by every comparison against GRPO (here,
+#: ``paired``, ``ranks``, ``sweep``, ``figures``); its MAE is :func:`grpo_mae`.
 
 
 #: the name of the row a report builds from :data:`GRPO_FIELD` when ``grpo`` is not among the methods
@@ -237,42 +224,25 @@ def grpo_name(names: Collection[str]) -> Optional[str]:
     return "grpo" if "grpo" in names else GRPO_ROW if GRPO_ROW in names else None
 
 
-def has_grpo(rows: Sequence[Mapping[str, Any]]) -> bool:
+def has_grpo(rows: Sequence[CaseRow]) -> bool:
     """Whether there are rows and every one records its GRPO baseline."""
-    return bool(rows) and all(math.isfinite(grpo_value(row)) for row in rows)
+    return bool(rows) and all(math.isfinite(row.grpo) for row in rows)
 
 
-def grpo_mae(rows: Sequence[Mapping[str, Any]]) -> float:
+def grpo_mae(rows: Sequence[CaseRow]) -> float:
     """The MAE of the GRPO baseline over ``rows``: mean |group_mean − target|; NaN
     without rows."""
-    errors = [abs(grpo_value(row) - float(row["target"])) for row in rows]
+    errors = [abs(row.grpo - float(row.target)) for row in rows]
     return math.fsum(errors) / len(errors) if errors else math.nan
 
 
-def value_of(record: Mapping[str, Any], method: str) -> float:
-    """The method's value in a case row, or NaN when missing, None, non-numeric or
-    non-finite."""
-    values = record.get("values") or {}
-    v = values.get(method) if isinstance(values, Mapping) else None
-    if v is None or isinstance(v, bool):
-        return math.nan
-    try:
-        v = float(v)
-    except (TypeError, ValueError):
-        return math.nan
-    return v if math.isfinite(v) else math.nan
-
-
-def case_problems(records: Sequence[Mapping[str, Any]]) -> list[str] | None:
+def case_problems(records: Sequence[CaseRow]) -> list[str]:
     """The problem of each record: its ``problem`` (what ``sveb eval`` records: cases
-    that share a prompt are one problem, :func:`hista.sveb.cases.problems_of`) or, in rows
-    written before rows recorded it, the problem id of its ``case_id``; None when some record
-    has neither."""
-    if all(isinstance(rec.get("problem"), str) for rec in records):
-        return [rec["problem"] for rec in records]
-    if not all(isinstance(rec.get("case_id"), str) for rec in records):
-        return None
-    return [problem_of(rec["case_id"]) for rec in records]
+    that share a prompt are one problem, :func:`hista.sveb.cases.problems_of`) or, when some
+    row was written before rows recorded it, the problem id of each ``case_id``."""
+    if all(rec.problem is not None for rec in records):
+        return [rec.problem for rec in records]
+    return [problem_of(rec.case_id) for rec in records]
 
 
 def resampling(labels: Sequence[str] | None) -> str:
@@ -298,7 +268,7 @@ def _cell(errors: list[float], xs: list[float] | None, ys: list[float] | None, s
 
 
 def summarise(
-    records: Sequence[dict],
+    records: Sequence[CaseRow],
     methods: Sequence[str],
     mcs: Sequence[int] = (1, 2, 3),
     n_boot: int = 2000,
@@ -319,7 +289,7 @@ def summarise(
     its 95% percentile bootstrap interval, ``pearson`` = r(value, target)), then
     ``MCS@n`` for each n in ``mcs`` (``mae`` = mean over cases of ``mcs_error(continuations,
     n)``, the exact expected error of averaging n of the M continuations; ``pearson`` NaN).
-    A case whose value for a method is missing, None or NaN is left out of that method's
+    A case whose value for a method is missing, None or not finite is left out of that method's
     cell and counted in ``skipped``; so is a case with fewer than n continuations for
     ``MCS@n``. ``n`` is the number of cases used. Cells with no cases have NaN statistics.
     ``grpo_mae`` is the MAE of the GRPO baseline, the group mean every case records
@@ -328,13 +298,13 @@ def summarise(
     The intervals resample the cases or, when some problem holds more than one of the records
     (:func:`resampling`; a case's problem: :func:`case_problems`), the problems, each
     with all its cases in the cell (:func:`bootstrap_ci` with ``clusters``): ``resampled`` says
-    which, ``n_problems`` counts the problems (None when :func:`case_problems` is).
+    which, ``n_problems`` counts the problems.
     """
     methods, mcs, mcs_rows = _row_keys(methods, mcs)
     by_field = _by_field(records)
     fields = list(by_field)
     labels = case_problems(records)
-    problem = dict(zip(map(id, records), labels)) if labels else None
+    problem = dict(zip(map(id, records), labels))
     rows: dict[str, dict[str, dict[str, Any]]] = {}
     for method in methods:
         rows[method] = {field: _method_cell(method, recs, n_boot, seed, problem) for field, recs in by_field.items()}
@@ -350,20 +320,20 @@ def summarise(
         "n_boot": n_boot,
         "seed": seed,
         "resampled": resampling(labels),
-        "n_problems": None if labels is None else len(set(labels)),
+        "n_problems": len(set(labels)),
     }
     if has_grpo(records):
         summary["grpo_mae"] = {field: grpo_mae(recs) for field, recs in by_field.items()}
     return summary
 
 
-def leak_summary(records: Sequence[dict], methods: Sequence[str]) -> dict[str, Optional[float]]:
+def leak_summary(records: Sequence[CaseRow], methods: Sequence[str]) -> dict[str, Optional[float]]:
     """Method -> the mean over cases of its ``leak`` (|ΔV| at the state when the state's own
     rollout's reward is flipped; docs/sveb.md "Protocols"): 0 for a valid baseline, 1/G for the
     group mean. None for a method no case records it for (rows made before issue 63)."""
     out: dict[str, Optional[float]] = {}
     for method in methods:
-        found = [rec["leak"][method] for rec in records if method in (rec.get("leak") or {})]
+        found = [rec.leak[method] for rec in records if method in rec.leak]
         found = [x for x in found if x is not None and math.isfinite(x)]
         out[method] = sum(found) / len(found) if found else None
     return out
@@ -383,36 +353,33 @@ def _row_keys(methods: Sequence[str], mcs: Sequence[int]) -> tuple[list[str], li
     return methods, mcs, mcs_rows
 
 
-def _by_field(records: Sequence[dict]) -> dict[str, list[dict]]:
+def _by_field(records: Sequence[CaseRow]) -> dict[str, list[CaseRow]]:
     """The records of each field, the fields sorted, then every record under "all"."""
-    by_field: dict[str, list[dict]] = {}
-    for i, rec in enumerate(records):
-        if "field" not in rec or "target" not in rec:
-            who = rec.get("case_id", f"#{i}")
-            raise ValueError(f"record {who}: needs 'field' and 'target'")
-        field = str(rec["field"])
+    by_field: dict[str, list[CaseRow]] = {}
+    for rec in records:
+        field = str(rec.field)
         if field == "all":
             raise ValueError("'all' is reserved for the pooled column and cannot be a field name")
         by_field.setdefault(field, []).append(rec)
     return {**{field: by_field[field] for field in sorted(by_field)}, "all": list(records)}
 
 
-def _clusters(problem: Mapping[int, str] | None, recs: list[dict]) -> list[str] | None:
-    """The problems of these records (by ``id``), if known: the clusters the bootstrap resamples."""
-    return [problem[id(rec)] for rec in recs] if problem else None
+def _clusters(problem: Mapping[int, str], recs: list[CaseRow]) -> list[str]:
+    """The problems of these records (by ``id``): the clusters the bootstrap resamples."""
+    return [problem[id(rec)] for rec in recs]
 
 
-def _method_cell(method: str, recs: list[dict], n_boot: int, seed: int,
-                 problem: Mapping[int, str] | None) -> dict[str, Any]:
+def _method_cell(method: str, recs: list[CaseRow], n_boot: int, seed: int,
+                 problem: Mapping[int, str]) -> dict[str, Any]:
     """A method's cell over ``recs``: MAE = mean |value - target| over the cases with
     both finite, its bootstrap interval and Pearson r; the others counted in ``skipped``."""
     errors: list[float] = []
     xs: list[float] = []
     ys: list[float] = []
-    used: list[dict] = []
+    used: list[CaseRow] = []
     skipped = 0
     for rec in recs:
-        v, t = value_of(rec, method), float(rec["target"])
+        v, t = rec.value(method), float(rec.target)
         if math.isnan(v) or not math.isfinite(t):
             skipped += 1
             continue
@@ -423,14 +390,14 @@ def _method_cell(method: str, recs: list[dict], n_boot: int, seed: int,
     return _cell(errors, xs, ys, skipped, n_boot, seed, _clusters(problem, used))
 
 
-def _mcs_row(k: int, records: Sequence[dict], by_field: Mapping[str, list[dict]], n_boot: int, seed: int,
-             problem: Mapping[int, str] | None) -> dict[str, dict[str, Any]]:
+def _mcs_row(k: int, records: Sequence[CaseRow], by_field: Mapping[str, list[CaseRow]], n_boot: int, seed: int,
+             problem: Mapping[int, str]) -> dict[str, dict[str, Any]]:
     """The ``MCS@k`` row: per field the mean of ``mcs_error(continuations, k)`` over the
     cases with k or more continuations, the others counted in ``skipped``."""
     # The per-case error does not depend on the field: compute it once per case.
     per_case: list[float] = []
     for rec in records:
-        conts = rec.get("continuations") or []
+        conts = rec.continuations
         per_case.append(mcs_error(conts, k) if len(conts) >= k else math.nan)
     error_of = {id(rec): e for rec, e in zip(records, per_case)}
     row = {}

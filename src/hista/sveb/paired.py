@@ -14,11 +14,12 @@ and deterministic given ``seed``.
 from __future__ import annotations
 
 import math
-from typing import Any, Mapping, Sequence
+from typing import Any, Sequence
 
 import numpy as np
 
-from .metrics import GRPO_FIELD, bootstrap_ci, case_problems, grpo_value, pearson, resampling, value_of
+from .metrics import bootstrap_ci, case_problems, pearson, resampling
+from .rows import GRPO_FIELD, CaseRow, finite_or_nan
 
 __all__ = ["paired_summary", "position_slice", "length_slices", "TIE_TOLERANCE", "POSITION_LABELS"]
 
@@ -28,33 +29,25 @@ TIE_TOLERANCE = 1e-12
 POSITION_LABELS = ("t/T [0, 1/3)", "t/T [1/3, 2/3)", "t/T [2/3, 1]")
 
 
-def _float_or_nan(x: Any) -> float:
-    """``x`` as a float when it is a finite number (not a boolean), else NaN."""
-    if isinstance(x, bool) or not isinstance(x, (int, float)):
-        return math.nan
-    return float(x) if math.isfinite(x) else math.nan
-
-
-def _length(row: Mapping[str, Any]) -> int | None:
+def _length(row: CaseRow) -> int | None:
     """The row's response length (completion tokens) when it is a positive integer, else None."""
-    n = row.get("length")
+    n = row.length
     return n if isinstance(n, int) and not isinstance(n, bool) and n > 0 else None
 
 
-def position_slice(row: Mapping[str, Any]) -> str | None:
+def position_slice(row: CaseRow) -> str | None:
     """The relative-position third of a case's state: ``t / length`` in [0, 1/3),
     [1/3, 2/3) or [2/3, 1], as one of ``POSITION_LABELS``. None when the row records no positive
-    integer ``length``, no integer ``state.t``, or ``t`` lies outside ``[0, length]``."""
+    integer ``length``, no state, or ``t`` lies outside ``[0, length]``."""
     n = _length(row)
-    state = row.get("state")
-    t = state.get("t") if isinstance(state, Mapping) else None
+    t = None if row.state is None else row.state.t
     if n is None or isinstance(t, bool) or not isinstance(t, int) or not 0 <= t <= n:
         return None
     # 3t < n and 3t < 2n in integers: exact at the boundaries (t/T = 1/3 is the middle third)
     return POSITION_LABELS[0] if 3 * t < n else POSITION_LABELS[1] if 3 * t < 2 * n else POSITION_LABELS[2]
 
 
-def length_slices(rows: Sequence[Mapping[str, Any]]) -> tuple[list[str | None], list[float]]:
+def length_slices(rows: Sequence[CaseRow]) -> tuple[list[str | None], list[float]]:
     """Response-length terciles of the rows: the cut points are the 1/3 and 2/3
     quantiles of the lengths of the rows that record one (``numpy.quantile``, linear); a row
     goes to the first tercile if its length is <= the first cut, to the second if <= the second,
@@ -79,12 +72,11 @@ def length_slices(rows: Sequence[Mapping[str, Any]]) -> tuple[list[str | None], 
 
 def _cell(diffs: list[float], errors: list[float], grpo_errors: list[float], values: list[float],
           targets: list[float], skipped: int, n_boot: int, seed: int, level: float,
-          clusters: list[str] | None) -> dict[str, Any]:
+          clusters: list[str]) -> dict[str, Any]:
     """Paired statistics of one method on one slice from its kept cases (their problems:
     ``clusters``)."""
     n = len(diffs)
-    units = n if clusters is None else len(set(clusters))  # the cases, or the problems they come from
-    if units >= 2:
+    if len(set(clusters)) >= 2:  # the problems the cases come from (each its own when none shares one)
         lo, hi = bootstrap_ci(diffs, n_boot=n_boot, seed=seed, level=level, clusters=clusters)
     else:  # no interval from fewer than 2 cases (or problems)
         lo, hi = math.nan, math.nan
@@ -108,7 +100,7 @@ def _cell(diffs: list[float], errors: list[float], grpo_errors: list[float], val
     }
 
 
-def paired_summary(rows: Sequence[Mapping[str, Any]], methods: Sequence[str], n_boot: int = 2000,
+def paired_summary(rows: Sequence[CaseRow], methods: Sequence[str], n_boot: int = 2000,
                    seed: int = 0, level: float = 0.95) -> dict:
     """Paired comparison of each method with GRPO, the row's ``group_mean``.
 
@@ -123,7 +115,7 @@ def paired_summary(rows: Sequence[Mapping[str, Any]], methods: Sequence[str], n_
     ``win``/``tie``/``loss`` (fractions of cases where the method is strictly closer to the
     target than GRPO, as close within ``TIE_TOLERANCE``, farther), ``pearson`` r(value, target),
     ``n`` (cases used) and ``skipped`` (cases of the slice left out because the method's value,
-    the target or the group mean is missing, None or NaN). Fewer than 2 cases (or, resampling
+    the target or the group mean is missing, None or not finite). Fewer than 2 cases (or, resampling
     problems, fewer than 2 problems) give NaN intervals; no cases NaN statistics.
 
     Slices, in four groups: ``all``; each ``field`` (sorted); the ``position`` thirds
@@ -132,21 +124,21 @@ def paired_summary(rows: Sequence[Mapping[str, Any]], methods: Sequence[str], n_
     of those two groups and counted in ``no_length``). Returns::
 
         {"methods": [...], "baseline": "group_mean", "level", "n_boot", "seed",
-         "resampled": "problems" or "cases", "n_problems": int or None,
+         "resampled": "problems" or "cases", "n_problems": int,
          "slices": {group: [slice names]}, "counts": {group: {slice: cases}},
          "length_cuts": [q1, q2], "no_length": int,
          "rows": {method: {group: {slice: cell}}}}
     """
     methods = list(methods)
-    _check_inputs(rows, methods, n_boot, level)
+    _check_inputs(methods, n_boot, level)
     length_of, cuts = length_slices(rows)
     members = _members(rows, length_of)
-    targets = [_float_or_nan(row["target"]) for row in rows]
-    grpo = [grpo_value(row) for row in rows]
+    targets = [finite_or_nan(row.target) for row in rows]
+    grpo = [row.grpo for row in rows]
     problems = case_problems(rows)
     out_rows: dict[str, dict[str, dict[str, Any]]] = {}
     for method in methods:
-        values = [value_of(row, method) for row in rows]
+        values = [row.value(method) for row in rows]
         out_rows[method] = {group: {name: _slice_cell(cases, values, targets, grpo, problems, n_boot, seed, level)
                                     for name, cases in slices.items()}
                             for group, slices in members.items()}
@@ -157,7 +149,7 @@ def paired_summary(rows: Sequence[Mapping[str, Any]], methods: Sequence[str], n_
         "n_boot": n_boot,
         "seed": seed,
         "resampled": resampling(problems),
-        "n_problems": None if problems is None else len(set(problems)),
+        "n_problems": len(set(problems)),
         "slices": {group: list(slices) for group, slices in members.items()},
         "counts": {group: {name: len(cases) for name, cases in slices.items()} for group, slices in members.items()},
         "length_cuts": cuts,
@@ -166,26 +158,23 @@ def paired_summary(rows: Sequence[Mapping[str, Any]], methods: Sequence[str], n_
     }
 
 
-def _check_inputs(rows: Sequence[Mapping[str, Any]], methods: list[str], n_boot: int, level: float) -> None:
-    """Refuse a method named twice, a bootstrap without resamples or level, or a row without its
-    field or target, before anything is computed."""
+def _check_inputs(methods: list[str], n_boot: int, level: float) -> None:
+    """Refuse a method named twice, or a bootstrap without resamples or level, before anything is
+    computed."""
     if len(set(methods)) != len(methods):
         raise ValueError(f"duplicate method names in {methods}")
     if n_boot < 1:
         raise ValueError(f"n_boot must be at least 1, got {n_boot}")
     if not 0.0 < level < 1.0:
         raise ValueError(f"level must be in (0, 1), got {level}")
-    for i, row in enumerate(rows):
-        if "field" not in row or "target" not in row:
-            raise ValueError(f"row {row.get('case_id', f'#{i}')}: needs 'field' and 'target'")
 
 
-def _members(rows: Sequence[Mapping[str, Any]], length_of: list[str | None]) -> dict[str, dict[str, list[int]]]:
+def _members(rows: Sequence[CaseRow], length_of: list[str | None]) -> dict[str, dict[str, list[int]]]:
     """The slices of the four groups in their order (``all``; the fields sorted; the position
     thirds; the length terciles by their shortest length), each with the indices of its rows."""
     slice_of = {  # group -> the slice each row belongs to (None: not in that group)
         "all": ["all"] * len(rows),
-        "field": [str(row["field"]) for row in rows],
+        "field": [str(row.field) for row in rows],
         "position": [position_slice(row) for row in rows],
         "length": length_of,
     }
@@ -201,13 +190,13 @@ def _members(rows: Sequence[Mapping[str, Any]], length_of: list[str | None]) -> 
 
 
 def _slice_cell(cases: list[int], values: list[float], targets: list[float], grpo: list[float],
-                problems: list[str] | None, n_boot: int, seed: int, level: float) -> dict[str, Any]:
+                problems: list[str], n_boot: int, seed: int, level: float) -> dict[str, Any]:
     """One method's paired cell on the rows ``cases`` of a slice: the per-case
     differences ``|v - t| - |g - t|`` of the cases with a value, a target and a group mean."""
     used = [i for i in cases if not (math.isnan(values[i]) or math.isnan(targets[i]) or math.isnan(grpo[i]))]
     errors = [abs(values[i] - targets[i]) for i in used]
     grpo_errors = [abs(grpo[i] - targets[i]) for i in used]
     diffs = [e - g for e, g in zip(errors, grpo_errors)]
-    clusters = [problems[i] for i in used] if problems else None
+    clusters = [problems[i] for i in used]
     return _cell(diffs, errors, grpo_errors, [values[i] for i in used], [targets[i] for i in used],
                  len(cases) - len(diffs), n_boot, seed, level, clusters)

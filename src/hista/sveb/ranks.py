@@ -29,7 +29,8 @@ from typing import Any, Mapping, Sequence
 
 import numpy as np
 
-from .metrics import GRPO_ROW, case_problems, grpo_name, grpo_value, has_grpo, pearson, resampling, value_of
+from .metrics import GRPO_ROW, case_problems, grpo_name, has_grpo, pearson, resampling
+from .rows import CaseRow
 
 __all__ = ["ranks", "spearman", "auroc", "rank_summary", "STATISTICS", "MIN_WITHIN"]
 
@@ -96,7 +97,7 @@ def _outcomes(rewards: Sequence[float]) -> tuple[int, int]:
     return sum(1 for r in rewards if r == 1), sum(1 for r in rewards if r == 0)
 
 
-def rows_of(records: Sequence[Mapping[str, Any]], methods: Sequence[str], mcs: Sequence[int]) -> dict[str, Row]:
+def rows_of(records: Sequence[CaseRow], methods: Sequence[str], mcs: Sequence[int]) -> dict[str, Row]:
     """GRPO (each case's ``group_mean``, unless ``grpo`` is one of the methods), each method and
     each MCS@k as :class:`Row` (module docstring); a case a row cannot score (a missing value,
     too few continuations) is left out of that row."""
@@ -106,18 +107,18 @@ def rows_of(records: Sequence[Mapping[str, Any]], methods: Sequence[str], mcs: S
         cols = list(zip(*entries)) if entries else [[], [], [], [], []]
         return Row(*(np.asarray(c, dtype=np.int64 if k == 0 else np.float64) for k, c in enumerate(cols)))
 
-    def own(i: int, rec: Mapping[str, Any], value: float) -> tuple[int, float, float, int, int]:
-        return (i, value, float(rec["target"]), *_outcomes(rec.get("continuations") or []))
+    def own(i: int, rec: CaseRow, value: float) -> tuple[int, float, float, int, int]:
+        return (i, value, float(rec.target), *_outcomes(rec.continuations))
 
     if "grpo" not in methods and has_grpo(records):
-        out[GRPO_ROW] = row([own(i, rec, grpo_value(rec)) for i, rec in enumerate(records)])
+        out[GRPO_ROW] = row([own(i, rec, rec.grpo) for i, rec in enumerate(records)])
     for method in methods:
-        out[method] = row([own(i, rec, value_of(rec, method)) for i, rec in enumerate(records)
-                           if math.isfinite(value_of(rec, method))])
+        out[method] = row([own(i, rec, rec.value(method)) for i, rec in enumerate(records)
+                           if math.isfinite(rec.value(method))])
     for k in mcs:
         entries = []
         for i, rec in enumerate(records):
-            conts = [float(c) for c in rec.get("continuations") or []]
+            conts = [float(c) for c in rec.continuations]
             if len(conts) > k:
                 rest = conts[k:]
                 entries.append((i, math.fsum(conts[:k]) / k, math.fsum(rest) / len(rest), *_outcomes(rest)))
@@ -154,7 +155,7 @@ def _statistics(row: Row, weight: np.ndarray, drawn: np.ndarray, within: dict[in
             "auroc": auroc(row.values, row.wins * times, row.losses * times)}
 
 
-def rank_summary(records: Sequence[Mapping[str, Any]], methods: Sequence[str], mcs: Sequence[int] = (1, 2),
+def rank_summary(records: Sequence[CaseRow], methods: Sequence[str], mcs: Sequence[int] = (1, 2),
                  n_boot: int = 2000, seed: int = 0, level: float = 0.95) -> dict:
     """Rank metrics of every row (module docstring)::
 
@@ -168,9 +169,8 @@ def rank_summary(records: Sequence[Mapping[str, Any]], methods: Sequence[str], m
     absent for GRPO (the ``grpo`` method, else the ``GRPO`` row of the group means), for the MCS
     rows (other cases, other targets) and without a GRPO row."""
     labels = case_problems(records)
-    unit = labels if labels is not None else [str(i) for i in range(len(records))]
     numbers: dict[str, int] = {}
-    problem = np.asarray([numbers.setdefault(u, len(numbers)) for u in unit], dtype=np.int64)
+    problem = np.asarray([numbers.setdefault(u, len(numbers)) for u in labels], dtype=np.int64)
     clustered = resampling(labels) == "problems"
     rows = rows_of(records, methods, mcs)
     ones = np.ones(len(records), dtype=np.int64)

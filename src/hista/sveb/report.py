@@ -19,6 +19,7 @@ from .metrics import leak_summary
 from .paired import paired_summary
 from .present import resampled as over
 from .ranks import rank_summary
+from .rows import CaseRow
 from .segments import segment_summary, segment_table
 from .tables import (
     differences_table,
@@ -55,7 +56,7 @@ REPORT_FILES = {"markdown": "report.md", "json": "report.json", "mae_plot": "mae
 
 def write_report(
     summary: dict,
-    records: Sequence[dict],
+    records: Sequence[CaseRow],
     methods: Mapping[str, Method],
     out_dir: str | os.PathLike,
     *,
@@ -100,7 +101,7 @@ def _report_paths(out_dir: str | os.PathLike) -> dict[str, Path]:
     return paths
 
 
-def _report_numbers(summary: dict, records: Sequence[dict], methods: Mapping[str, Method], paired: dict,
+def _report_numbers(summary: dict, records: Sequence[CaseRow], methods: Mapping[str, Method], paired: dict,
                     labels: dict[str, str], protocol: str) -> dict[str, Any]:
     """The content of ``report.json``, in its key order: what every table of ``report.md`` reads."""
     ppo = table1(summary, methods, labels)

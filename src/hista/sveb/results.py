@@ -2,9 +2,10 @@
 reads, checked against its schema on read.
 
 A results file holds ``methods`` (method spec -> estimator configuration), ``labels`` (method
-spec -> display name), ``cases`` (one row per case: ``case_id``, ``problem`` (optional: older
-files lack it), ``field``, ``target``, ``group_mean``, ``continuations`` and
-``values``, method -> state value or null) and the
+spec -> display name), ``cases`` (one row per case, :class:`hista.sveb.rows.CaseRow`: ``case_id``,
+``problem`` (optional: older files lack it), ``field``, ``target``, ``group_mean``,
+``continuations``, ``values``, method -> state value or null, and the optional ``state``,
+``length``, ``leak`` and ``structure``) and the
 ``summary`` computed from those rows by :func:`hista.sveb.metrics.summarise`. The summary is a
 deterministic function of the rows and of its ``n_boot``, ``seed`` and ``mcs_rows``, so the
 report recomputes it (:func:`summarise`) instead of trusting the stored numbers: only the rows
@@ -26,6 +27,7 @@ from ..jsonio import loads
 from ..schema import Where, is_int, is_unit, kind, require, short, text
 from . import metrics
 from .cases import PROTOCOLS
+from .rows import CaseRow
 
 __all__ = ["read", "summarise", "MAX_N_BOOT", "MAX_MCS_N", "MAX_VALUE"]
 
@@ -96,6 +98,9 @@ def _row(row: Any, k: int, methods: dict, seen: dict[str, int], where: Where) ->
         where.fail(f"{row['target']!r} is not the mean of the continuation rewards ({mean!r})", prefix + "target")
     if "length" in row and not (is_int(row["length"]) and row["length"] >= 0):  # optional: completion tokens
         where.fail(f"expected a non-negative integer, got {short(row['length'])}", prefix + "length")
+    check_state(row.get("state"), where, prefix + "state")
+    if not isinstance(row.get("structure", {}), dict):  # optional: method -> the structure it resolved
+        where.fail(f"expected an object (method -> structure), got {kind(row['structure'])}", prefix + "structure")
     values = require(row, "values", dict, where, prefix, what="an object (method -> value)")
     for method in methods:
         if method not in values:
@@ -115,6 +120,14 @@ def _row(row: Any, k: int, methods: dict, seen: dict[str, int], where: Where) ->
             where.fail("is not one of the file's methods", f"{prefix}leak.{method}")
         if value is not None and not (_is_value(value) and value >= 0):
             where.fail(f"expected a non-negative number or null, got {short(value)}", f"{prefix}leak.{method}")
+
+
+def check_state(state: Any, where: Where, field: str) -> None:
+    """A row's optional ``state`` (older files lack it): None, or the rollout and token of the case's
+    state, ``{rollout, t}``, non-negative integers."""
+    if state is not None and not (isinstance(state, dict) and is_int(state.get("rollout")) and state["rollout"] >= 0
+                                  and is_int(state.get("t")) and state["t"] >= 0):
+        where.fail(f"expected {{rollout, t}}, non-negative integers, got {short(state)}", field)
 
 
 def _method_record(record: dict, where: Where, prefix: str) -> None:
@@ -169,12 +182,12 @@ def _validate(data: Any, where: Where) -> dict[str, Any]:
     seen: dict[str, int] = {}
     for k, row in enumerate(rows):
         _row(row, k, methods, seen, where)
-    return data
+    return {**data, "cases": [CaseRow.from_json(row) for row in rows]}
 
 
 def read(path: str | os.PathLike) -> dict[str, Any]:
     """Read a results file written by ``sveb eval`` and check it against its schema;
-    returns the parsed object unchanged.
+    returns the parsed object with its ``cases`` as :class:`hista.sveb.rows.CaseRow` rows.
 
     The file must be one strict UTF-8 JSON object (no NaN or Infinity) with ``methods``
     (a non-empty object, method spec -> configuration object), ``labels`` (method -> string),

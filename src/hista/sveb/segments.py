@@ -18,32 +18,32 @@ from collections import defaultdict
 from typing import Any, Optional, Sequence
 
 from .metrics import GRPO_ROW, bootstrap_ci
+from .rows import CaseRow
 
 #: |MC change| from which a segment counts as decisive (4 of 16 continuations swing)
 DECISIVE = 0.25
 
 
-def pairs(rows: Sequence[dict]) -> list[tuple[dict, dict]]:
+def pairs(rows: Sequence[CaseRow]) -> list[tuple[CaseRow, CaseRow]]:
     """Consecutive states (a, b), t_a < t_b, of one rollout of one problem id, in row order of t
-    (rows without a ``state``, hand-made summaries' rows, take no part)."""
-    by_rollout: dict[tuple[str, int], list[dict]] = defaultdict(list)
+    (rows without a ``state``, written before rows recorded it, take no part)."""
+    by_rollout: dict[tuple[str, int], list[CaseRow]] = defaultdict(list)
     for row in rows:
-        if not isinstance(row.get("state"), dict) or "case_id" not in row:  # a row that names no state
-            continue
-        by_rollout[(row["case_id"].split("#")[0], row["state"]["rollout"])].append(row)
+        if row.state is not None:
+            by_rollout[(row.case_id.split("#")[0], row.state.rollout)].append(row)
     out = []
     for states in by_rollout.values():
-        states = sorted(states, key=lambda r: r["state"]["t"])
-        out += [(a, b) for a, b in zip(states, states[1:]) if a["state"]["t"] < b["state"]["t"]]
+        states = sorted(states, key=lambda r: r.state.t)
+        out += [(a, b) for a, b in zip(states, states[1:]) if a.state.t < b.state.t]
     return out
 
 
-def _value(row: dict, method: str) -> Optional[float]:
-    value = (row.get("values") or {}).get(method)
-    return value if value is not None and math.isfinite(value) else None
+def _value(row: CaseRow, method: str) -> Optional[float]:
+    value = row.value(method)
+    return None if math.isnan(value) else value
 
 
-def segment_summary(rows: Sequence[dict], methods: Sequence[str], *, n_boot: int = 2000, seed: int = 0,
+def segment_summary(rows: Sequence[CaseRow], methods: Sequence[str], *, n_boot: int = 2000, seed: int = 0,
                     decisive: float = DECISIVE) -> dict[str, Any]:
     """Per method, over the segment pairs of ``rows`` (:func:`pairs`): ``n`` pairs, ``error`` the
     mean |(V̂_b − V̂_a) − (target_b − target_a)| with its bootstrap interval (``lo``, ``hi``,
@@ -52,8 +52,8 @@ def segment_summary(rows: Sequence[dict], methods: Sequence[str], *, n_boot: int
     decisive pairs credited less than 0.01 in size. ``n_decisive`` counts those pairs; the GRPO
     row (``grpo``: the group mean, constant along a rollout) is the no-credit baseline."""
     found = pairs(rows)
-    problems = [a["case_id"].split("#")[0] for a, _ in found]
-    mc = [b["target"] - a["target"] for a, b in found]
+    problems = [a.case_id.split("#")[0] for a, _ in found]
+    mc = [b.target - a.target for a, b in found]
     out: dict[str, Any] = {"n_pairs": len(found), "n_decisive": sum(abs(d) >= decisive for d in mc),
                            "decisive": decisive, "methods": {}}
     for method in list(methods) if "grpo" in methods else ["grpo", *methods]:

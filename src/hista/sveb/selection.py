@@ -18,6 +18,7 @@ from . import cases
 from .cases import fold_problems, problem_of, problems_of, split_problems
 from .metrics import case_problems
 from .paired import paired_summary
+from .rows import CaseRow
 
 __all__ = ["selection_plan", "select", "split_cases", "DEFAULT_SELECT_ON"]
 
@@ -76,16 +77,16 @@ def selection_plan(problems: Sequence[str], *, folds: Optional[int], select_on: 
     return {"mode": "split", "seed": seed, "fraction": fraction, "selection": selection, "report": report}
 
 
-def _maes(rows: Sequence[dict], specs: Sequence[str]) -> dict[str, float]:
+def _maes(rows: Sequence[CaseRow], specs: Sequence[str]) -> dict[str, float]:
     """MAE of each spec over the rows where it has a value (NaN where it has none)."""
     out = {}
     for spec in specs:
-        errors = [abs(r["values"][spec] - r["target"]) for r in rows if r["values"][spec] is not None]
+        errors = [abs(r.values[spec] - r.target) for r in rows if r.values[spec] is not None]
         out[spec] = math.fsum(errors) / len(errors) if errors else math.nan
     return out
 
 
-def _best(rows: Sequence[dict], specs: Sequence[str]) -> tuple[Optional[str], float]:
+def _best(rows: Sequence[CaseRow], specs: Sequence[str]) -> tuple[Optional[str], float]:
     """The spec of lowest MAE on ``rows`` (the first of equals), and that MAE."""
     maes = _maes(rows, specs)
     finite = [s for s in specs if math.isfinite(maes[s])]
@@ -95,10 +96,10 @@ def _best(rows: Sequence[dict], specs: Sequence[str]) -> tuple[Optional[str], fl
     return best, maes[best]
 
 
-def _reported(rows: Sequence[dict], picks: Sequence[Optional[str]], n_boot: int, seed: int) -> dict:
+def _reported(rows: Sequence[CaseRow], picks: Sequence[Optional[str]], n_boot: int, seed: int) -> dict:
     """Paired statistics of the picked point's value on each row (``picks[i]`` for row i), and
     what its interval resampled."""
-    merged = [dict(r, values={"picked": None if p is None else r["values"][p]}) for r, p in zip(rows, picks)]
+    merged = [r.with_values({"picked": None if p is None else r.values[p]}) for r, p in zip(rows, picks)]
     paired = paired_summary(merged, ["picked"], n_boot=n_boot, seed=seed)
     cell = paired["rows"]["picked"]["all"]["all"]
     return {"mae": cell["mae"], "grpo_mae": cell["grpo_mae"], "delta_mae": cell["delta"], "delta_lo": cell["lo"],
@@ -106,7 +107,7 @@ def _reported(rows: Sequence[dict], picks: Sequence[Optional[str]], n_boot: int,
             "resampled": paired["resampled"]}
 
 
-def select(rows: Sequence[dict], specs: Sequence[str], labels: dict[str, str], plan: dict, *,
+def select(rows: Sequence[CaseRow], specs: Sequence[str], labels: dict[str, str], plan: dict, *,
            n_boot: int = 2000, seed: int = 0) -> dict:
     """Choose the best point on one part of the problems and report it on the other (SPEC §8
     ``sweep``). ``plan`` from :func:`selection_plan`:

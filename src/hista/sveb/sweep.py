@@ -17,6 +17,7 @@ Reading order:
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from pathlib import Path
 from typing import Any, Optional, Sequence, Union
@@ -36,6 +37,8 @@ from .methods import build_methods
 from .metrics import grpo_mae
 from .paired import paired_summary
 from .ranks import auroc, rows_of, spearman
+from .results import check_state
+from .rows import CaseRow
 from .selection import select, selection_plan
 from .sweep_outputs import output_names, write_outputs
 
@@ -87,7 +90,7 @@ def sweep(cases_path: Union[str, Path], out: Union[str, Path], *, base: Optional
             setup.states.close()
     stored = read_values(values_path, header, keys)
 
-    rows = [dict(stored[r["key"]], problem=case_file.problem(r)) for r in records]  # rows of older sweeps lack it
+    rows = [dataclasses.replace(stored[r["key"]], problem=case_file.problem(r)) for r in records]  # old rows lack it
     labels = {s: method.label for s, method in chosen.items()}
     result = {"hista_version": __version__, "code": provenance.code(), "cases_file": str(cases_path),
               "protocol": protocol,
@@ -150,12 +153,12 @@ def _append_rows(path: Path, todo: Sequence[dict], setup: Optional[Setup], *, to
     bar = tqdm(total=total, initial=total - len(todo), desc="sveb sweep", unit="case", disable=not progress)
     for record in todo:
         row = evaluate_case(record, setup)
-        cases.append(path, jsonable({"kind": "case", **row}))
+        cases.append(path, jsonable({"kind": "case", **row.to_json()}))
         bar.update(1)
     bar.close()
 
 
-def read_values(path: Path, header: dict, keys: set[str]) -> Optional[dict[str, dict]]:
+def read_values(path: Path, header: dict, keys: set[str]) -> Optional[dict[str, CaseRow]]:
     """The case rows of a sweep's values file (case id -> row), the cases a rerun skips; None when
     the file does not exist or holds no header yet. A last line cut short by a crash is left out
     (``sweep`` cuts it off once the header matched). An InputError names the file and line of
@@ -176,11 +179,11 @@ def read_values(path: Path, header: dict, keys: set[str]) -> Optional[dict[str, 
         differs = sorted(k for k in header if not isinstance(stored, dict) or stored.get(k) != header[k])
         raise InputError(f"was written by another sweep (its {', '.join(differs) or 'header'} differ); use another "
                          "--out, or remove the folder to start again", path=str(path), line=1)
-    rows: dict[str, dict] = {}
+    rows: dict[str, CaseRow] = {}
     for number, line in enumerate(lines[1:], start=2):
         row = loads(line, path=str(path), line=number)
         _check_row(row, header["specs"], keys, rows, Where(path, number))
-        rows[row["case_id"]] = row
+        rows[row["case_id"]] = CaseRow.from_json(row)
     return rows
 
 
@@ -193,9 +196,15 @@ def _check_row(row: Any, specs: list[str], keys: set[str], seen: dict, where: Wh
         where.fail(f"case {short(case_id)} is not in the cases file: use another --out", "case_id")
     if case_id in seen:
         where.fail(f"case {short(case_id)} is there twice", "case_id")
+    if not isinstance(row.get("field"), str):
+        where.fail(f"expected the case's field, got {short(row.get('field'))}", "field")
     for name in ("target", "group_mean"):
         if not is_unit(row.get(name)):
             where.fail(f"expected a number in [0, 1], got {short(row.get(name))}", name)
+    check_state(row.get("state"), where, "state")
+    conts = row.get("continuations")
+    if not isinstance(conts, list) or not conts or not all(is_unit(c) for c in conts):
+        where.fail(f"expected a non-empty list of rewards in [0, 1], got {short(conts)}", "continuations")
     values = row.get("values")
     if not isinstance(values, dict) or set(values) != set(specs):
         where.fail(f"expected a value for each of the {len(specs)} points, got {kind(values)}", "values")
@@ -212,7 +221,7 @@ def _finite_or_none(x: float) -> Optional[float]:
     return x if math.isfinite(x) else None
 
 
-def summarise(rows: Sequence[dict], points: Sequence[tuple[str, Optional[dict]]], labels: dict[str, str], *,
+def summarise(rows: Sequence[CaseRow], points: Sequence[tuple[str, Optional[dict]]], labels: dict[str, str], *,
               n_boot: int = 2000, seed: int = 0) -> dict:
     """Per point (SPEC §8 ``sweep``): ``spec``, ``label``, ``params`` (its grid values), ``mae``,
     ``delta_mae`` = MAE − GRPO MAE on the same cases (GRPO: the row's group mean) with
