@@ -17,15 +17,15 @@ pass near the state, and Numca's from the rollouts that have written the same nu
 Where the estimators disagree with GRPO, the Monte-Carlo column says which one is closer.
 """
 import argparse
-
-import torch
+import itertools
 
 from hista import estimators, rewards, tasks
 from hista.advantages import build_group
 from hista.estimators.leakage import without_reward
 from hista.models import load
 from hista.models.forward import decoder_layers, hidden_states
-from hista.rollout.config import SYSTEM_PROMPT
+from hista.rollout.config import SYSTEM_PROMPT, SamplingConfig
+from hista.rollout.engine import GenerateEngine
 from hista.types import State
 
 ap = argparse.ArgumentParser()
@@ -38,19 +38,15 @@ args = ap.parse_args()
 
 lm = load(args.model)
 model, tok = lm.model, lm.tokenizer
-torch.manual_seed(0)
+engine = GenerateEngine(lm, SamplingConfig(temperature=0.7, max_new_tokens=48))
+seeds = itertools.count()
 
 
 def sample(prefixes: list[list[int]], n: int) -> list[list[int]]:
-    """n completions of each token-id prefix (plain generate; tokens up to the first EOS)."""
-    rows = [p for p in prefixes for _ in range(n)]
-    width = max(map(len, rows))
-    ids = torch.tensor([[tok.pad_token_id] * (width - len(r)) + r for r in rows])
-    mask = torch.tensor([[0] * (width - len(r)) + [1] * len(r) for r in rows])
-    with torch.no_grad():
-        out = model.generate(input_ids=ids, attention_mask=mask, do_sample=True, temperature=0.7,
-                             max_new_tokens=48, pad_token_id=tok.pad_token_id)[:, width:].tolist()
-    return [c[: c.index(tok.eos_token_id) + 1] if tok.eos_token_id in c else c for c in out]
+    """n completions of each token-id prefix from hista's engine (tokens up to the first EOS), the
+    rows of one prefix sharing its encoding; each call draws with a seed of its own."""
+    groups = engine.generate_from_ids(prefixes, n, seed=next(seeds))
+    return [rollout.completion_ids for group in groups for rollout in group]
 
 
 def reward(problem: dict, ids: list[int]) -> float:

@@ -8,6 +8,7 @@ loads take well under a second.
 
 from __future__ import annotations
 
+import copy
 import importlib.metadata
 import importlib.util
 import json
@@ -230,29 +231,46 @@ def _reconvert_hint(target: Path) -> str:
     return f"remove the folder {target} (rm -r) and hista converts the embedded model again on the next load"
 
 
+#: the tokenizer folder last read by :func:`_tiny_tokenizer` (its path, files' times and sizes) -> the tokenizer
+_TINY_TOKENIZER: dict[tuple, Any] = {}
+
+
 def tokenizer_for_tiny():
-    """The SmolLM2 tokenizer (real, offline), used by the ``tiny`` model."""
+    """The SmolLM2 tokenizer (real, offline), used by the ``tiny`` model: a copy of
+    :func:`_tiny_tokenizer`'s, which its caller may change (padding side, chat template)."""
+    return copy.deepcopy(_tiny_tokenizer())
+
+
+def _tiny_tokenizer():
+    """The ``tiny`` model's tokenizer from hista's cache (made from the embedded GGUF file the
+    first time), or from the converted embedded model's folder; the folder is parsed once per
+    process while its files stay as they are. Shared: read it, do not change it."""
     from transformers import AutoTokenizer
 
     target = _cache_folder("tokenizers", EMBEDDED)
     if not (target / "tokenizer_config.json").is_file():
         model_dir = cache_dir() / "models" / EMBEDDED
         if (model_dir / "tokenizer_config.json").is_file():
-            return AutoTokenizer.from_pretrained(model_dir)
-        source = _embedded_gguf_dir()
-        _atomic_save(
-            target,
-            lambda tmp: AutoTokenizer.from_pretrained(source, gguf_file=EMBEDDED_GGUF).save_pretrained(tmp),
-        )
-    return AutoTokenizer.from_pretrained(target)
+            target = model_dir
+        else:
+            source = _embedded_gguf_dir()
+            _atomic_save(
+                target,
+                lambda tmp: AutoTokenizer.from_pretrained(source, gguf_file=EMBEDDED_GGUF).save_pretrained(tmp),
+            )
+    key = (str(target), *sorted((p.name, p.stat().st_mtime_ns, p.stat().st_size) for p in target.iterdir()
+                                if p.name.startswith(("tokenizer", "special_tokens", "chat_template"))))
+    if key not in _TINY_TOKENIZER:
+        _TINY_TOKENIZER.clear()
+        _TINY_TOKENIZER[key] = AutoTokenizer.from_pretrained(target)
+    return _TINY_TOKENIZER[key]
 
 
-def build_tiny(seed: int = 0, hidden_size: int = 64, layers: int = 2) -> LoadedModel:
-    """A small randomly initialised Llama (deterministic for a seed) with a real tokenizer."""
-    from transformers import LlamaConfig, LlamaForCausalLM
+def _tiny_config(tok: Any, hidden_size: int, layers: int) -> Any:
+    """The configuration of the ``tiny`` Llama over the tokenizer ``tok``."""
+    from transformers import LlamaConfig
 
-    tok = tokenizer_for_tiny()
-    config = LlamaConfig(
+    return LlamaConfig(
         vocab_size=len(tok),
         hidden_size=hidden_size,
         intermediate_size=2 * hidden_size,
@@ -265,6 +283,14 @@ def build_tiny(seed: int = 0, hidden_size: int = 64, layers: int = 2) -> LoadedM
         eos_token_id=tok.eos_token_id,
         pad_token_id=tok.pad_token_id,
     )
+
+
+def build_tiny(seed: int = 0, hidden_size: int = 64, layers: int = 2) -> LoadedModel:
+    """A small randomly initialised Llama (deterministic for a seed) with a real tokenizer."""
+    from transformers import LlamaForCausalLM
+
+    tok = tokenizer_for_tiny()
+    config = _tiny_config(tok, hidden_size, layers)
     with torch.random.fork_rng():
         torch.manual_seed(seed)
         model = LlamaForCausalLM(config)
@@ -295,7 +321,7 @@ def model_config(name_or_path: str) -> Any:
     ``config.json``, or a hub id's configuration from the hub or the local cache. None when it
     cannot be read here (a hub id that is neither reachable nor cached)."""
     if name_or_path == "tiny":
-        return build_tiny().model.config
+        return _tiny_config(_tiny_tokenizer(), hidden_size=64, layers=2)
     from transformers import AutoConfig
 
     if name_or_path == EMBEDDED:
