@@ -126,8 +126,8 @@ def _figure2_order(methods: Mapping[str, Method]) -> list[str]:
 
 def _differences(records: Sequence[CaseRow], method: str) -> list[float]:
     """V − V_GRPO of ``method`` on every case that has both a finite value and group mean."""
-    return [rec.value(method) - rec.grpo for rec in records
-            if math.isfinite(rec.value(method)) and math.isfinite(rec.grpo)]
+    differences = (rec.value(method) - rec.grpo for rec in records)
+    return [d for d in differences if math.isfinite(d)]
 
 
 def difference_stats(records: Sequence[CaseRow], methods: Mapping[str, Method]) -> dict[str, dict[str, float]]:

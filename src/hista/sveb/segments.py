@@ -38,11 +38,6 @@ def pairs(rows: Sequence[CaseRow]) -> list[tuple[CaseRow, CaseRow]]:
     return out
 
 
-def _value(row: CaseRow, method: str) -> Optional[float]:
-    value = row.value(method)
-    return None if math.isnan(value) else value
-
-
 def segment_summary(rows: Sequence[CaseRow], methods: Sequence[str], *, n_boot: int = 2000, seed: int = 0,
                     decisive: float = DECISIVE) -> dict[str, Any]:
     """Per method, over the segment pairs of ``rows`` (:func:`pairs`): ``n`` pairs, ``error`` the
@@ -57,12 +52,11 @@ def segment_summary(rows: Sequence[CaseRow], methods: Sequence[str], *, n_boot: 
     out: dict[str, Any] = {"n_pairs": len(found), "n_decisive": sum(abs(d) >= decisive for d in mc),
                            "decisive": decisive, "methods": {}}
     for method in list(methods) if "grpo" in methods else ["grpo", *methods]:
-        if method in methods:
-            credit = [None if _value(b, method) is None or _value(a, method) is None
-                      else _value(b, method) - _value(a, method) for a, b in found]
+        if method in methods:  # NaN where either state has no value
+            credit = [b.value(method) - a.value(method) for a, b in found]
         else:  # the group mean, which every case records: the same value at every state of a rollout
             credit = [0.0] * len(found)
-        errors = [math.nan if c is None else abs(c - d) for c, d in zip(credit, mc)]
+        errors = [abs(c - d) for c, d in zip(credit, mc)]
         kept = [k for k, e in enumerate(errors) if not math.isnan(e)]
         sharp = [k for k in kept if abs(mc[k]) >= decisive]
         lo, hi = bootstrap_ci([errors[k] for k in kept], n_boot=n_boot, seed=seed,
