@@ -294,22 +294,35 @@ def test_train_two_steps_on_tiny(tmp_path, capsys, estimator, loss):
     assert saved["code"] == provenance.code() and all(r["commit"] == saved["code"]["commit"] for r in rows)
 
 
-def test_one_run_builds_one_estimator(tmp_path, monkeypatch):
-    """Issue 67 item 1: recipe validation, the checks before the run, the resume point and the
-    trainer read the recipe's one estimator object (it was built six times)."""
+def test_one_run_builds_one_recipe_estimator_loss_and_evaluation_plan(tmp_path, monkeypatch):
+    """Issue 67 item 1: one `hista train` parses its recipe into one Recipe, and validation, the
+    checks before the run, the resume point and the trainer read its one estimator (it was built
+    six times), its one policy loss (built twice) and its one parsed ``eval`` section (three)."""
     from hista.estimators.base import Estimator
+    from hista.losses import Loss
+    from hista.train import evaluate
+    from hista.train.recipe import Recipe
 
     built = []
-    init = Estimator.__init__
 
-    def counted(self, *args, **kwargs):
-        built.append(type(self).__name__)
-        init(self, *args, **kwargs)
+    def count(cls, method):
+        original = getattr(cls, method)
 
-    monkeypatch.setattr(Estimator, "__init__", counted)
+        def counted(self, *args, **kwargs):
+            built.append(type(self).__name__)
+            return original(self, *args, **kwargs)
+        monkeypatch.setattr(cls, method, counted)
+
+    for cls, method in ((Recipe, "__post_init__"), (Estimator, "__init__"), (Loss, "__init__")):
+        count(cls, method)
+    parse = evaluate.parse
+    monkeypatch.setattr(evaluate, "parse", lambda section: built.append("TrainEval") or parse(section))
     assert main(["train", str(SMOKE), "model=tiny", f"output_dir={tmp_path / 'run'}", "advantage_estimator.name=hista",
-                 "trl.max_steps=1", "trl.max_completion_length=8"]) == 0
-    assert built == ["Hista"]
+                 "loss.name=cispo", "trl.max_steps=1", "trl.max_completion_length=8",
+                 "eval.suites=builtin:arith?steps=1", "eval.every=1", "eval.limit=2", "eval.max_new_tokens=8",
+                 "eval.at_start=false"]) == 0
+    assert sorted(built) == ["Hista", "Loss", "Recipe", "TrainEval"]
+    assert (tmp_path / "run" / "eval" / "step-1.json").is_file()  # the plan was used
 
 
 def test_training_resumes_from_its_checkpoint(tmp_path, capsys):

@@ -212,6 +212,28 @@ class Recipe:
         cfg = {k: v for k, v in section.items() if k not in ("gae_lambda", "scale")}
         return estimators.get(cfg.pop("name"), **cfg)
 
+    @functools.cached_property
+    def policy_loss(self) -> Any:
+        """The recipe's policy loss, built once from its ``loss`` section (its configuration
+        checked and completed with the loss's defaults): validation, the GRPOConfig and the
+        trainer read this one object. Raises what :func:`hista.losses.get` raises (not cached
+        then)."""
+        from .. import losses
+
+        cfg = dict(self.loss)
+        return losses.get(cfg.pop("name", "dapo"), **cfg)
+
+    @functools.cached_property
+    def evaluation(self) -> Any:
+        """The recipe's ``eval`` section parsed once (:func:`hista.train.evaluate.parse`, a
+        ``TrainEval``), or None when the recipe evaluates nothing during training. Raises the
+        InputError the parse raises (not cached then)."""
+        if self.eval is None:
+            return None
+        from .evaluate import parse
+
+        return parse(self.eval)
+
     def estimator_config(self) -> dict:
         """The advantage_estimator section with the defaults filled in: ``gae_lambda`` the
         estimator's (1.0; the critic's ``lam`` for ``critic``), and ``scale`` the estimator's
@@ -267,11 +289,9 @@ class Recipe:
         be told; bf16 on a machine without a CUDA GPU gets a message that says what to change.
         ``portable``: leave out the settings that depend on the machine (``MACHINE_SETTINGS``),
         to check the rest of a recipe meant for other machines."""
-        from ..losses import default_config
-
         GRPOConfig = require_trl().GRPOConfig
 
-        loss = {**default_config(self.loss["name"]), **self.loss}
+        loss = self.policy_loss.config
         kwargs = {"output_dir": self.output_dir, "seed": self.seed, "beta": float(loss.get("beta", 0.0)),
                   "logging_steps": 1, "report_to": "none", "save_strategy": "steps", "save_steps": 50,
                   "disable_tqdm": False, **self.trl}
@@ -542,7 +562,7 @@ def _check_loss(recipe: Recipe) -> Any:
         if key in hints and key != "name" and (problem := type_error(value, hints[key])) is not None:
             raise recipe.error(f"loss.{key}", problem)
     try:
-        return losses.get(name, **{k: v for k, v in recipe.loss.items() if k != "name"})
+        return recipe.policy_loss
     except (ValueError, TypeError) as exc:
         raise recipe.error("loss", str(exc) if not isinstance(exc, InputError) else exc.message) from None
 
@@ -655,12 +675,8 @@ def _launch_config(recipe: Recipe, config: Path) -> Any:
 
 def _check_eval(recipe: Recipe) -> None:
     """The ``eval`` section, parsed as the run parses it, its errors located in the section."""
-    if recipe.eval is None:
-        return
-    from .evaluate import parse
-
     try:
-        parse(recipe.eval)
+        _ = recipe.evaluation
     except InputError as exc:
         raise recipe.error(f"eval.{exc.field}" if exc.field else "eval", exc.message) from None
 

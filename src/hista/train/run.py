@@ -296,10 +296,10 @@ def check_inputs_outside(recipe: Recipe, out: Path) -> None:
     the run would overwrite or remove it: an InputError naming the output file, or
     about ``output_dir``."""
     from ..evaluation.run import task_files
-    from .evaluate import parse
 
+    plan = recipe.evaluation
     inputs = [recipe.source, *tasks.input_files(recipe.task_specs),
-              *(task_files(parse(recipe.eval).config.suites) if recipe.eval is not None else ())]
+              *(task_files(plan.config.suites) if plan is not None else ())]
     check_not_inputs([out / name for name in OWN_FILES], inputs)
     root = Path(os.path.realpath(out))
     for path in inputs:
@@ -375,7 +375,6 @@ def train(recipe: Recipe, overwrite: bool = False) -> dict:
 
     trl = require_trl()  # before the modules that import it
     from .evaluate import EvaluateDuringTraining
-    from .evaluate import parse as parse_eval
     from .trainer import HistaGRPOTrainer
 
     replaced = check_output_dir(recipe, overwrite)
@@ -385,7 +384,7 @@ def train(recipe: Recipe, overwrite: bool = False) -> dict:
     if checkpoint is not None and 0 < config.max_steps <= checkpoint[0]:
         return _finished(recipe, out, checkpoint)
     problems = load_problems(recipe)
-    plan = parse_eval(recipe.eval) if recipe.eval is not None else None
+    plan = recipe.evaluation
     dataset, staged_pool = _dataset(recipe, problems, plan, config)
     model, tokenizer, policy = load_policy(recipe)
     callbacks = [ReplaceEarlierRun(replaced, staged_pool), MetricsLog(out / "metrics.jsonl")]
@@ -394,7 +393,8 @@ def train(recipe: Recipe, overwrite: bool = False) -> dict:
         callbacks.append(evaluation)  # after ReplaceEarlierRun: its step-0 row goes into the new metrics.jsonl
     trainer = HistaGRPOTrainer(
         model=model, reward_funcs=[correct], args=config, train_dataset=dataset, processing_class=tokenizer,
-        advantage_estimator=recipe.estimator_config(), estimator=recipe.estimator, loss=recipe.loss, policy=policy,
+        advantage_estimator=recipe.estimator_config(), estimator=recipe.estimator, loss=recipe.loss,
+        policy_loss=recipe.policy_loss, policy=policy,
         callbacks=callbacks,
         rollout_engine=recipe.rollout_engine, dynamic_sampling=recipe.dynamic_sampling,
         packed_loss=recipe.packed_loss,

@@ -56,7 +56,8 @@ class HistaGRPOTrainer(GRPOTrainer):
     (``rollout_engine``: auto, hista or trl; :mod:`hista.train.rollouts`).
     ``advantage_estimator``: ``{"name": ..., "gae_lambda": ..., "scale": ..., **estimator
     parameters}``, built here unless ``estimator`` is that estimator already built (``hista
-    train`` passes its recipe's one object); ``loss``: ``{"name": ..., **policy_loss parameters}``.
+    train`` passes its recipe's one object); ``loss``: ``{"name": ..., **policy_loss
+    parameters}``, likewise built here unless ``policy_loss`` is that loss already built.
     What is captured and passed on is decided by what the estimator and the loss declare
     (``needs_hidden`` and its layer, ``needs_text``, ``needs_entropy``, ``needs_ref_logp``,
     ``trains_with_policy``). ``policy``: (name, revision) of the policy as
@@ -70,8 +71,9 @@ class HistaGRPOTrainer(GRPOTrainer):
     padded forward."""
 
     def __init__(self, *args: Any, advantage_estimator: dict, loss: dict, estimator: Optional[Estimator] = None,
-                 policy: Optional[tuple[str, Optional[str]]] = None, rollout_engine: str = "auto",
-                 dynamic_sampling: Union[bool, dict] = False, packed_loss: bool = True, **kwargs: Any):
+                 policy_loss: Optional[losses.Loss] = None, policy: Optional[tuple[str, Optional[str]]] = None,
+                 rollout_engine: str = "auto", dynamic_sampling: Union[bool, dict] = False, packed_loss: bool = True,
+                 **kwargs: Any):
         est_cfg = dict(advantage_estimator)
         name = est_cfg.pop("name", "grpo")
         # the recipe's, or None: hista.advantages.estimate falls back to the estimator's own
@@ -79,7 +81,7 @@ class HistaGRPOTrainer(GRPOTrainer):
         self.estimator = estimator if estimator is not None else estimators.get(name, **est_cfg)
         loss_cfg = dict(loss)
         loss_name = loss_cfg.pop("name", "dapo")
-        self.loss = losses.get(loss_name, **loss_cfg)
+        self.loss = policy_loss if policy_loss is not None else losses.get(loss_name, **loss_cfg)
         self.dynamic_sampling = dynamic.resolve(dynamic_sampling, loss_name)
         self.sampling_round = 0  # the generation round of the step being sampled (dynamic sampling)
         self.packed_loss = packed_loss
