@@ -15,7 +15,7 @@ import math
 from pathlib import Path
 from typing import Sequence
 
-from hista.train.curves import read_metrics
+from hista.train import read_metrics
 
 # ---- Student's t without scipy ------------------------------------------------------------------
 

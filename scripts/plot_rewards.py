@@ -5,7 +5,7 @@
 
 import argparse
 
-from hista.train.curves import plot_reward_curves, read_metrics, summarise
+from hista.train import plot_reward_curves, read_metrics, reward_summary
 
 parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
 parser.add_argument("runs", nargs="+", metavar="LABEL=METRICS_JSONL")
@@ -14,5 +14,5 @@ parser.add_argument("--window", type=int, default=10, help="moving-average windo
 args = parser.parse_args()
 runs = dict(item.split("=", 1) for item in args.runs)
 for label, path in runs.items():
-    print(label, summarise(read_metrics(path)))
+    print(label, reward_summary(read_metrics(path)))
 print("wrote", plot_reward_curves(runs, args.out, window=args.window))

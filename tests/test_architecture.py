@@ -1,15 +1,19 @@
 """The shape of the code (docs/architecture.md): imports of ``src/hista`` run one way (no circle,
 function-level imports included, and no import from a lower layer to a higher one), no private
 name is imported across modules, ``hista --help`` imports no torch, and every "SPEC §" citation
-names a section of the in-repo design document (docs/spec.md)."""
+names a section of the in-repo design document (docs/spec.md), and the scripts of results/ and
+scripts/ use hista's public names only."""
 
 from __future__ import annotations
 
 import ast
+import importlib
+import importlib.util
 import re
 import subprocess
 import sys
 from pathlib import Path
+from typing import Optional
 
 import pytest
 
@@ -175,6 +179,37 @@ def test_tests_use_public_names():
                     and len(node.args) >= 2 and isinstance(node.args[1], ast.Constant)
                     and isinstance(node.args[1].value, str) and _private(node.args[1].value)):
                 wrong.append(f"{path.name}:{node.lineno}: monkeypatches {node.args[1].value}")
+    assert wrong == []
+
+
+def _public(module: str) -> Optional[set[str]]:
+    """The public names of a hista module: its ``__all__`` (None when it declares none, which
+    makes the whole module internal)."""
+    names = getattr(importlib.import_module(module), "__all__", None)
+    return None if names is None else set(names)
+
+
+def test_results_and_scripts_use_the_public_api():
+    """Issue 67 item 8: the scripts of results/ and scripts/ import from hista only what a
+    module's ``__all__`` offers (a package's face, or a module that declares one), so that no
+    internal module is kept alive for them."""
+    wrong = []
+    for path in sorted([*(ROOT / "results").rglob("*.py"), *(ROOT / "scripts").rglob("*.py")]):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            where = f"{path.relative_to(ROOT)}:{node.lineno if hasattr(node, 'lineno') else 0}"
+            if isinstance(node, ast.Import):
+                wrong += [f"{where}: import {a.name}" for a in node.names
+                          if a.name.startswith("hista.") and _public(a.name) is None]
+            elif isinstance(node, ast.ImportFrom) and (node.module or "").split(".")[0] == "hista":
+                offered = _public(node.module) if node.module != "hista" else set()
+                for alias in node.names:
+                    module = f"{node.module}.{alias.name}"
+                    parent = importlib.import_module(node.module)
+                    is_module = hasattr(parent, "__path__") and importlib.util.find_spec(module) is not None
+                    if is_module and _public(module) is not None:
+                        continue  # a module that declares its public names
+                    if offered is None or alias.name not in offered:
+                        wrong.append(f"{where}: {alias.name} from {node.module}")
     assert wrong == []
 
 

@@ -17,9 +17,7 @@ import sys
 
 import numpy as np
 
-from hista.sveb import results
-from hista.sveb.metrics import bootstrap_ci, case_problems, mcs_error
-from hista.sveb.ranks import rank_summary
+from hista.sveb import bootstrap_ci, case_problems, mcs_error, rank_summary, read_results
 
 METHODS = ("grpo", "hista", "blend", "numca", "probe")
 LABELS = {"grpo": "GRPO", "hista": "Hista (default)", "blend": "**Blend** (w 0.5)", "numca": "Numca",
@@ -33,7 +31,7 @@ def interval(x: float, lo: float, hi: float, sign: bool = False) -> str:
 
 
 def table(path: str) -> str:
-    cases = results.read(path)["cases"]
+    cases = read_results(path)["cases"]
     problems = case_problems(cases)  # rows' problems: cases sharing a prompt are one
     clustered = len(set(problems)) < len(problems)
     errors = {m: np.array([abs(c.values[m] - c.target) for c in cases]) for m in METHODS}

@@ -24,8 +24,7 @@ from pathlib import Path
 
 import numpy as np
 
-from hista.sveb.cases import read_cases
-from hista.sveb.metrics import bootstrap_ci
+from hista.sveb import bootstrap_ci, read_cases
 
 MARGIN = 0.010
 

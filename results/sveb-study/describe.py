@@ -14,7 +14,7 @@ from __future__ import annotations
 import argparse
 import statistics
 
-from hista.sveb import cases
+from hista.sveb import read_case_records
 
 
 def quartiles(values: list[float]) -> str:
@@ -28,7 +28,7 @@ def main() -> None:
     ap.add_argument("cases")
     ap.add_argument("--interval", type=int, action="append", help="Hista node interval (default 50 and 10)")
     args = ap.parse_args()
-    records = cases.read(args.cases)
+    records = read_case_records(args.cases)
     kept = [r for r in records if r["kind"] == "case"]
     skips = [r for r in records if r["kind"] == "skip"]
     groups = {}

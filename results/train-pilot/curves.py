@@ -19,7 +19,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 
-from hista.train.curves import read_metrics  # noqa: E402
+from hista.train import read_metrics  # noqa: E402
 
 HERE = Path(__file__).resolve().parent
 

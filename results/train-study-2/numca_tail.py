@@ -20,7 +20,7 @@ import statistics
 from report import read_json_gz, runs
 
 from hista.estimators import get
-from hista.train.curves import read_metrics
+from hista.train import read_metrics
 from hista.types import Rollout, RolloutGroup
 
 GROUP = [("16 + 12 = 28\n\nThe final answer is 28.", 1.0), ("16 + 12 = 28", 1.0),

@@ -1,9 +1,9 @@
 """Measure a study setting's difficulty-filtered pool once (README.md, "Pools"), as `hista train`
-would at its start, into runs/train-study-2/pool-K/pool/ (resumable), and copy pool.jsonl and
-accuracy.jsonl here as pool-K.jsonl and pool-accuracy-K.jsonl (settings.json as pool-settings-K.json),
-and the kept problems' records as pool-problems-K.jsonl (the SVEB cases' problems). run.sh rebuilds
-the folder in each run from these files; the recipes have the same pool settings (pool_filter.seed
-0), so no run measures it again.
+would at its start, into runs/train-study-2/pool-K/pool.new/ (resumable; pool/ when that holds
+it), and copy pool.jsonl and accuracy.jsonl here as pool-K.jsonl and pool-accuracy-K.jsonl
+(settings.json as pool-settings-K.json), and the kept problems' records as pool-problems-K.jsonl
+(the SVEB cases' problems). run.sh rebuilds the folder in each run from these files; the recipes
+have the same pool settings (pool_filter.seed 0), so no run measures it again.
 
     OMP_NUM_THREADS=2 python results/train-study-2/pool.py 1
 """
@@ -15,19 +15,12 @@ import shutil
 import sys
 from pathlib import Path
 
-from hista.models import load
-from hista.train import pool
-from hista.train.recipe import load_recipe
-from hista.train.run import load_problems
+from hista.train import load_recipe, measure_pool
 
 here = Path(__file__).parent
 key = sys.argv[1]
 recipe = load_recipe(here / f"recipe-{key}.yaml", [f"output_dir=runs/train-study-2/pool-{key}"])
-trl = recipe.trl
-folder = Path(recipe.output_dir) / "pool"
-pool.filtered(recipe, load_problems(recipe), load(recipe.model, device="cpu"), recipe.pool_filter,
-              temperature=trl.get("temperature", 1.0), top_p=trl.get("top_p", 1.0),
-              max_new_tokens=recipe.pool_filter["max_new_tokens"] or trl["max_completion_length"], folder=folder)
+_, folder = measure_pool(recipe)
 shutil.copy(folder / "pool.jsonl", here / f"pool-{key}.jsonl")
 shutil.copy(folder / "accuracy.jsonl", here / f"pool-accuracy-{key}.jsonl")
 shutil.copy(folder / "settings.json", here / f"pool-settings-{key}.json")

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import matplotlib
 
-from hista.train.curves import read_metrics
+from hista.train import read_metrics
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402

@@ -15,7 +15,7 @@ import json
 import sys
 
 from hista import provenance, rewards
-from hista.evaluation.summary import summarise
+from hista.evaluation import summarise
 
 
 def main() -> None:

@@ -25,8 +25,7 @@ HERE = Path(__file__).parent
 sys.path.insert(0, str(HERE.parent / "train-study-2"))
 from report import read_json_gz, runs, summary  # noqa: E402
 
-from hista.sveb import results  # noqa: E402
-from hista.sveb.ranks import rank_summary  # noqa: E402
+from hista.sveb import rank_summary, read_results  # noqa: E402
 
 #: label in methods.yaml -> (training arm, its paired GRPO arm, SVEB method of the study's results)
 ARMS = {
@@ -83,7 +82,7 @@ def sveb_columns(setting: int) -> dict[str, dict[str, float]]:
         out["GRPO"] = {"decisive right sign": seg[SPEC["GRPO"]]["sign"]}
     path = HERE / f"sveb-s{setting}-leak-free.json"
     if path.exists():
-        free = results.read(path)
+        free = read_results(path)
         rows = free["summary"]["rows"]
         grpo = SPEC["GRPO"]
         ranks = rank_summary(free["cases"], list(rows))["rows"]

@@ -12,6 +12,8 @@ from typing import Optional
 
 from . import __version__
 
+__all__ = ["code"]
+
 #: the repository root of a source checkout (src/hista/provenance.py → the folder above src/)
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -8,6 +8,8 @@ from typing import Any, Optional
 
 import torch
 
+__all__ = ["Rollout", "RolloutGroup", "State"]
+
 
 @dataclass
 class Rollout:

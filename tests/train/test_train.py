@@ -393,7 +393,8 @@ def test_cpu_smoke_recipe_on_the_embedded_model(tmp_path, capsys, estimator, los
 
 
 def test_reward_curves_from_metrics_files(tmp_path):
-    from hista.train.curves import moving_average, plot_reward_curves, read_metrics, summarise
+    from hista.train import plot_reward_curves, read_metrics, reward_summary
+    from hista.train.curves import moving_average
 
     path = tmp_path / "metrics.jsonl"
     rows = [{"step": s, "reward": r} for s, r in [(1, 0.0), (2, 1.0), (2, 0.5), (3, 1.0)]]  # step 2 resumed
@@ -401,12 +402,12 @@ def test_reward_curves_from_metrics_files(tmp_path):
     got = read_metrics(path)
     assert [r["reward"] for r in got] == [0.0, 0.5, 1.0]
     assert moving_average(torch.tensor([1.0, 3.0, 5.0]).numpy(), 2).tolist() == [1.0, 2.0, 4.0]
-    assert summarise(got, last=2) == {"steps": 3, "mean": 0.5, "first2": 0.25, "last2": 0.75}
+    assert reward_summary(got, last=2) == {"steps": 3, "mean": 0.5, "first2": 0.25, "last2": 0.75}
     png = plot_reward_curves({"a": path, "b": path}, tmp_path / "c.png", window=2)
     assert png.read_bytes()[:4] == b"\x89PNG"
     rows = [{"step": 0, "eval/arith/avg@1": 0.2}, *rows, {"step": 3, "reward": 1.0, "eval/arith/avg@1": 0.6}]
     path.write_text("".join(json.dumps(r) + "\n" for r in rows))  # evaluations during training
-    assert summarise(read_metrics(path), last=2)["steps"] == 3
+    assert reward_summary(read_metrics(path), last=2)["steps"] == 3
     png = plot_reward_curves({"a": path}, tmp_path / "d.png", window=2)
     assert png.read_bytes()[:4] == b"\x89PNG"
 

@@ -12,6 +12,7 @@ from .compare import compare
 from .metrics import pass_at_k
 from .run import EvalConfig, check_suites, evaluate, output_paths, read_results
 from .suites import PRESETS
+from .summary import summarise
 
 __all__ = ["PRESETS", "EvalConfig", "ModelSource", "check_suites", "compare", "evaluate", "output_paths", "pass_at_k",
-           "read_results"]
+           "read_results", "summarise"]

@@ -4,7 +4,9 @@
     train(load_recipe("recipes/cpu-smoke.yaml", ["loss.name=strace"]))
 """
 
+from .curves import plot_reward_curves, read_metrics, reward_summary
 from .recipe import Recipe, load_recipe, validate
-from .run import train
+from .run import measure_pool, train
 
-__all__ = ["Recipe", "load_recipe", "train", "validate"]
+__all__ = ["Recipe", "load_recipe", "measure_pool", "plot_reward_curves", "read_metrics", "reward_summary", "train",
+           "validate"]

@@ -28,7 +28,7 @@ def moving_average(values: np.ndarray, window: int) -> np.ndarray:
     return (cumsum[idx] - cumsum[lo]) / (idx - lo)
 
 
-def summarise(rows: list[dict], key: str = "reward", last: int = 25) -> dict:
+def reward_summary(rows: list[dict], key: str = "reward", last: int = 25) -> dict:
     """Mean of ``key`` over the first and the last ``last`` steps and over all steps."""
     values = np.array([r[key] for r in rows if key in r], dtype=float)
     return {"steps": len(values), "mean": float(values.mean()), f"first{last}": float(values[:last].mean()),

@@ -130,6 +130,18 @@ def filter_pool(recipe: Recipe, problems: list[tuple[str, dict]],
                          folder=Path(recipe.output_dir) / "pool")
 
 
+def measure_pool(recipe: Recipe) -> tuple[list[tuple[str, dict]], Path]:
+    """The problems the recipe's ``pool_filter`` keeps, measured as a run measures them before
+    its first step (:func:`filter_pool`), and the folder holding the pool's files
+    (``pool.jsonl``, ``accuracy.jsonl``, ``settings.json``): ``OUTPUT_DIR/pool.new/`` when
+    measured now, ``OUTPUT_DIR/pool/`` when that held this pool already. An InputError about
+    ``pool_filter`` when the recipe sets none."""
+    if not recipe.pool_filter:
+        raise recipe.error("pool_filter", "the recipe filters no pool: set pool_filter")
+    kept, staged = filter_pool(recipe, load_problems(recipe), recipe.grpo_config())
+    return kept, staged if staged is not None else Path(recipe.output_dir) / "pool"
+
+
 def correct(completions: list, answer: list, verifier: list, **_: Any) -> list[float]:
     """TRL reward function: 1.0 when the verifier of each problem accepts the completion."""
     texts = [c[-1]["content"] if isinstance(c, list) else str(c) for c in completions]
