@@ -43,6 +43,22 @@ def _measure(tmp_path: Path, band=(0.0, 0.0), problems=40, extra=(), pool_extra=
     return recipe, kept
 
 
+def test_measure_pool_measures_as_the_run_would_and_names_the_folder(tmp_path):
+    from hista.train import measure_pool
+
+    recipe = load_recipe(SMOKE, ["model=tiny", "problems=6", f"output_dir={tmp_path}", "trl.max_completion_length=6",
+                                 "pool_filter={band: [0, 0], samples: 2}"])
+    kept, folder = measure_pool(recipe)
+    assert folder == tmp_path / "pool.new" and len(kept) == 6  # the tiny model solves nothing
+    assert [json.loads(line)["id"] for line in (folder / "pool.jsonl").read_text().splitlines()] == \
+        [rec["id"] for _, rec in kept]
+    folder.rename(tmp_path / "pool")  # as a run puts it in place when training begins
+    assert measure_pool(recipe) == (kept, tmp_path / "pool")  # read, not measured again
+    with pytest.raises(InputError, match="filters no pool") as err:
+        measure_pool(load_recipe(SMOKE, ["model=tiny"]))
+    assert err.value.field == "pool_filter"
+
+
 def test_a_measurement_cut_short_resumes_from_its_last_whole_chunk(tmp_path, capsys):
     recipe, kept = _measure(tmp_path / "full")
     assert len(kept) == 40  # the tiny model solves nothing: every accuracy is 0, inside [0, 0]
