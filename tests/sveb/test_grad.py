@@ -258,3 +258,23 @@ def test_a_group_whose_reference_rollouts_all_earned_one_reward_is_not_measured(
     parts = reference_parts(space, rows, [list(range(k * 9, (k + 1) * 9)) for k in range(3)])
     rewards = [[r["reward"] for r in rows[k * 9:(k + 1) * 9]] for k in range(3)]
     assert not reference(parts, rewards, [1, 2]).any() and reference(parts, rewards, [0, 1]).any()
+
+
+def test_a_recipe_gives_the_settings_its_run_would_use(tmp_path):
+    """`sveb grad --recipe`: each setting the recipe leaves out is TRL's default, as in the run
+    (the completion cap was 256 here while the run sampled 512 tokens)."""
+    import argparse
+
+    from trl import GRPOConfig
+
+    from hista.cli.sveb import grad_config
+
+    path = tmp_path / "recipe.yaml"
+    path.write_text("model: tiny\ntasks: builtin:arith?steps=1\nloss: {name: cispo}\ntrl: {temperature: 0.9, bf16: false}\n")
+    keys = ("model", "problems", "split", "groups", "group_size", "temperature", "max_new_tokens", "loss",
+            "max_grad_norm", "params", "adam", "batch_size", "seed")
+    config = grad_config(argparse.Namespace(recipe=str(path), tasks=None, **dict.fromkeys(keys)))
+    trl = GRPOConfig(output_dir=str(tmp_path), report_to="none", use_cpu=True)
+    assert (config.loss, config.temperature) == ("cispo", 0.9)
+    assert (config.max_new_tokens, config.group_size, config.max_grad_norm, config.mask_truncated) == \
+        (trl.max_completion_length, trl.num_generations, trl.max_grad_norm, trl.mask_truncated_completions)

@@ -162,15 +162,16 @@ CASES = BAD + ([] if not NO_CUDA else BAD_ON_CPU)
 
 
 def test_trl_defaults_are_trl_s():
-    """The defaults a null-refusal names and the batch arithmetic assumes are GRPOConfig's own."""
-    from dataclasses import fields
-
+    """A recipe's TRL setting is its own or GRPOConfig's default: what the batch arithmetic, the
+    prompt-length check and `sveb grad --recipe` read is what the run's GRPOConfig holds."""
     from trl import GRPOConfig
 
-    from hista.train.recipe import TRL_DEFAULTS
-
-    defaults = {f.name: f.default for f in fields(GRPOConfig)}
-    assert TRL_DEFAULTS == {key: defaults[key] for key in TRL_DEFAULTS}
+    recipe = load_recipe(ROOT / "recipes" / "cpu-smoke.yaml")  # sets some of them, leaves the others to TRL
+    config = GRPOConfig(output_dir="unused", report_to="none", use_cpu=True)
+    for key in ("per_device_train_batch_size", "gradient_accumulation_steps", "num_generations",
+                "max_completion_length", "temperature", "max_grad_norm", "mask_truncated_completions"):
+        expected = recipe.trl[key] if key in recipe.trl else getattr(config, key)
+        assert recipe.trl_setting(key) == expected, key
 
 
 def _ids(case):

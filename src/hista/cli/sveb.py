@@ -422,13 +422,13 @@ def grad_config(args: argparse.Namespace):
         from ..train.recipe import load_recipe
 
         recipe = load_recipe(args.recipe)
-        trl = recipe.trl
+        setting = recipe.trl_setting  # the recipe's, else TRL's default: what its run would use
         loss = dict(recipe.loss)
         fields = {"model": recipe.model, "loss": loss.pop("name"), "loss_config": loss,
-                  "temperature": trl.get("temperature", 1.0), "max_new_tokens": trl.get("max_completion_length", 256),
-                  "group_size": trl.get("num_generations", 8),
-                  "mask_truncated": bool(trl.get("mask_truncated_completions", False)),
-                  "max_grad_norm": trl.get("max_grad_norm", 1.0)}
+                  "temperature": setting("temperature"), "max_new_tokens": setting("max_completion_length"),
+                  "group_size": setting("num_generations"),
+                  "mask_truncated": bool(setting("mask_truncated_completions")),
+                  "max_grad_norm": setting("max_grad_norm")}
     for key in ("model", "problems", "split", "groups", "group_size", "temperature", "max_new_tokens", "loss",
                 "max_grad_norm", "params", "adam", "batch_size", "seed"):
         if getattr(args, key) is not None:

@@ -58,9 +58,9 @@ OWNED = {
     "top_entropy_quantile": "loss.top_entropy_fraction (strace)", "output_dir": "output_dir (top level)",
     "seed": "seed (top level)",
 }
-#: TRL's defaults for the fields that must be numbers: the batch arithmetic and the rollouts' cache.
-TRL_DEFAULTS = {"per_device_train_batch_size": 8, "gradient_accumulation_steps": 1, "num_generations": 8,
-                "max_completion_length": 512}
+#: The ``trl`` fields that must be numbers (not null): the batch arithmetic and the rollouts' cache.
+TRL_NUMBERS = ("per_device_train_batch_size", "gradient_accumulation_steps", "num_generations",
+               "max_completion_length")
 #: Splits the built-in task generators know.
 SPLITS = ("train", "test", "validation")
 #: GRPOConfig settings whose validity depends on the machine (a GPU with bf16 / tf32). A recipe
@@ -123,6 +123,13 @@ def require_trl():
         raise InputError("hista train needs TRL: pip install 'hista[trl]' (setup.sh installs it)",
                          field="trl") from None
     return trl
+
+
+@functools.cache
+def trl_defaults() -> dict[str, Any]:
+    """GRPOConfig's default for each of its fields (those with a plain default)."""
+    return {f.name: f.default for f in dataclasses.fields(require_trl().GRPOConfig)
+            if f.default is not dataclasses.MISSING}
 
 
 def _check(value: Any, hint: Any, ranges: dict, name: str) -> Optional[str]:
@@ -251,13 +258,19 @@ class Recipe:
                        or lookup(self.loss.get("name", "dapo")).advantage_scale)
         return cfg
 
+    def trl_setting(self, key: str) -> Any:
+        """The recipe's ``trl.KEY``, or GRPOConfig's default when the recipe leaves it out: what
+        the run's GRPOConfig holds, for the readers that need one setting before (or without)
+        building it."""
+        return self.trl[key] if key in self.trl else trl_defaults()[key]
+
     def batch_layout(self) -> dict:
         """Batch arithmetic of TRL: rollouts per optimiser step and per generation
         batch, prompts per generation batch, rows per process of a generation batch, and
         whether the layout is group-local (every group on one process: one process, or rows per
         process a multiple of G, since TRL emits a prompt's G rollouts back to back and each
         process gets a contiguous slice). Raises InputError when they do not divide."""
-        t = {**TRL_DEFAULTS, **self.trl}
+        t = {key: self.trl_setting(key) for key in (*TRL_NUMBERS, "steps_per_generation", "generation_batch_size")}
         per_step = t["per_device_train_batch_size"] * t["gradient_accumulation_steps"] * self.world_size
         steps = t.get("steps_per_generation") or t["gradient_accumulation_steps"]
         if t.get("generation_batch_size") is not None:
@@ -625,8 +638,8 @@ def _check_trl(recipe: Recipe, trl: Any) -> None:
             raise recipe.error(f"trl.{key}", f"not a GRPOConfig field (TRL {trl.__version__})")
         if key in UNSUPPORTED and value != UNSUPPORTED[key][0]:
             raise recipe.error(f"trl.{key}", f"{value!r} has no effect with hista's losses: {UNSUPPORTED[key][1]}")
-        if value is None and key in TRL_DEFAULTS:  # the batch arithmetic and the rollouts' cache need numbers
-            raise recipe.error(f"trl.{key}", f"must be a number, not null (TRL's default is {TRL_DEFAULTS[key]})")
+        if value is None and key in TRL_NUMBERS:  # the batch arithmetic and the rollouts' cache need numbers
+            raise recipe.error(f"trl.{key}", f"must be a number, not null (TRL's default is {trl_defaults()[key]})")
         problem = _check(value, trl_hints.get(key, Any), TRL_RANGES, key)
         if problem is not None:
             raise recipe.error(f"trl.{key}", problem)

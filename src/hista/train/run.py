@@ -75,10 +75,6 @@ def check_prompt_lengths(recipe: Recipe, problems: Optional[list[tuple[str, dict
     calls it without problems: it checks those of the sources that load without a download
     (:data:`LOCAL_SOURCES`) and leaves the others to the run. Returns a note saying what was not
     checked, else None."""
-    from dataclasses import fields
-
-    from trl import GRPOConfig
-
     from ..models import load
     from ..models.loading import context_length, model_config
     from .rollouts import pose
@@ -97,8 +93,7 @@ def check_prompt_lengths(recipe: Recipe, problems: Optional[list[tuple[str, dict
     tokenizer = tokenizer if tokenizer is not None else load(recipe.model, device="cpu", weights=False).tokenizer
     if not getattr(tokenizer, "chat_template", None):
         return None  # TRL poses conversational prompts with the chat template only: such a run fails as it loads
-    default = next(f.default for f in fields(GRPOConfig) if f.name == "max_completion_length")
-    cap, name = int(recipe.trl.get("max_completion_length", default)), "trl.max_completion_length"
+    cap, name = int(recipe.trl_setting("max_completion_length")), "trl.max_completion_length"
     if recipe.pool_filter and (recipe.pool_filter["max_new_tokens"] or 0) > cap:  # the pool's measurement
         cap, name = recipe.pool_filter["max_new_tokens"], "pool_filter.max_new_tokens"
     options = recipe.trl.get("chat_template_kwargs") or {}
