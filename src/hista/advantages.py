@@ -28,6 +28,8 @@ from .models.loading import context_length
 from .rollout.offsets import decode_with_offsets
 from .types import Rollout, RolloutGroup
 
+__all__ = ["batch_to_groups", "build_group", "estimate", "group_rows", "scatter", "token_advantages", "unpad"]
+
 Ids = Union[torch.Tensor, Sequence[Sequence[int]]]
 
 # The largest |reward| token_advantages takes. Estimators compute in float32 (largest 3.4e38):

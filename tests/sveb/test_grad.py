@@ -270,7 +270,8 @@ def test_a_recipe_gives_the_settings_its_run_would_use(tmp_path):
     from hista.cli.sveb import grad_config
 
     path = tmp_path / "recipe.yaml"
-    path.write_text("model: tiny\ntasks: builtin:arith?steps=1\nloss: {name: cispo}\ntrl: {temperature: 0.9, bf16: false}\n")
+    path.write_text("model: tiny\ntasks: builtin:arith?steps=1\nloss: {name: cispo}\n"
+                    "trl: {temperature: 0.9, bf16: false}\n")
     keys = ("model", "problems", "split", "groups", "group_size", "temperature", "max_new_tokens", "loss",
             "max_grad_norm", "params", "adam", "batch_size", "seed")
     config = grad_config(argparse.Namespace(recipe=str(path), tasks=None, **dict.fromkeys(keys)))
