@@ -10,7 +10,11 @@ ones trained on): the mean advantage of their tokens, of each half, and of the l
 stop), and the share of them whose stop gets a negative advantage; once with every rollout in the
 group (as the run does) and once with the cut rollouts left out of the group.
 
-    python results/train-study-3/stop_credit.py [N]      # N = 16: 13 minutes on a shared core
+    python results/train-study-3/stop_credit.py [N [FIRST]]   # N = 16 groups from pool problem FIRST = 0:
+                                                              # 13 minutes on a shared core
+
+The last lines give the Hista − GRPO difference of the stop token's advantage over the same
+finished rollouts with a 95% bootstrap interval that resamples groups.
 """
 
 from __future__ import annotations
@@ -25,19 +29,20 @@ from hista import rewards, tasks
 from hista.advantages import token_advantages
 from hista.models import load
 from hista.rollout import SYSTEM_PROMPT, GenerateEngine, SamplingConfig
+from hista.sveb import bootstrap_ci
 
 HERE = Path(__file__).parent
 CAP = 256
 
 
-def sample(n: int, lm) -> list[dict]:
+def sample(n: int, first: int, lm) -> list[dict]:
     """Per kept problem: prompt ids, 8 completions, their rewards and which were cut."""
     tok = lm.tokenizer
     engine = GenerateEngine(lm, SamplingConfig(temperature=0.7, max_new_tokens=CAP))
     pool = [json.loads(line)["id"] for line in (HERE / "pool.jsonl").read_text().splitlines()]
     records = {r["id"]: r for r in tasks.load(f"jsonl:{HERE / 'train.jsonl'}")}
     groups = []
-    for k, pid in enumerate(pool):
+    for k, pid in enumerate(pool[first:], start=first):
         if len(groups) == n:
             break
         rec = records[pid]
@@ -54,9 +59,9 @@ def sample(n: int, lm) -> list[dict]:
     return groups
 
 
-def credit(groups: list[dict], name: str, lm, keep_cut: bool) -> dict[str, float]:
+def credit(groups: list[dict], name: str, lm, keep_cut: bool) -> dict:
     """Mean advantages over the finished rollouts' tokens under ``name``, the groups holding their
-    cut rollouts or not."""
+    cut rollouts or not, and each finished rollout's stop advantage with its group (``stops``)."""
     rows = [(g["id"], g["prompt"], c, r, x) for g in groups for c, r, x in zip(g["ids"], g["rewards"], g["cut"])
             if keep_cut or not x]
     sizes = {}
@@ -72,14 +77,16 @@ def credit(groups: list[dict], name: str, lm, keep_cut: bool) -> dict[str, float
     second = torch.cat([adv[i, n // 2:n] for i, n in zip(done, length)])
     stop = torch.tensor([adv[i, n - 1].item() for i, n in zip(done, length)])
     return {"tokens": whole.mean().item(), "first half": first.mean().item(), "second half": second.mean().item(),
-            "stop": stop.mean().item(), "stop < 0": (stop < 0).float().mean().item(), "finished": len(done)}
+            "stop": stop.mean().item(), "stop < 0": (stop < 0).float().mean().item(), "finished": len(done),
+            "stops": [(rows[i][0], v) for i, v in zip(done, stop.tolist())]}
 
 
 def main() -> None:
     n = int(sys.argv[1]) if len(sys.argv) > 1 else 16
+    first = int(sys.argv[2]) if len(sys.argv) > 2 else 0
     torch.manual_seed(0)
     lm = load("smollm2-135m-instruct")
-    groups = sample(n, lm)
+    groups = sample(n, first, lm)
     every = [(r, x) for g in groups for r, x in zip(g["rewards"], g["cut"])]
     finished = [r for r, x in every if not x]
     cut = [r for r, x in every if x]
@@ -88,12 +95,22 @@ def main() -> None:
           f"{sum(cut) / max(len(cut), 1):.3f})\n")
     print("| estimator | group | finished rollouts' tokens | first half | second half | stop token | stops < 0 |")
     print("|---|---|---|---|---|---|---|")
+    stops = {}
     for name in ("grpo", "hista"):
         for keep_cut in (True, False):
             c = credit(groups, name, lm, keep_cut)
+            stops[name, keep_cut] = c["stops"]
             print(f"| {name} | {'with the cut rollouts (the run)' if keep_cut else 'without them'} | "
                   f"{c['tokens']:+.3f} | {c['first half']:+.3f} | {c['second half']:+.3f} | {c['stop']:+.3f} | "
                   f"{c['stop < 0']:.0%} of {c['finished']} |")
+    print()
+    for keep_cut in (True, False):
+        ids = [g for g, _ in stops["grpo", keep_cut]]
+        d = [h - g for (_, h), (_, g) in zip(stops["hista", keep_cut], stops["grpo", keep_cut])]
+        lo, hi = bootstrap_ci(d, clusters=ids)
+        print(f"- stop token, Hista − GRPO, {'with the cut rollouts' if keep_cut else 'without them'}: "
+              f"{sum(d) / len(d):+.3f} [{lo:+.3f}, {hi:+.3f}] over {len(d)} finished rollouts in "
+              f"{len(set(ids))} groups")
 
 
 if __name__ == "__main__":
