@@ -78,7 +78,8 @@ def credit(groups: list[dict], name: str, lm, keep_cut: bool) -> dict:
     stop = torch.tensor([adv[i, n - 1].item() for i, n in zip(done, length)])
     return {"tokens": whole.mean().item(), "first half": first.mean().item(), "second half": second.mean().item(),
             "stop": stop.mean().item(), "stop < 0": (stop < 0).float().mean().item(), "finished": len(done),
-            "stops": [(rows[i][0], v) for i, v in zip(done, stop.tolist())]}
+            "stops": [(rows[i][0], v) for i, v in zip(done, stop.tolist())],
+            "finished rows": [(len(rows[i][2]), rows[i][3]) for i in done]}
 
 
 def main() -> None:
@@ -100,10 +101,21 @@ def main() -> None:
         for keep_cut in (True, False):
             c = credit(groups, name, lm, keep_cut)
             stops[name, keep_cut] = c["stops"]
+            if keep_cut:
+                finished = c["finished rows"]  # (length, reward) of each finished rollout, the same for both
             print(f"| {name} | {'with the cut rollouts (the run)' if keep_cut else 'without them'} | "
                   f"{c['tokens']:+.3f} | {c['first half']:+.3f} | {c['second half']:+.3f} | {c['stop']:+.3f} | "
                   f"{c['stop < 0']:.0%} of {c['finished']} |")
     print()
+    hista = [v for _, v in stops["hista", True]]
+    grpo = [v for _, v in stops["grpo", True]]
+    median = sorted(n for n, _ in finished)[len(finished) // 2]
+    for label, pick in (("shorter", lambda n: n < median), ("longer", lambda n: n >= median)):
+        k = [i for i, (n, _) in enumerate(finished) if pick(n)]
+        def mean(xs: list[float], k: list[int] = k) -> float:
+            return sum(xs[i] for i in k) / len(k)
+        print(f"- the {len(k)} {label} finished rollouts (median {median} tokens): mean reward "
+              f"{mean([r for _, r in finished]):.3f}, stop advantage Hista {mean(hista):+.3f}, GRPO {mean(grpo):+.3f}")
     for keep_cut in (True, False):
         ids = [g for g, _ in stops["grpo", keep_cut]]
         d = [h - g for (_, h), (_, g) in zip(stops["hista", keep_cut], stops["grpo", keep_cut])]
